@@ -1,0 +1,16 @@
+// Element types of the tensors sparsejit kernels read and write. Arithmetic is always fp32.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace sjit {
+
+enum class DType { f32, f16, bf16 };
+
+std::string_view name(DType dtype);         // "f32", "f16", "bf16"
+DType parse_dtype(std::string_view text);   // accepts the names above (and fp32/fp16/float32...), throws InvalidSpec
+std::size_t size_of(DType dtype);           // bytes per element
+
+}  // namespace sjit

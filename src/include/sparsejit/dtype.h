@@ -14,3 +14,14 @@ DType parse_dtype(std::string_view text);   // accepts the names above (and fp32
 std::size_t size_of(DType dtype);           // bytes per element
 
 }  // namespace sjit
+
+#include <span>
+
+namespace sjit {
+
+// Host-side conversions for filling and reading device buffers (round to nearest even; NaN and
+// infinities preserved). `bytes` point at size_of(dtype) * count bytes.
+void encode(DType dtype, std::span<const float> values, void* bytes);
+void decode(DType dtype, const void* bytes, std::span<float> values);
+
+}  // namespace sjit

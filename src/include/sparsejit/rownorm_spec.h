@@ -24,7 +24,7 @@ struct RowNormSpec {
   DType dtype = DType::f32; // input and output element type
   Pass pass = Pass::forward;
 
-  static constexpr int kMaxN = 65536;
+  static constexpr int kMaxN = 16384;
 
   friend bool operator==(const RowNormSpec&, const RowNormSpec&) = default;
 };

@@ -1,0 +1,15 @@
+// What the generator hands the JIT core: a short unit and the name of the kernel to instantiate.
+#pragma once
+
+#include <string>
+
+namespace sjit::codegen {
+
+struct KernelSource {
+  std::string kernel_key;       // spec key text + "|" + config key text: names the binary
+  std::string source;           // the generated unit: an #include, a config struct, nothing else
+  std::string source_name;      // e.g. "rownorm_forward.cu"
+  std::string name_expression;  // e.g. "sjit_kernels::rownorm_forward<Cfg>"
+};
+
+}  // namespace sjit::codegen

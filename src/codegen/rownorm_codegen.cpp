@@ -1,0 +1,58 @@
+#include "codegen/rownorm_codegen.h"
+
+#include <fmt/format.h>
+
+namespace sjit::codegen {
+namespace {
+
+std::string_view cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "float";
+    case DType::f16: return "__half";
+    case DType::bf16: return "__nv_bfloat16";
+  }
+  return "?";
+}
+
+int kind_id(NormKind kind) {  // sjit_kernels::NormKindId
+  switch (kind) {
+    case NormKind::softmax: return 0;
+    case NormKind::sparsemax: return 1;
+    case NormKind::entmax: return 2;
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::string rownorm_kernel_key(const RowNormSpec& spec, const RowNormConfig& config) {
+  return key(spec) + "|" + key(config);
+}
+
+KernelSource rownorm_source(const RowNormSpec& spec, const RowNormConfig& config) {
+  KernelSource out;
+  out.kernel_key = rownorm_kernel_key(spec, config);
+  const bool forward = spec.pass == Pass::forward;
+  // alpha as a hex float literal: exact, whatever the decimal text would round to.
+  out.source = fmt::format(
+      "// {}\n"
+      "#include \"sparsejit/rownorm.cuh\"\n"
+      "\n"
+      "struct Cfg {{\n"
+      "  using T = {};\n"
+      "  static constexpr int kind = {};  // {}\n"
+      "  static constexpr float alpha = {:a}f;  // {}\n"
+      "  static constexpr int n = {};\n"
+      "  static constexpr int threads_per_row = {};\n"
+      "  static constexpr int vec = {};\n"
+      "  static constexpr int block_threads = {};\n"
+      "  static constexpr bool row_in_smem = {};\n"
+      "}};\n",
+      out.kernel_key, cuda_type(spec.dtype), kind_id(spec.kind), name(spec.kind), spec.alpha, spec.alpha, spec.n,
+      config.threads_per_row, config.vec, config.block_threads, config.row_in_smem == 1 ? "true" : "false");
+  out.source_name = forward ? "rownorm_forward.cu" : "rownorm_backward.cu";
+  out.name_expression = forward ? "sjit_kernels::rownorm_forward<Cfg>" : "sjit_kernels::rownorm_backward<Cfg>";
+  return out;
+}
+
+}  // namespace sjit::codegen

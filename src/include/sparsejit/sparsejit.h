@@ -1,0 +1,10 @@
+// Everything public in one include.
+#pragma once
+
+#include "sparsejit/device.h"
+#include "sparsejit/dtype.h"
+#include "sparsejit/error.h"
+#include "sparsejit/jit.h"
+#include "sparsejit/reference.h"
+#include "sparsejit/rownorm.h"
+#include "sparsejit/rownorm_spec.h"

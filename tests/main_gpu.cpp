@@ -1,0 +1,19 @@
+// The GPU suite's main: without a usable GPU every test is reported as skipped (exit code 77, which
+// CTest's SKIP_RETURN_CODE turns into "Skipped"), with the reason printed, never a silent pass.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <string>
+
+#include "sparsejit/device.h"
+
+int main(int argc, char** argv) {
+  bool listing = false;
+  for (int i = 1; i < argc; ++i) listing = listing || std::string(argv[i]).rfind("--list", 0) == 0;
+  if (!listing && !sjit::gpu_available()) {
+    std::printf("SKIPPED: no usable GPU: %s\n", sjit::system_info().no_gpu_reason.c_str());
+    return 77;
+  }
+  return Catch::Session().run(argc, argv);
+}

@@ -1,0 +1,30 @@
+// Shared by the test suites: fresh random inputs (seed reported on failure) and tolerance checks.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sparsejit/dtype.h"
+
+namespace sjit::test {
+
+// A seed drawn fresh for every run (std::random_device), printed by the tests through CAPTURE.
+std::uint64_t fresh_seed();
+
+// Row-major [rows, n] scores, N(0, scale^2).
+std::vector<float> random_rows(std::mt19937_64& rng, std::int64_t rows, int n, float scale);
+
+// Values as they are after a round trip through `dtype` (what the GPU actually reads).
+std::vector<float> quantized(DType dtype, const std::vector<float>& values);
+
+// Bytes for a device buffer holding `values` as `dtype`, and back.
+std::vector<unsigned char> to_bytes(DType dtype, const std::vector<float>& values);
+std::vector<float> from_bytes(DType dtype, const std::vector<unsigned char>& bytes);
+
+// Output tolerance of a kernel writing `dtype` (fp32 arithmetic, rounding of the result).
+double atol_for(DType dtype);
+double rtol_for(DType dtype);
+
+}  // namespace sjit::test

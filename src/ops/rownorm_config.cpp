@@ -42,8 +42,9 @@ RowNormConfig default_config(const RowNormSpec& spec, int max_vec) {
   c.vec = 1;
   while (c.vec * 2 * elem <= 16 && c.vec * 2 <= max_vec && spec.n % (c.vec * 2) == 0) c.vec *= 2;
   if (spec.n > kLongestRowInRegisters) {
-    c.threads_per_row = 1024;
-    c.block_threads = 1024;
+    // 512 threads, not 1024: at 1024 the register cap (64) makes the forward spill.
+    c.threads_per_row = 512;
+    c.block_threads = 512;
     c.row_in_smem = 1;
     return c;
   }

@@ -65,16 +65,23 @@ struct RowSlice<T, N, TPR, VEC, false> {
   }
 };
 
-// Shared memory: `base` points at N floats reserved for this row. Only real elements are visited.
+// Shared memory: `base` points at N floats reserved for this row. Same ownership as the registers
+// variant, real elements only.
 template <class T, int N, int TPR, int VEC>
 struct RowSlice<T, N, TPR, VEC, true> {
+  static constexpr int sweeps = (N + TPR * VEC - 1) / (TPR * VEC);
   float* base;
   int lane;
 
   __device__ __forceinline__ RowSlice(float* row_smem, int lane_in_team) : base(row_smem), lane(lane_in_team) {}
 
+  __device__ __forceinline__ static int index(int sweep, int lane) { return (sweep * TPR + lane) * VEC; }
+
   __device__ __forceinline__ void load(const T* __restrict__ row, bool active, float /*pad: none here*/) {
-    for (int i = lane * VEC; i < N; i += TPR * VEC) {
+#pragma unroll
+    for (int s = 0; s < sweeps; ++s) {
+      const int i = index(s, lane);
+      if (i >= N) break;
       float packet[VEC];
       if (active) {
         load_packet<T, VEC>(row + i, packet);
@@ -88,7 +95,10 @@ struct RowSlice<T, N, TPR, VEC, true> {
   }
 
   __device__ __forceinline__ void store(T* __restrict__ row) const {
-    for (int i = lane * VEC; i < N; i += TPR * VEC) {
+#pragma unroll
+    for (int s = 0; s < sweeps; ++s) {
+      const int i = index(s, lane);
+      if (i >= N) break;
       float packet[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) packet[e] = base[i + e];
@@ -98,18 +108,24 @@ struct RowSlice<T, N, TPR, VEC, true> {
 
   template <class F>
   __device__ __forceinline__ void for_each(F f) {
-#pragma unroll 4
-    for (int i = lane * VEC; i < N; i += TPR * VEC)
+#pragma unroll
+    for (int s = 0; s < sweeps; ++s) {
+      const int i = index(s, lane);
+      if (i >= N) break;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) f(base[i + e]);
+    }
   }
 
   template <class F>
   __device__ __forceinline__ void for_each_with(RowSlice& other, F f) {
-#pragma unroll 4
-    for (int i = lane * VEC; i < N; i += TPR * VEC)
+#pragma unroll
+    for (int s = 0; s < sweeps; ++s) {
+      const int i = index(s, lane);
+      if (i >= N) break;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) f(base[i + e], other.base[i + e]);
+    }
   }
 };
 

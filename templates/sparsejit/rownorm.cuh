@@ -51,6 +51,7 @@ __device__ int normalize_row(typename RowNormTraits<Cfg>::Slice& z, float inv_te
     __device__ static Census combine(Census a, Census b) {
       return {fmaxf(a.max, b.max), fmaxf(a.nan, b.nan), a.pos_inf + b.pos_inf, 0.0f};
     }
+    __device__ static Census identity() { return {-infinity(), 0.0f, 0.0f, 0.0f}; }
   };
   Census c{-infinity(), 0.0f, 0.0f, 0.0f};
   z.for_each([&](float& v) {

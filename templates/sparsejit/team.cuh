@@ -1,6 +1,7 @@
 // Reductions over a "team": the TPR threads that share one row. A team of at most 32 threads lives in
 // one warp and reduces with shuffles; a larger team is the whole block and adds one shared-memory
-// round. Values are small structs with a combine() so that one pass reduces several quantities.
+// round. Values are small structs with combine() and identity() so that one pass reduces several
+// quantities at once.
 #pragma once
 
 namespace sjit_kernels {
@@ -9,11 +10,13 @@ struct MaxNan {  // the row maximum, and whether any entry is NaN (NaN rows give
   float max;
   float nan;  // 1 if a NaN was seen
   __device__ static MaxNan combine(MaxNan a, MaxNan b) { return {fmaxf(a.max, b.max), fmaxf(a.nan, b.nan)}; }
+  __device__ static MaxNan identity() { return {-__int_as_float(0x7f800000), 0.0f}; }
 };
 
 struct Sum2 {
   float a, b;
   __device__ static Sum2 combine(Sum2 x, Sum2 y) { return {x.a + y.a, x.b + y.b}; }
+  __device__ static Sum2 identity() { return {0.0f, 0.0f}; }
 };
 
 // Sums over the current support guess {x > tau}: size, sum of (x - tau), sum of (x - tau)^2 (or of the
@@ -23,6 +26,7 @@ struct SupportStats {
   __device__ static SupportStats combine(SupportStats x, SupportStats y) {
     return {x.count + y.count, x.s1 + y.s1, x.s2 + y.s2, fminf(x.min_x, y.min_x)};
   }
+  __device__ static SupportStats identity() { return {0.0f, 0.0f, 0.0f, __int_as_float(0x7f800000)}; }
 };
 
 template <class V>
@@ -60,11 +64,13 @@ struct Team {
       static_assert(sizeof(V) <= 4 * sizeof(float), "scratch holds four floats a warp");
       V* slot = reinterpret_cast<V*>(scratch) + turn * warps;
       turn ^= 1;
-      if (threadIdx.x % 32 == 0) slot[threadIdx.x / 32] = v;
+      const int lane = threadIdx.x % 32;
+      if (lane == 0) slot[threadIdx.x / 32] = v;
       __syncthreads();
-      v = slot[0];
+      // Every warp reduces the per-warp partials itself (no second barrier): lane w takes warp w's.
+      v = lane < warps ? slot[lane] : V::identity();
 #pragma unroll
-      for (int w = 1; w < warps; ++w) v = V::combine(v, slot[w]);
+      for (int offset = 16; offset > 0; offset /= 2) v = V::combine(v, shuffle_xor(v, offset, 32));
     }
     return v;
   }

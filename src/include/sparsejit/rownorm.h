@@ -58,6 +58,9 @@ class RowNorm {
   RowNorm(RowNorm&&) noexcept;
   RowNorm& operator=(RowNorm&&) noexcept;
 
+  // Compiles and loads both passes for 16-byte-aligned matrices now (warm-up), on the current device.
+  void prepare();
+
   void forward(const RowNormForwardArgs& args, Stream stream = nullptr);
   void backward(const RowNormBackwardArgs& args, Stream stream = nullptr);
 

@@ -1,0 +1,138 @@
+// sjit bench rownorm: median kernel time after warm-up, bandwidth, and the share of a device-to-device
+// copy's bandwidth measured in the same run.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <random>
+#include <sstream>
+
+#include "commands.h"
+
+namespace sjit::tool {
+namespace {
+
+struct BenchOptions {
+  std::vector<std::string> kinds = {"softmax", "sparsemax", "entmax15", "entmax:1.25"};
+  std::vector<int> sizes = {8, 16, 32, 64, 1024};
+  std::string dtype = "f32";
+  std::string passes = "both";
+  double elements = 16.0 * 1024 * 1024;
+  int iterations = 100;
+  int warmup = 10;
+};
+
+// Median time of `run` in microseconds, each run timed alone with events.
+template <class F>
+double median_us(int warmup, int iterations, F&& run) {
+  EventTimer timer;
+  for (int i = 0; i < warmup; ++i) run(i);
+  synchronize();
+  std::vector<double> us;
+  for (int i = 0; i < iterations; ++i) {
+    timer.start();
+    run(i);
+    us.push_back(timer.stop_ms() * 1000.0);
+  }
+  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
+  return us[us.size() / 2];
+}
+
+// Sets of buffers to rotate through so that small problems are not served from L2.
+int rotation_for(std::size_t bytes_per_set, int l2_bytes) {
+  return int(std::clamp<std::size_t>(2 * std::size_t(l2_bytes) / std::max<std::size_t>(bytes_per_set, 1) + 1, 1, 16));
+}
+
+int run_rownorm(const BenchOptions& o) {
+  if (!gpu_available()) throw NoDevice("sjit bench needs a GPU: " + system_info().no_gpu_reason);
+  const DeviceInfo dev = current_device();
+  const DType dtype = parse_dtype(o.dtype);
+  const std::size_t elem = size_of(dtype);
+  const bool fwd = o.passes != "bwd", bwd = o.passes != "fwd";
+  fmt::print("device {} ({} SMs), {} elements of {}, median of {} runs after {} warm-up\n", dev.name,
+             dev.multiprocessors, std::int64_t(o.elements), name(dtype), o.iterations, o.warmup);
+
+  Table table({"kind", "n", "pass", "rows", "time", "GB/s", "% of copy", "vs copy time"});
+  std::mt19937_64 rng(12345);
+  for (int n : o.sizes) {
+    const std::int64_t rows = std::max<std::int64_t>(1, std::int64_t(o.elements) / n);
+    const std::size_t bytes = std::size_t(rows) * n * elem;
+    const int sets = rotation_for(3 * bytes, dev.l2_bytes);
+    std::vector<DeviceBuffer> x, y, dy, dx;
+    {
+      std::normal_distribution<float> dist(0.0f, 1.0f);
+      std::vector<float> host(std::size_t(rows) * n);
+      std::vector<unsigned char> raw(bytes);
+      for (int s = 0; s < sets; ++s) {
+        for (float& v : host) v = dist(rng);
+        encode(dtype, host, raw.data());
+        x.emplace_back(bytes), y.emplace_back(bytes), dy.emplace_back(bytes), dx.emplace_back(bytes);
+        x.back().upload(raw.data(), bytes);
+        for (float& v : host) v = dist(rng);
+        encode(dtype, host, raw.data());
+        dy.back().upload(raw.data(), bytes);
+      }
+    }
+    // The yardstick: a device-to-device copy of one matrix (bytes read + bytes written).
+    const double copy_us = median_us(o.warmup, o.iterations, [&](int i) {
+      copy_device_to_device(y[i % sets].data(), x[i % sets].data(), bytes);
+    });
+    const double copy_gbs = 2.0 * bytes / copy_us / 1e3;
+    for (const std::string& kind : o.kinds) {
+      RowNorm op(kind_from_name(kind, n, dtype));
+      op.prepare();
+      for (int s = 0; s < sets; ++s) op.forward({x[s].data(), y[s].data(), rows});  // y: a real forward output
+      auto report = [&](const char* pass, double us, double moved) {
+        const double gbs = moved / us / 1e3;
+        table.add({kind, std::to_string(n), pass, std::to_string(rows), fmt::format("{:.1f} us", us),
+                   fmt::format("{:.0f}", gbs), fmt::format("{:.0f}%", 100.0 * gbs / copy_gbs),
+                   fmt::format("{:.2f}x", us / (copy_us * moved / (2.0 * bytes)))});
+      };
+      if (fwd)
+        report("fwd", median_us(o.warmup, o.iterations, [&](int i) {
+                 op.forward({x[i % sets].data(), y[i % sets].data(), rows});
+               }), 2.0 * bytes);
+      if (bwd)
+        report("bwd", median_us(o.warmup, o.iterations, [&](int i) {
+                 op.backward({y[i % sets].data(), dy[i % sets].data(), dx[i % sets].data(), rows});
+               }), 3.0 * bytes);
+    }
+    table.add({"copy", std::to_string(n), "-", "-", fmt::format("{:.1f} us", copy_us), fmt::format("{:.0f}", copy_gbs),
+               "100%", "1.00x"});
+  }
+  table.print();
+  return 0;
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks on the GPU");
+  bench->require_subcommand(1);
+  auto* rownorm = bench->add_subcommand("rownorm", "Row normalizers: time, GB/s, share of copy bandwidth");
+  auto o = std::make_shared<BenchOptions>();
+  auto kinds = std::make_shared<std::string>("softmax,sparsemax,entmax15,entmax:1.25");
+  rownorm->add_option("--kinds", *kinds, "Comma-separated: softmax, sparsemax, entmax15, entmax:ALPHA");
+  rownorm->add_option("--n", o->sizes, "Row lengths")->delimiter(',');
+  rownorm->add_option("--dtype", o->dtype, "f32 | f16 | bf16");
+  rownorm->add_option("--pass", o->passes, "fwd | bwd | both")->check(CLI::IsMember({"fwd", "bwd", "both"}));
+  rownorm->add_option("--elements", o->elements, "Elements per matrix (default 16M)");
+  rownorm->add_option("--iters", o->iterations, "Timed runs (median reported)");
+  rownorm->add_option("--warmup", o->warmup, "Untimed runs first");
+  return [=] {
+    if (rownorm->parsed()) {
+      o->kinds = split(*kinds);
+      return run_rownorm(*o);
+    }
+    return 1;
+  };
+}
+
+}  // namespace sjit::tool

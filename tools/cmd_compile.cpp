@@ -1,0 +1,80 @@
+// sjit compile SPEC: generate and compile one kernel, print its resources or emit source/PTX/CUBIN.
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "commands.h"
+
+namespace sjit::tool {
+namespace {
+
+void print_list() {
+  fmt::print("op rownorm: row normalizers over [rows, n]\n");
+  fmt::print("  key text  rownorm:kind=KIND[,alpha=A],n=N[,dtype=DTYPE][,pass=PASS]\n");
+  fmt::print("  kind      softmax | sparsemax | entmax (entmax needs alpha)\n");
+  fmt::print("  alpha     1 <= alpha <= 16 (1 is softmax, 2 is sparsemax; 1.5 is solved in closed form)\n");
+  fmt::print("  n         1 .. {} (registers up to 8192, shared memory above)\n", RowNormSpec::kMaxN);
+  fmt::print("  dtype     f32 | f16 | bf16 (default f32; arithmetic is fp32)\n");
+  fmt::print("  pass      fwd | bwd (default fwd)\n");
+  fmt::print("  config    --config tpr=T,vec=V,block=B,smem=0|1 (any subset; the rest is chosen)\n");
+  fmt::print("  example   sjit compile rownorm:kind=entmax,alpha=1.5,n=64,dtype=bf16 --arch sm_90a\n");
+}
+
+}  // namespace
+
+Runner add_compile(CLI::App& app) {
+  auto* cmd = app.add_subcommand("compile", "Generate and compile one kernel (no GPU needed)");
+  auto spec_text = std::make_shared<std::string>();
+  auto arch = std::make_shared<std::string>();
+  auto emit = std::make_shared<std::string>("report");
+  auto output = std::make_shared<std::string>();
+  auto config_text = std::make_shared<std::string>();
+  auto list = std::make_shared<bool>(false);
+  cmd->add_option("spec", *spec_text, "Key text, e.g. rownorm:kind=entmax,alpha=1.5,n=64,dtype=bf16");
+  cmd->add_option("--arch", *arch, "Target, e.g. sm_90a or sm_80 (default: the GPU's, or sm_90a without one)");
+  cmd->add_option("--emit", *emit, "report | source | ptx | cubin")->check(CLI::IsMember({"report", "source", "ptx", "cubin"}));
+  cmd->add_option("-o,--output", *output, "Write the emitted text or binary here instead of standard output");
+  cmd->add_option("--config", *config_text, "Layout, e.g. tpr=8,vec=4");
+  cmd->add_flag("--list", *list, "List every op, its spec fields and their allowed values");
+  return [=] {
+    if (*list) {
+      print_list();
+      return 0;
+    }
+    if (spec_text->empty()) throw InvalidArgument("compile needs a spec (see sjit compile --list)");
+    const RowNormSpec spec = parse_rownorm(*spec_text);
+    const RowNormConfig config = config_text->empty() ? RowNormConfig{} : parse_rownorm_config(*config_text);
+    const std::string target = !arch->empty() ? *arch : gpu_available() ? current_device().arch : "sm_90a";
+    std::string payload;
+    if (*emit == "source") {
+      payload = generate_source(spec, config);
+    } else {
+      const CompiledKernel k = compile(spec, config, target, *emit == "ptx" ? Emit::ptx : Emit::cubin);
+      if (*emit == "report") {
+        const ResourceUsage& u = k.usage;
+        fmt::print("kernel          {}\n", k.kernel_key);
+        fmt::print("arch            {}\n", k.arch);
+        fmt::print("entry           {}\n", k.lowered_name);
+        fmt::print("compile         {:.0f} ms\n", k.compile_ms);
+        fmt::print("cubin           {} bytes\n", k.binary.size());
+        fmt::print("registers       {}\n", u.registers);
+        fmt::print("spills          {} bytes stored, {} bytes loaded\n", u.spill_store_bytes, u.spill_load_bytes);
+        fmt::print("stack frame     {} bytes\n", u.stack_frame_bytes);
+        fmt::print("shared memory   {} bytes static\n", u.shared_bytes);
+        return 0;
+      }
+      payload = k.binary;
+    }
+    if (output->empty()) {
+      fmt::print("{}", payload);
+    } else {
+      std::ofstream out(*output, std::ios::binary);
+      out.write(payload.data(), std::streamsize(payload.size()));
+      if (!out) throw Error(fmt::format("could not write {}", *output));
+      fmt::print("wrote {} bytes to {}\n", payload.size(), *output);
+    }
+    return 0;
+  };
+}
+
+}  // namespace sjit::tool

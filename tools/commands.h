@@ -1,0 +1,37 @@
+// The sjit subcommands. Each registers its options on the app and runs through the public API only.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sparsejit/sparsejit.h"
+
+namespace sjit::tool {
+
+using Runner = std::function<int()>;
+
+Runner add_info(CLI::App& app);
+Runner add_compile(CLI::App& app);
+Runner add_bench(CLI::App& app);
+Runner add_demo(CLI::App& app);
+
+// "softmax", "sparsemax", "entmax15", "entmax:1.25" -> a spec with that kind (n and dtype filled by caller).
+RowNormSpec kind_from_name(const std::string& name, int n, DType dtype, Pass pass = Pass::forward);
+std::string short_kind_name(const RowNormSpec& spec);
+
+// A plain table printed with aligned columns.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> headers) : headers_(std::move(headers)) {}
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void print() const;
+
+ private:
+  std::vector<std::string> headers_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+}  // namespace sjit::tool

@@ -1,0 +1,47 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "commands.h"
+
+namespace sjit::tool {
+
+RowNormSpec kind_from_name(const std::string& name, int n, DType dtype, Pass pass) {
+  if (name == "softmax") return softmax_spec(n, dtype, pass);
+  if (name == "sparsemax") return sparsemax_spec(n, dtype, pass);
+  if (name == "entmax15") return entmax_spec(1.5f, n, dtype, pass);
+  if (name.rfind("entmax:", 0) == 0) {
+    float alpha = 0;
+    const std::string v = name.substr(7);
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), alpha);
+    if (ec == std::errc() && end == v.data() + v.size()) return entmax_spec(alpha, n, dtype, pass);
+  }
+  throw InvalidArgument(fmt::format("kind '{}' is unknown: use softmax, sparsemax, entmax15 or entmax:ALPHA", name));
+}
+
+std::string short_kind_name(const RowNormSpec& spec) {
+  if (spec.kind == NormKind::entmax) return spec.alpha == 1.5f ? "entmax15" : fmt::format("entmax:{}", spec.alpha);
+  return std::string(name(spec.kind));
+}
+
+void Table::print() const {
+  std::vector<std::size_t> width(headers_.size());
+  for (std::size_t c = 0; c < headers_.size(); ++c) width[c] = headers_[c].size();
+  for (const auto& r : rows_)
+    for (std::size_t c = 0; c < r.size() && c < width.size(); ++c) width[c] = std::max(width[c], r[c].size());
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string out;
+    for (std::size_t c = 0; c < width.size(); ++c)
+      out += fmt::format("{:<{}}", c < cells.size() ? cells[c] : "", width[c] + (c + 1 < width.size() ? 2 : 0));
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    fmt::print("{}\n", out);
+  };
+  line(headers_);
+  std::vector<std::string> rule;
+  for (auto w : width) rule.push_back(std::string(w, '-'));
+  line(rule);
+  for (const auto& r : rows_) line(r);
+}
+
+}  // namespace sjit::tool

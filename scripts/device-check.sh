@@ -10,7 +10,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 start=$(date +%s)
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 &&
-  cmake --build build-gpu -j16 >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/cmake.log" "$OUT/build.log"; exit 1; }
+  cmake --build build-gpu -j16 >"$OUT/build.log" 2>&1 || { tail -n 40 "$OUT/cmake.log" "$OUT/build.log"; exit 1; }
 echo "built in $(( $(date +%s) - start )) s"
 ./build-gpu/sjit info | tee "$OUT/info.log"
 if [[ $what == tests || $what == all ]]; then

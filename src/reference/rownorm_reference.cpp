@@ -1,7 +1,7 @@
 // Float64 CPU references for the row normalizers of the entmax family (see reference.h).
 //
 // Every normalizer here has the form y_i = g(x_i - tau) with tau the unique threshold that makes y sum
-// to 1 (Peters, Niculae & Martins 2019, "Sparse Sequence-to-Sequence Models", eq. 8-9):
+// to 1 (Peters, Niculae & Martins 2019, "Sparse Sequence-to-Sequence Models", definition of alpha-entmax):
 //   softmax    x = z / T,             y = exp(x - tau),                 tau = logsumexp(x)
 //   alpha>1    x = (alpha-1) z / T,   y = [x - tau]_+^(1/(alpha-1))
 //   sparsemax  alpha = 2:             y = [z/T - tau]_+                 (Martins & Astudillo 2016)
@@ -13,7 +13,6 @@
 #include <cmath>
 #include <functional>
 #include <limits>
-#include <numeric>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -105,7 +104,10 @@ Solved solve_sparsemax_sort(std::span<const double> x) {
   std::size_t support = 0;
   for (std::size_t k = 1; k <= sorted.size(); ++k) {
     cumsum += sorted[k - 1];
-    if (1.0 + static_cast<double>(k) * sorted[k - 1] > cumsum) support = k, support_sum = cumsum;
+    if (1.0 + static_cast<double>(k) * sorted[k - 1] > cumsum) {
+      support = k;
+      support_sum = cumsum;
+    }
   }
   Solved out{std::vector<double>(x.size()), (support_sum - 1.0) / static_cast<double>(support)};
   for (std::size_t i = 0; i < x.size(); ++i) out.y[i] = std::max(x[i] - out.tau, 0.0);
@@ -148,7 +150,8 @@ double entmax_mass(std::span<const double> x, double tau, double p) {
   return mass;
 }
 
-// alpha-entmax by bisection (Peters et al. 2019, sec. 3; Blondel et al. 2019): f(tau) = mass(tau) - 1
+// alpha-entmax by bisection (Peters et al. 2019, Algorithm 1; Blondel, Martins & Niculae 2019, "Learning
+// with Fenchel-Young Losses"; the entmax package's entmax_bisect): f(tau) = mass(tau) - 1
 // is continuous and decreasing, f(-1) >= 0 (the max entry alone gives 1^p) and
 // f(-(1/n)^(alpha-1)) <= 0 (every term is at most ((1/n)^(alpha-1))^p = 1/n). Bisect until the interval
 // cannot shrink in double precision, then keep the end whose mass is closer to 1. No Newton polish:
@@ -231,7 +234,7 @@ double threshold(const RowNormSpec& spec, std::span<const double> z, double temp
   return solve_spec(spec, z, temperature).tau;
 }
 
-// Jacobian-vector product (Peters et al. 2019, eq. 10). On the support, with x = (alpha-1) z / T,
+// Jacobian-vector product (Peters et al. 2019, Proposition 2). On the support, with x = (alpha-1) z / T,
 // dy_i/dx_j = (1/(alpha-1)) y_i^(2-alpha) (delta_ij - dtau/dx_j) and dtau/dx_j = s_j / sum(s) for
 // s = y^(2-alpha); the chain factor dx/dz = (alpha-1)/T cancels the 1/(alpha-1), leaving
 // J = (diag(s) - s s^T / sum(s)) / T, symmetric. Softmax (alpha -> 1) gives s = y, sparsemax s = 1.
@@ -253,7 +256,10 @@ std::vector<double> rownorm_backward(const RowNormSpec& spec, std::span<const do
     else s[i] = std::pow(y[i], 2.0 - alpha);
   }
   double s_dot_dy = 0.0, s_sum = 0.0;
-  for (std::size_t i = 0; i < y.size(); ++i) s_dot_dy += s[i] * dy[i], s_sum += s[i];
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    s_dot_dy += s[i] * dy[i];
+    s_sum += s[i];
+  }
   const double mean_dy = s_dot_dy / s_sum;  // the <s,dy>-weighted mean that dtau carries back
   std::vector<double> dz(y.size());
   for (std::size_t i = 0; i < y.size(); ++i) dz[i] = (s[i] * dy[i] - s[i] * mean_dy) / temperature;

@@ -12,7 +12,7 @@ namespace sjit::tool {
 namespace {
 
 struct BenchOptions {
-  std::vector<std::string> kinds = {"softmax", "sparsemax", "entmax15", "entmax:1.25"};
+  std::vector<std::string> kinds = {"softmax", "sparsemax", "entmax15", "entmax:1.25", "entmax:1.3"};
   std::vector<int> sizes = {8, 16, 32, 64, 1024};
   std::string dtype = "f32";
   std::string passes = "both";
@@ -118,7 +118,7 @@ Runner add_bench(CLI::App& app) {
   bench->require_subcommand(1);
   auto* rownorm = bench->add_subcommand("rownorm", "Row normalizers: time, GB/s, share of copy bandwidth");
   auto o = std::make_shared<BenchOptions>();
-  auto kinds = std::make_shared<std::string>("softmax,sparsemax,entmax15,entmax:1.25");
+  auto kinds = std::make_shared<std::string>("softmax,sparsemax,entmax15,entmax:1.25,entmax:1.3");
   rownorm->add_option("--kinds", *kinds, "Comma-separated: softmax, sparsemax, entmax15, entmax:ALPHA");
   rownorm->add_option("--n", o->sizes, "Row lengths")->delimiter(',');
   rownorm->add_option("--dtype", o->dtype, "f32 | f16 | bf16");

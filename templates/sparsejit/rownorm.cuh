@@ -25,6 +25,7 @@ struct RowNormTraits {
   static constexpr int tpr = Cfg::threads_per_row;
   static constexpr int rows_per_block = Cfg::block_threads / tpr;
   static constexpr bool is_15 = kind == kEntmax && Cfg::alpha == 1.5f;
+  static constexpr int p_twice = kind == kEntmax ? twice_power(Cfg::alpha) : 0;
   using TeamT = Team<tpr, Cfg::block_threads>;
   using Slice = RowSlice<T, n, tpr, Cfg::vec, Cfg::row_in_smem>;
 
@@ -85,8 +86,8 @@ __device__ int normalize_row(typename RowNormTraits<Cfg>::Slice& z, float inv_te
     float tau;
     if constexpr (Tr::kind == kSparsemax) tau = sparsemax_threshold<TeamT>(z, scratch, turn);
     else if constexpr (Tr::is_15) tau = entmax15_threshold<TeamT>(z, scratch, turn);
-    else tau = entmax_threshold_general<TeamT>(z, Cfg::alpha, Cfg::n, scratch, turn);
-    z.for_each([&](float& v) { v = entmax_value<Tr::kind>(v, tau, Cfg::alpha, Tr::is_15); });
+    else tau = entmax_threshold_general<TeamT, typename Tr::Slice, Tr::p_twice>(z, Cfg::alpha, Cfg::n, scratch, turn);
+    z.for_each([&](float& v) { v = entmax_value<Tr::kind, Tr::p_twice>(v, tau, Cfg::alpha); });
   }
 
   if (undefined) z.for_each([&](float& v) { v = quiet_nan(); });
@@ -156,7 +157,7 @@ rownorm_backward(const typename Cfg::T* __restrict__ y, const typename Cfg::T* _
       if constexpr (Tr::kind == kSoftmax) s = yi;
       else if constexpr (Tr::kind == kSparsemax) s = yi > 0.0f ? 1.0f : 0.0f;
       else if constexpr (Tr::is_15) s = sqrtf(fmaxf(yi, 0.0f));
-      else s = yi > 0.0f ? exp2f((2.0f - Cfg::alpha) * log2f(yi)) : 0.0f;
+      else s = yi > 0.0f ? exp2f((2.0f - Cfg::alpha) * __log2f(yi)) : 0.0f;
       if (yi != yi) s = yi;  // NaN in y propagates
       yi = s;                // the slice now holds s
       sums.a += s;

@@ -19,6 +19,7 @@ struct BenchOptions {
   double elements = 16.0 * 1024 * 1024;
   int iterations = 100;
   int warmup = 10;
+  std::vector<std::string> configs = {""};  // layouts to compare; "" is the heuristic default
 };
 
 // Median time of `run` in microseconds, each run timed alone with events.
@@ -51,7 +52,7 @@ int run_rownorm(const BenchOptions& o) {
   fmt::print("device {} ({} SMs), {} elements of {}, median of {} runs after {} warm-up\n", dev.name,
              dev.multiprocessors, std::int64_t(o.elements), name(dtype), o.iterations, o.warmup);
 
-  Table table({"kind", "n", "pass", "rows", "time", "GB/s", "% of copy", "vs copy time"});
+  Table table({"kind", "n", "pass", "config", "rows", "time", "GB/s", "% of copy", "vs copy time"});
   std::mt19937_64 rng(12345);
   for (int n : o.sizes) {
     const std::int64_t rows = std::max<std::int64_t>(1, std::int64_t(o.elements) / n);
@@ -77,13 +78,22 @@ int run_rownorm(const BenchOptions& o) {
       copy_device_to_device(y[i % sets].data(), x[i % sets].data(), bytes);
     });
     const double copy_gbs = 2.0 * bytes / copy_us / 1e3;
-    for (const std::string& kind : o.kinds) {
-      RowNorm op(kind_from_name(kind, n, dtype));
+    for (const std::string& kind : o.kinds)
+    for (const std::string& config_text : o.configs) {
+      const RowNormSpec spec = kind_from_name(kind, n, dtype);
+      const RowNormConfig wanted = config_text.empty() ? RowNormConfig{} : parse_rownorm_config(config_text);
+      try {
+        resolve(spec, wanted);
+      } catch (const InvalidArgument&) {
+        continue;  // a layout that does not fit this n (too many elements per thread, say)
+      }
+      RowNorm op(spec, wanted);
       op.prepare();
+      const std::string layout = key(op.config_for({x[0].data(), y[0].data(), rows}));
       for (int s = 0; s < sets; ++s) op.forward({x[s].data(), y[s].data(), rows});  // y: a real forward output
       auto report = [&](const char* pass, double us, double moved) {
         const double gbs = moved / us / 1e3;
-        table.add({kind, std::to_string(n), pass, std::to_string(rows), fmt::format("{:.1f} us", us),
+        table.add({kind, std::to_string(n), pass, layout, std::to_string(rows), fmt::format("{:.1f} us", us),
                    fmt::format("{:.0f}", gbs), fmt::format("{:.0f}%", 100.0 * gbs / copy_gbs),
                    fmt::format("{:.2f}x", us / (copy_us * moved / (2.0 * bytes)))});
       };
@@ -96,7 +106,7 @@ int run_rownorm(const BenchOptions& o) {
                  op.backward({y[i % sets].data(), dy[i % sets].data(), dx[i % sets].data(), rows});
                }), 3.0 * bytes);
     }
-    table.add({"copy", std::to_string(n), "-", "-", fmt::format("{:.1f} us", copy_us), fmt::format("{:.0f}", copy_gbs),
+    table.add({"copy", std::to_string(n), "-", "-", "-", fmt::format("{:.1f} us", copy_us), fmt::format("{:.0f}", copy_gbs),
                "100%", "1.00x"});
   }
   table.print();
@@ -125,6 +135,7 @@ Runner add_bench(CLI::App& app) {
   rownorm->add_option("--pass", o->passes, "fwd | bwd | both")->check(CLI::IsMember({"fwd", "bwd", "both"}));
   rownorm->add_option("--elements", o->elements, "Elements per matrix (default 16M)");
   rownorm->add_option("--iters", o->iterations, "Timed runs (median reported)");
+  rownorm->add_option("--config", o->configs, "Layouts to compare, e.g. --config tpr=4 --config tpr=8 (default: chosen)");
   rownorm->add_option("--warmup", o->warmup, "Untimed runs first");
   return [=] {
     if (rownorm->parsed()) {

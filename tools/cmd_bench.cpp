@@ -137,12 +137,13 @@ Runner add_bench(CLI::App& app) {
   rownorm->add_option("--iters", o->iterations, "Timed runs (median reported)");
   rownorm->add_option("--config", o->configs, "Layouts to compare, e.g. --config tpr=4 --config tpr=8 (default: chosen)");
   rownorm->add_option("--warmup", o->warmup, "Untimed runs first");
+  Runner jit = add_bench_jit(*bench);
   return [=] {
     if (rownorm->parsed()) {
       o->kinds = split(*kinds);
       return run_rownorm(*o);
     }
-    return 1;
+    return jit();
   };
 }
 

@@ -10,6 +10,7 @@ struct KernelSource {
   std::string source;           // the generated unit: an #include, a config struct, nothing else
   std::string source_name;      // e.g. "rownorm_forward.cu"
   std::string name_expression;  // e.g. "sjit_kernels::rownorm_forward<Cfg>"
+  int dynamic_shared_bytes = 0; // what every launch of it asks for (opened up at load beyond 48 KB)
 };
 
 }  // namespace sjit::codegen

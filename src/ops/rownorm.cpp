@@ -4,12 +4,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "codegen/rownorm_codegen.h"
 #include "jit/jit.h"
 #include "ops/rownorm_args.h"
+#include "tune/tuned_configs.h"
 #include "sparsejit/error.h"
 #include "sparsejit/jit.h"
 
@@ -25,7 +28,8 @@ RowNormSpec with_pass(RowNormSpec spec, Pass pass) {
 struct Prepared {
   CUcontext context;
   Pass pass;
-  int widest_vec;  // the alignment class of the call it was made for
+  int widest_vec;       // the alignment class of the call it was made for
+  std::int64_t bucket;  // rows rounded up to a power of two (tuned layouts depend on it), 0 if untuned
   RowNormConfig config;
   std::shared_ptr<const jit::LoadedKernel> kernel;
 };
@@ -38,10 +42,6 @@ unsigned grid_for(const RowNormConfig& c, std::int64_t rows, const runtime::Devi
   return unsigned(std::clamp<std::int64_t>(std::min(needed, waves), 1, 0x7fffffff));
 }
 
-unsigned dynamic_shared_bytes(const RowNormSpec& spec, const RowNormConfig& c) {
-  return c.row_in_smem == 1 ? unsigned(spec.n) * 4u * (spec.pass == Pass::forward ? 1u : 2u) : 0u;
-}
-
 }  // namespace
 
 struct RowNorm::State {
@@ -50,24 +50,30 @@ struct RowNorm::State {
   std::mutex mutex;
   std::vector<Prepared> prepared;
 
-  // The kernel for this pass in the current context, for matrices that allow `widest` packets.
-  Prepared get(Pass pass, const ops::MatrixArg* matrices, int count) {
+  // The kernel for this pass in the current context, for matrices that allow `widest` packets and
+  // `rows` rows. A layout left to sparsejit comes from the tuning database when it has one.
+  Prepared get(Pass pass, const ops::MatrixArg* matrices, int count, std::int64_t rows, Stream stream) {
     const RowNormSpec pass_spec = with_pass(spec, pass);
     const int widest = ops::widest_vec(spec, matrices, count);
     if (requested.vec != 0) ops::check_vec_alignment(pass_spec, requested.vec, matrices, count);
     const jit::Target target = jit::current_target();
+    const bool tunable = requested == RowNormConfig{} && rows > 0;
+    const std::int64_t bucket = tunable ? std::int64_t(std::bit_ceil(std::uint64_t(rows))) : 0;
     {
       std::lock_guard lock(mutex);
       for (const Prepared& p : prepared)
-        if (p.context == target.context && p.pass == pass && p.widest_vec == widest) return p;
+        if (p.context == target.context && p.pass == pass && p.widest_vec == widest && p.bucket == bucket) return p;
     }
     RowNormConfig wanted = requested;
-    if (wanted.vec == 0) wanted.vec = std::min(widest, default_config(pass_spec).vec);
+    if (tunable)
+      if (std::optional<RowNormConfig> tuned = tuning::tuned_config(pass_spec, rows, *target.device, stream))
+        wanted = *tuned;
+    // Narrow the access to what these pointers allow, unless the caller chose it (checked above).
+    if (requested.vec == 0) wanted.vec = std::min(wanted.vec ? wanted.vec : default_config(pass_spec).vec, widest);
     const RowNormConfig config = resolve(pass_spec, wanted);
     auto kernel = jit::get_kernel(target, codegen::rownorm_kernel_key(pass_spec, config),
-                                  int(dynamic_shared_bytes(pass_spec, config)),
                                   [&] { return codegen::rownorm_source(pass_spec, config); });
-    Prepared p{target.context, pass, widest, config, std::move(kernel)};
+    Prepared p{target.context, pass, widest, bucket, config, std::move(kernel)};
     std::lock_guard lock(mutex);
     prepared.push_back(p);
     return p;
@@ -88,8 +94,8 @@ void RowNorm::prepare() {
   const void* aligned = reinterpret_cast<const void*>(std::uintptr_t(256));
   const std::int64_t n = state_->spec.n;
   const ops::MatrixArg m[] = {{"x", aligned, n}, {"y", aligned, n}, {"dy", aligned, n}};
-  state_->get(Pass::forward, m, 2);
-  state_->get(Pass::backward, m, 3);
+  state_->get(Pass::forward, m, 2, 0, nullptr);
+  state_->get(Pass::backward, m, 3, 0, nullptr);
 }
 
 const RowNormSpec& RowNorm::spec() const { return state_->spec; }
@@ -97,10 +103,7 @@ const RowNormSpec& RowNorm::spec() const { return state_->spec; }
 RowNormConfig RowNorm::config_for(const RowNormForwardArgs& args) const {
   const ops::MatrixArg m[] = {{"x", args.x, args.ld_x ? args.ld_x : state_->spec.n},
                               {"y", args.y, args.ld_y ? args.ld_y : state_->spec.n}};
-  RowNormConfig wanted = state_->requested;
-  const RowNormSpec fwd = with_pass(state_->spec, Pass::forward);
-  if (wanted.vec == 0) wanted.vec = std::min(ops::widest_vec(fwd, m, 2), default_config(fwd).vec);
-  return resolve(fwd, wanted);
+  return state_->get(Pass::forward, m, 2, args.rows, nullptr).config;
 }
 
 void RowNorm::forward(const RowNormForwardArgs& a, Stream stream) {
@@ -113,7 +116,7 @@ void RowNorm::forward(const RowNormForwardArgs& a, Stream stream) {
     throw InvalidArgument(fmt::format("rownorm: support = {} is not aligned to 4 bytes", static_cast<void*>(a.support)));
   if (a.rows == 0) return;
   const ops::MatrixArg both[] = {in, out};
-  const Prepared p = state_->get(Pass::forward, both, 2);
+  const Prepared p = state_->get(Pass::forward, both, 2, a.rows, stream);
 
   const void* x = a.x;
   void* y = a.y;
@@ -121,9 +124,8 @@ void RowNorm::forward(const RowNormForwardArgs& a, Stream stream) {
   long long rows = a.rows, ld_x = in.ld, ld_y = out.ld;
   float inv_temperature = 1.0f / a.temperature;
   void* params[] = {&x, &y, &support, &rows, &ld_x, &ld_y, &inv_temperature};
-  const RowNormSpec fwd = with_pass(spec, Pass::forward);
   jit::launch(*p.kernel, grid_for(p.config, a.rows, *jit::current_target().device), unsigned(p.config.block_threads),
-              dynamic_shared_bytes(fwd, p.config), reinterpret_cast<CUstream>(stream), params);
+              reinterpret_cast<CUstream>(stream), params);
 }
 
 void RowNorm::backward(const RowNormBackwardArgs& a, Stream stream) {
@@ -134,7 +136,7 @@ void RowNorm::backward(const RowNormBackwardArgs& a, Stream stream) {
   ops::check_temperature(a.temperature);
   if (a.rows == 0) return;
   const ops::MatrixArg all[] = {ins[0], ins[1], out};
-  const Prepared p = state_->get(Pass::backward, all, 3);
+  const Prepared p = state_->get(Pass::backward, all, 3, a.rows, stream);
 
   const void* y = a.y;
   const void* dy = a.dy;
@@ -142,9 +144,8 @@ void RowNorm::backward(const RowNormBackwardArgs& a, Stream stream) {
   long long rows = a.rows, ld_y = ins[0].ld, ld_dy = ins[1].ld, ld_dx = out.ld;
   float inv_temperature = 1.0f / a.temperature;
   void* params[] = {&y, &dy, &dx, &rows, &ld_y, &ld_dy, &ld_dx, &inv_temperature};
-  const RowNormSpec bwd = with_pass(spec, Pass::backward);
   jit::launch(*p.kernel, grid_for(p.config, a.rows, *jit::current_target().device), unsigned(p.config.block_threads),
-              dynamic_shared_bytes(bwd, p.config), reinterpret_cast<CUstream>(stream), params);
+              reinterpret_cast<CUstream>(stream), params);
 }
 
 void rownorm_forward(const RowNormSpec& spec, const RowNormForwardArgs& args, Stream stream) {

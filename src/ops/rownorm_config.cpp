@@ -21,7 +21,8 @@ int slices(const RowNormSpec& spec) { return spec.pass == Pass::forward ? 1 : 2;
 }  // namespace
 
 std::string key(const RowNormConfig& c) {
-  return fmt::format("tpr={},vec={},block={},smem={}", c.threads_per_row, c.vec, c.block_threads, c.row_in_smem);
+  return fmt::format("tpr={},vec={},block={},smem={}{}", c.threads_per_row, c.vec, c.block_threads, c.row_in_smem,
+                     c.wrong_result_for_tests ? ",wrong=1" : "");
 }
 
 RowNormConfig parse_rownorm_config(std::string_view text) {
@@ -31,7 +32,8 @@ RowNormConfig parse_rownorm_config(std::string_view text) {
   c.vec = spec::parse_int("vec", spec::take_or(kt, "vec", "0"));
   c.block_threads = spec::parse_int("block", spec::take_or(kt, "block", "0"));
   c.row_in_smem = spec::parse_int("smem", spec::take_or(kt, "smem", "-1"));
-  spec::reject_leftovers(kt, "tpr, vec, block, smem");
+  c.wrong_result_for_tests = spec::parse_int("wrong", spec::take_or(kt, "wrong", "0")) != 0;
+  spec::reject_leftovers(kt, "tpr, vec, block, smem, wrong (tests only)");
   return c;
 }
 
@@ -42,9 +44,9 @@ RowNormConfig default_config(const RowNormSpec& spec, int max_vec) {
   c.vec = 1;
   while (c.vec * 2 * elem <= 16 && c.vec * 2 <= max_vec && spec.n % (c.vec * 2) == 0) c.vec *= 2;
   if (spec.n > kLongestRowInRegisters) {
-    // 512 threads, not 1024: at 1024 the register cap (64) makes the forward spill.
-    c.threads_per_row = 512;
-    c.block_threads = 512;
+    // 256 threads: at 1024 (64-register cap) the forward spills, at 512 the general-alpha backward.
+    c.threads_per_row = 256;
+    c.block_threads = 256;
     c.row_in_smem = 1;
     return c;
   }

@@ -23,7 +23,7 @@ namespace sjit_kernels {
 enum NormKindId { kSoftmax = 0, kSparsemax = 1, kEntmax = 2 };
 
 // Loop bound for pathological inputs; tests see 2-10 steps on random rows.
-constexpr int kMaxThresholdSteps = 100;
+inline constexpr int kMaxThresholdSteps = 100;  // inline: an internal-linkage constant gets a per-compile random symbol, making CUBINs differ
 
 template <class TeamT, class Slice>
 __device__ float sparsemax_threshold(Slice& x, float* scratch, int& turn) {

@@ -66,7 +66,8 @@ struct RowSlice<T, N, TPR, VEC, false> {
 };
 
 // Shared memory: `base` points at N floats reserved for this row. Same ownership as the registers
-// variant, real elements only.
+// variant, real elements only. The two-slice loop unrolls by 4 only: unrolled fully, ptxas spilled
+// in the general-alpha backward at n = 16384 (nothing here needs constant indices).
 template <class T, int N, int TPR, int VEC>
 struct RowSlice<T, N, TPR, VEC, true> {
   static constexpr int sweeps = (N + TPR * VEC - 1) / (TPR * VEC);
@@ -119,7 +120,7 @@ struct RowSlice<T, N, TPR, VEC, true> {
 
   template <class F>
   __device__ __forceinline__ void for_each_with(RowSlice& other, F f) {
-#pragma unroll
+#pragma unroll 4
     for (int s = 0; s < sweeps; ++s) {
       const int i = index(s, lane);
       if (i >= N) break;

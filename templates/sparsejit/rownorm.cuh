@@ -4,7 +4,7 @@
 // A generated unit defines the config and names the kernel it wants, e.g.
 //   struct Cfg { using T = __nv_bfloat16; static constexpr int kind = 2; static constexpr float alpha = 1.5f;
 //                static constexpr int n = 64, threads_per_row = 8, vec = 8, block_threads = 256;
-//                static constexpr bool row_in_smem = false; };
+//                static constexpr bool row_in_smem = false, wrong_result_for_tests = false; };
 //   name expression: sjit_kernels::rownorm_forward<Cfg>
 // Each row is owned by a team of threads_per_row threads (see team.cuh and row_slice.cuh); a block
 // holds block_threads / threads_per_row teams and walks the rows in a grid-stride loop.
@@ -35,6 +35,9 @@ struct RowNormTraits {
   static_assert(Cfg::block_threads % 32 == 0 && Cfg::block_threads <= 1024, "whole warps, at most 1024 threads");
   static_assert(!Cfg::row_in_smem || tpr == Cfg::block_threads, "a row in shared memory has the block to itself");
   static_assert(kind != kEntmax || Cfg::alpha > 1.0f, "entmax needs alpha > 1");
+
+  // Test-only: the tuner's tests need a layout whose output is wrong (by 1%) to see it refused.
+  static constexpr bool wrong_result = Cfg::wrong_result_for_tests;
 };
 
 // Normalizes one row in place: z (raw scores) becomes y. Returns the support size (0 for NaN rows).
@@ -91,6 +94,7 @@ __device__ int normalize_row(typename RowNormTraits<Cfg>::Slice& z, float inv_te
   }
 
   if (undefined) z.for_each([&](float& v) { v = quiet_nan(); });
+  if constexpr (Tr::wrong_result) z.for_each([&](float& v) { v *= 1.01f; });
 
   int support = 0;
   if (want_support) {  // a kernel argument: uniform, so every lane takes the same branch
@@ -166,6 +170,7 @@ rownorm_backward(const typename Cfg::T* __restrict__ y, const typename Cfg::T* _
     sums = TeamT::reduce(sums, scratch, turn);
     const float q = sums.b / sums.a;
     yv.for_each_with(g, [&](float& s, float& gi) { gi = s * (gi - q) * inv_temperature; });
+    if constexpr (Tr::wrong_result) g.for_each([&](float& v) { v *= 1.01f; });
     if (active) g.store(dx + row * ld_dx);
   }
 }

@@ -27,7 +27,8 @@ struct CompiledKernel {
   std::string binary;       // CUBIN bytes or PTX text
   Emit emit = Emit::cubin;
   std::string log;          // NVRTC's log
-  double compile_ms = 0;
+  double compile_ms = 0;     // NVRTC's time when it was compiled (also for entries read from disk)
+  bool from_cache = false;   // read from the disk cache: NVRTC did not run now
   ResourceUsage usage;
 };
 
@@ -40,6 +41,7 @@ ResourceUsage parse_resource_usage(const std::string& nvrtc_log);
 
 struct JitCounters {
   std::uint64_t compiles = 0;      // NVRTC runs in this process
+  std::uint64_t disk_hits = 0;     // binaries read from the disk cache
   std::uint64_t memory_hits = 0;   // lookups answered by the in-memory cache
   std::uint64_t loads = 0;         // modules loaded into a context
 };

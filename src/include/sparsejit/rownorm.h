@@ -17,6 +17,9 @@ struct RowNormConfig {
   int vec = 0;              // elements per memory access (16 bytes at most), dividing n
   int block_threads = 0;    // a multiple of 32, at most 1024
   int row_in_smem = -1;     // 1: keep the row in shared memory (long rows); 0: registers; -1: choose
+  // Test-only: a layout that computes a slightly wrong result, so tests can check that the tuner
+  // refuses candidates whose output differs from the default's. Key text ",wrong=1" when set.
+  bool wrong_result_for_tests = false;
 
   friend bool operator==(const RowNormConfig&, const RowNormConfig&) = default;
 };
@@ -65,7 +68,8 @@ class RowNorm {
   void backward(const RowNormBackwardArgs& args, Stream stream = nullptr);
 
   const RowNormSpec& spec() const;
-  // The config a launch with these pointers would use (vec narrows to what the alignment allows).
+  // The layout a forward launch with these arguments uses (vec narrows to what the alignment allows;
+  // a tuned layout where the tuning database has one). Loads the kernel: needs a GPU.
   RowNormConfig config_for(const RowNormForwardArgs& args) const;
 
  private:

@@ -8,3 +8,5 @@
 #include "sparsejit/reference.h"
 #include "sparsejit/rownorm.h"
 #include "sparsejit/rownorm_spec.h"
+#include "sparsejit/cache.h"
+#include "sparsejit/tune.h"

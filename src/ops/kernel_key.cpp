@@ -1,0 +1,37 @@
+#include "ops/kernel_key.h"
+
+#include <fmt/format.h>
+
+#include "codegen/rownorm_codegen.h"
+#include "jit/jit.h"
+#include "sparsejit/cache.h"
+#include "sparsejit/error.h"
+
+namespace sjit::ops {
+
+codegen::KernelSource source_for_key(std::string_view kernel_key) {
+  const auto bar = kernel_key.find('|');
+  const std::string_view spec_text = kernel_key.substr(0, bar);
+  const std::string_view config_text = bar == std::string_view::npos ? std::string_view{} : kernel_key.substr(bar + 1);
+  if (spec_text.rfind("rownorm:", 0) == 0) {
+    const RowNormSpec spec = parse_rownorm(spec_text);
+    const RowNormConfig config = resolve(spec, config_text.empty() ? RowNormConfig{} : parse_rownorm_config(config_text));
+    return codegen::rownorm_source(spec, config);
+  }
+  throw InvalidSpec(fmt::format("kernel key '{}' names no known op: the ops are rownorm", kernel_key));
+}
+
+}  // namespace sjit::ops
+
+namespace sjit {
+
+CompiledKernel compile_key(const std::string& kernel_key, const std::string& arch, Emit emit) {
+  return jit::compile(ops::source_for_key(kernel_key), arch, emit);
+}
+
+void prepare_key(const std::string& kernel_key) {
+  const codegen::KernelSource source = ops::source_for_key(kernel_key);  // also validates the key
+  (void)jit::get_kernel(jit::current_target(), source.kernel_key, [&] { return source; });
+}
+
+}  // namespace sjit

@@ -1,0 +1,111 @@
+#include "tune/tuned_configs.h"
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+
+#include "jit/jit.h"
+#include "sparsejit/error.h"
+#include "sparsejit/tune.h"
+#include "tune/tuning_db.h"
+
+namespace sjit {
+namespace {
+
+std::atomic<int> policy_override{-1};  // -1: read SJIT_AUTOTUNE
+
+tune::TuningDb& database() {
+  static tune::TuningDb* db = new tune::TuningDb(tune::default_tuning_dir());  // never destroyed
+  return *db;
+}
+
+tune::DeviceModel model_of(const runtime::DeviceFacts& d) { return {d.name, d.cc_major, d.cc_minor, d.multiprocessors}; }
+
+std::string iso_now() { return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(std::time(nullptr))); }
+
+// Lookups and tunings already done in this process, by database key text.
+struct Decisions {
+  std::mutex mutex;
+  std::map<std::string, std::optional<RowNormConfig>> by_key;
+};
+Decisions& decisions() {
+  static Decisions* d = new Decisions;
+  return *d;
+}
+
+}  // namespace
+
+AutotunePolicy autotune_policy() {
+  const int forced = policy_override.load();
+  if (forced >= 0) return AutotunePolicy(forced);
+  static const tune::Policy from_env = tune::policy_from_environment();
+  return from_env == tune::Policy::off ? AutotunePolicy::off : from_env == tune::Policy::on ? AutotunePolicy::on : AutotunePolicy::force;
+}
+
+void set_autotune_policy(AutotunePolicy policy) { policy_override.store(int(policy)); }
+
+std::string tuning_dir() { return database().root().string(); }
+
+std::vector<TunedEntry> tuning_entries() {
+  std::vector<TunedEntry> out;
+  for (const tune::TuningEntry& e : database().list()) {
+    const tune::DeviceModel& d = e.key.device;
+    out.push_back({fmt::format("{} (sm_{}{}, {} SMs)", d.name, d.cc_major, d.cc_minor, d.multiprocessors), e.key.op,
+                   e.key.spec_key, e.key.bucket, e.winner_config, e.default_config, e.measured_at, e.winner_us,
+                   e.default_us, e.candidates});
+  }
+  return out;
+}
+
+std::string export_tuning() { return database().export_json(); }
+int import_tuning(const std::string& document) { return database().import_json(document); }
+
+namespace tuning {
+
+bool store_result(const RowNormSpec& pass_spec, const std::string& bucket, const RowNormConfig& winner,
+                  double winner_us, const RowNormConfig& default_config, double default_us, int candidates) {
+  tune::TuningEntry e;
+  e.key = {model_of(*jit::current_target().device), "rownorm", key(pass_spec), bucket};
+  e.winner_config = key(winner);
+  e.winner_us = winner_us;
+  e.default_config = key(default_config);
+  e.default_us = default_us;
+  e.candidates = candidates;
+  e.measured_at = iso_now();
+  e.library_version = SJIT_VERSION;
+  const bool stored = database().store(e);
+  std::lock_guard lock(decisions().mutex);
+  decisions().by_key[fmt::format("{}|{}|{}", e.key.device.name, e.key.spec_key, bucket)] = winner;
+  return stored;
+}
+
+std::optional<RowNormConfig> tuned_config(const RowNormSpec& pass_spec, std::int64_t rows,
+                                          const runtime::DeviceFacts& device, Stream stream) {
+  const AutotunePolicy policy = autotune_policy();
+  const std::string bucket = tune::shape_bucket(rows);
+  const std::string memo_key = fmt::format("{}|{}|{}", device.name, key(pass_spec), bucket);
+  Decisions& d = decisions();
+  {
+    std::lock_guard lock(d.mutex);
+    if (auto it = d.by_key.find(memo_key); it != d.by_key.end()) return it->second;
+  }
+  std::optional<RowNormConfig> chosen;
+  if (policy != AutotunePolicy::force)
+    if (auto hit = database().find({model_of(device), "rownorm", key(pass_spec), bucket}))
+      chosen = parse_rownorm_config(hit->winner_config);
+  if (!chosen && policy != AutotunePolicy::off) {
+    if (stream_is_capturing(stream)) return std::nullopt;  // tune later, outside the capture
+    TuneOptions options;
+    options.rows = rows;
+    chosen = tune_rownorm(pass_spec, options).winner;  // stores the result, which memoizes it too
+  }
+  std::lock_guard lock(d.mutex);
+  return d.by_key.emplace(memo_key, chosen).first->second;
+}
+
+}  // namespace tuning
+}  // namespace sjit

@@ -1,0 +1,24 @@
+// Where launches meet the tuning database: the layout a default-configured launch uses.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "runtime/context.h"
+#include "sparsejit/rownorm.h"
+
+namespace sjit::tuning {
+
+// For a launch that left its layout to sparsejit: the tuned layout for (device model, spec, bucket
+// of rows) from the database, or one tuned now (policy on: if missing; force: again), or nullopt for
+// the heuristic default. Each key is looked up (and tuned) at most once per process. Never tunes
+// while `stream` is capturing a graph.
+std::optional<RowNormConfig> tuned_config(const RowNormSpec& pass_spec, std::int64_t rows,
+                                          const runtime::DeviceFacts& device, Stream stream);
+
+// Writes a tuning result for the current device; false if the database folder cannot be written.
+bool store_result(const RowNormSpec& pass_spec, const std::string& bucket, const RowNormConfig& winner,
+                  double winner_us, const RowNormConfig& default_config, double default_us, int candidates);
+
+}  // namespace sjit::tuning

@@ -46,8 +46,9 @@ EntryPaths entry_paths(const fs::path& root, const std::string& arch, const std:
 
 // An exclusive advisory lock (flock) on an entry folder. A store holds it while it renames its two files
 // into place, and whoever removes an entry holds it, so that the pair on disk always comes from one
-// store: NVRTC's output differs by a few bytes from one compile to the next, so two stores of a digest
-// may hold different binaries. Readers take no lock, but confirm a bad verdict under it before acting.
+// store: NVRTC does not promise byte-identical output (names with internal linkage, for one, change
+// from compile to compile), so two stores of a digest may hold different binaries. Readers take no
+// lock, but confirm a bad verdict under it before acting.
 // Where the file system has no locks (some network file systems) work goes on unlocked: every pair is
 // still verified before use.
 class FolderLock {

@@ -214,7 +214,7 @@ std::string stderr_of(Action action) {
   return capture.text();
 }
 
-// Binaries that differ in 8 bytes, as NVRTC's output for one kernel does from one compile to the next.
+// Binaries that differ in 8 bytes, as NVRTC's output for one unit can from one compile to the next.
 std::vector<std::string> compile_variants(const std::string& binary, int count) {
   std::vector<std::string> variants;
   for (int v = 0; v < count; ++v) {

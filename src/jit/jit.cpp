@@ -48,8 +48,12 @@ std::string content_digest(const runtime::CompileRequest& request, const std::ve
 // Single flight: the first thread to ask for a key inserts a shared future and builds the kernel;
 // the others wait on it. A failed build is removed so that a later call tries again.
 struct MemoryCache {
+  struct Slot {
+    std::shared_future<std::shared_ptr<const LoadedKernel>> pending;  // set by the thread building it
+    std::shared_ptr<const LoadedKernel> ready;                         // set once built: the fast path
+  };
   std::mutex mutex;
-  std::map<std::pair<CUcontext, std::string>, std::shared_future<std::shared_ptr<const LoadedKernel>>> entries;
+  std::map<std::pair<CUcontext, std::string>, Slot, std::less<>> entries;
 };
 
 MemoryCache& memory_cache() {
@@ -163,18 +167,21 @@ std::shared_ptr<const LoadedKernel> get_kernel_impl(const Target& target, const 
     std::unique_lock lock(cache.mutex);
     auto it = cache.entries.find(cache_key);
     if (it != cache.entries.end()) {
-      auto future = it->second;
       ++memory_hit_count;
-      lock.unlock();        // another thread may still be compiling it: wait outside the lock
+      if (it->second.ready) return it->second.ready;
+      auto future = it->second.pending;
+      lock.unlock();        // another thread is still building it: wait outside the lock
       return future.get();  // rethrows that thread's error if its build failed
     }
-    cache.entries.emplace(cache_key, promise.get_future().share());
+    cache.entries.emplace(cache_key, MemoryCache::Slot{promise.get_future().share(), nullptr});
   }
   try {
     const codegen::KernelSource source = factory(factory_context);
     const CompiledKernel compiled = compile(source, target.device->arch, Emit::cubin);
     auto kernel = load(target, compiled, source.dynamic_shared_bytes);
     promise.set_value(kernel);
+    std::lock_guard lock(cache.mutex);
+    if (auto it = cache.entries.find(cache_key); it != cache.entries.end()) it->second.ready = kernel;
     return kernel;
   } catch (...) {
     promise.set_exception(std::current_exception());

@@ -1,5 +1,8 @@
 #include "ops/kernel_key.h"
 
+#include <mutex>
+#include <unordered_map>
+
 #include <fmt/format.h>
 
 #include "codegen/rownorm_codegen.h"
@@ -30,8 +33,21 @@ CompiledKernel compile_key(const std::string& kernel_key, const std::string& arc
 }
 
 void prepare_key(const std::string& kernel_key) {
-  const codegen::KernelSource source = ops::source_for_key(kernel_key);  // also validates the key
-  (void)jit::get_kernel(jit::current_target(), source.kernel_key, [&] { return source; });
+  // The canonical name of each key text seen, so that a repeated call is two map lookups rather
+  // than parsing the key and generating the unit again.
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::string> canonical_names;
+  std::string canonical;
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = canonical_names.find(kernel_key); it != canonical_names.end()) canonical = it->second;
+  }
+  if (canonical.empty()) {
+    canonical = ops::source_for_key(kernel_key).kernel_key;  // validates the key text
+    std::lock_guard lock(mutex);
+    canonical_names.emplace(kernel_key, canonical);
+  }
+  (void)jit::get_kernel(jit::current_target(), canonical, [&] { return ops::source_for_key(canonical); });
 }
 
 }  // namespace sjit

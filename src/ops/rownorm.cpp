@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -27,6 +28,7 @@ RowNormSpec with_pass(RowNormSpec spec, Pass pass) {
 // One compiled layout of one pass, loaded in one context.
 struct Prepared {
   CUcontext context;
+  const runtime::DeviceFacts* device;
   Pass pass;
   int widest_vec;       // the alignment class of the call it was made for
   std::int64_t bucket;  // rows rounded up to a power of two (tuned layouts depend on it), 0 if untuned
@@ -48,11 +50,11 @@ struct RowNorm::State {
   RowNormSpec spec;
   RowNormConfig requested;
   std::mutex mutex;
-  std::vector<Prepared> prepared;
+  std::deque<Prepared> prepared;  // a deque: references handed out stay valid as it grows
 
   // The kernel for this pass in the current context, for matrices that allow `widest` packets and
   // `rows` rows. A layout left to sparsejit comes from the tuning database when it has one.
-  Prepared get(Pass pass, const ops::MatrixArg* matrices, int count, std::int64_t rows, Stream stream) {
+  const Prepared& get(Pass pass, const ops::MatrixArg* matrices, int count, std::int64_t rows, Stream stream) {
     const RowNormSpec pass_spec = with_pass(spec, pass);
     const int widest = ops::widest_vec(spec, matrices, count);
     if (requested.vec != 0) ops::check_vec_alignment(pass_spec, requested.vec, matrices, count);
@@ -73,10 +75,9 @@ struct RowNorm::State {
     const RowNormConfig config = resolve(pass_spec, wanted);
     auto kernel = jit::get_kernel(target, codegen::rownorm_kernel_key(pass_spec, config),
                                   [&] { return codegen::rownorm_source(pass_spec, config); });
-    Prepared p{target.context, pass, widest, bucket, config, std::move(kernel)};
     std::lock_guard lock(mutex);
-    prepared.push_back(p);
-    return p;
+    prepared.push_back({target.context, target.device, pass, widest, bucket, config, std::move(kernel)});
+    return prepared.back();
   }
 };
 
@@ -116,7 +117,7 @@ void RowNorm::forward(const RowNormForwardArgs& a, Stream stream) {
     throw InvalidArgument(fmt::format("rownorm: support = {} is not aligned to 4 bytes", static_cast<void*>(a.support)));
   if (a.rows == 0) return;
   const ops::MatrixArg both[] = {in, out};
-  const Prepared p = state_->get(Pass::forward, both, 2, a.rows, stream);
+  const Prepared& p = state_->get(Pass::forward, both, 2, a.rows, stream);
 
   const void* x = a.x;
   void* y = a.y;
@@ -124,7 +125,7 @@ void RowNorm::forward(const RowNormForwardArgs& a, Stream stream) {
   long long rows = a.rows, ld_x = in.ld, ld_y = out.ld;
   float inv_temperature = 1.0f / a.temperature;
   void* params[] = {&x, &y, &support, &rows, &ld_x, &ld_y, &inv_temperature};
-  jit::launch(*p.kernel, grid_for(p.config, a.rows, *jit::current_target().device), unsigned(p.config.block_threads),
+  jit::launch(*p.kernel, grid_for(p.config, a.rows, *p.device), unsigned(p.config.block_threads),
               reinterpret_cast<CUstream>(stream), params);
 }
 
@@ -136,7 +137,7 @@ void RowNorm::backward(const RowNormBackwardArgs& a, Stream stream) {
   ops::check_temperature(a.temperature);
   if (a.rows == 0) return;
   const ops::MatrixArg all[] = {ins[0], ins[1], out};
-  const Prepared p = state_->get(Pass::backward, all, 3, a.rows, stream);
+  const Prepared& p = state_->get(Pass::backward, all, 3, a.rows, stream);
 
   const void* y = a.y;
   const void* dy = a.dy;
@@ -144,7 +145,7 @@ void RowNorm::backward(const RowNormBackwardArgs& a, Stream stream) {
   long long rows = a.rows, ld_y = ins[0].ld, ld_dy = ins[1].ld, ld_dx = out.ld;
   float inv_temperature = 1.0f / a.temperature;
   void* params[] = {&y, &dy, &dx, &rows, &ld_y, &ld_dy, &ld_dx, &inv_temperature};
-  jit::launch(*p.kernel, grid_for(p.config, a.rows, *jit::current_target().device), unsigned(p.config.block_threads),
+  jit::launch(*p.kernel, grid_for(p.config, a.rows, *p.device), unsigned(p.config.block_threads),
               reinterpret_cast<CUstream>(stream), params);
 }
 

@@ -28,8 +28,8 @@ void print_report(const TuneReport& r) {
   table.print();
   double worst = 0;
   for (const TuneCandidate& c : r.candidates) worst = std::max(worst, c.rejected.empty() ? c.median_us : 0.0);
-  fmt::print("default {:.1f} us, tuned {:.1f} us ({:.2f}x), worst {:.1f} us; {}\n", r.default_us, r.winner_us,
-             r.default_us / r.winner_us, worst, r.stored ? "stored in the tuning database" : "NOT stored");
+  fmt::print("default {:.1f} us, tuned {:.1f} us ({:.2f}x, {}), worst {:.1f} us; {}\n", r.default_us, r.winner_us,
+             r.default_us / r.winner_us, key(r.winner), worst, r.stored ? "stored in the tuning database" : "NOT stored");
 }
 
 void show_database() {

@@ -82,6 +82,17 @@ void DeviceBuffer::fill_bytes(unsigned char value, Stream stream) {
   if (bytes_ > 0) SJIT_CU(cu().cuMemsetD8Async(ptr_, value, bytes_, reinterpret_cast<CUstream>(stream)));
 }
 
+OwnedStream::OwnedStream() {
+  enter_context();
+  CUstream s = nullptr;
+  SJIT_CU(cu().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  stream_ = reinterpret_cast<Stream>(s);
+}
+
+OwnedStream::~OwnedStream() {
+  if (stream_ != nullptr) cu().cuStreamDestroy(reinterpret_cast<CUstream>(stream_));
+}
+
 void copy_device_to_device(void* dst, const void* src, std::size_t bytes, Stream stream) {
   enter_context();
   SJIT_CU(cu().cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes,

@@ -63,6 +63,19 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
+// A non-blocking stream of the current device, destroyed with the object.
+class OwnedStream {
+ public:
+  OwnedStream();
+  ~OwnedStream();
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  Stream get() const { return stream_; }
+
+ private:
+  Stream stream_ = nullptr;
+};
+
 void copy_device_to_device(void* dst, const void* src, std::size_t bytes, Stream stream = nullptr);
 void synchronize(Stream stream = nullptr);
 bool stream_is_capturing(Stream stream);

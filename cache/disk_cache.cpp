@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <sys/file.h>
-#include <sys/stat.h>
+#include <sys/stat.h>  // utimensat
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -18,14 +18,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <functional>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <set>
-#include <thread>
 #include <utility>
 
+#include "cache/atomic_file.h"
 #include "cache/disk_cache_internal.h"
 
 namespace sjit::cache {
@@ -49,11 +47,6 @@ bool is_arch(std::string_view text) {
   return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
   });
-}
-
-// Temporary files are hidden (".<final name>.<pid>.<thread>.<random>.tmp") so that `ls` shows entries only.
-bool is_temporary_name(std::string_view file_name) {
-  return file_name.size() > 5 && file_name.front() == '.' && file_name.ends_with(".tmp");
 }
 
 fs::path layout_root(const fs::path& root) { return root / "v1"; }
@@ -310,81 +303,24 @@ void refuse_bad_entry(const EntryPaths& paths, const std::string& problem, Mode 
   }
 }
 
-// Creates the folder and any missing parents, owner-only (as the XDG spec asks): a folder others could
-// write to would let them plant binaries that this user's processes then load and run.
-void make_private_folder(const fs::path& folder) {
-  if (::mkdir(folder.c_str(), 0700) != 0) {
-    const int error = errno;
-    const fs::path parent = folder.parent_path();
-    if (error == ENOENT && !parent.empty() && parent != folder) {
-      make_private_folder(parent);
-      if (::mkdir(folder.c_str(), 0700) != 0 && errno != EEXIST) throw_io_error("create folder", folder, errno);
-    } else if (error != EEXIST) {
-      throw_io_error("create folder", folder, error);
-    }
-  }
-  struct stat st {};
-  if (::stat(folder.c_str(), &st) != 0) throw_io_error("create folder", folder, errno);
-  if (!S_ISDIR(st.st_mode)) throw_io_error("create folder", folder, ENOTDIR);
-}
-
-// A temporary file next to `target`, removed when this goes out of scope unless it was renamed into place.
-class TemporaryFile {
- public:
-  explicit TemporaryFile(const fs::path& target) : path_(unique_name(target)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd_ < 0 && errno == ENOENT) {  // clear() in another process removed the folder since we made it
-      make_private_folder(target.parent_path());
-      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    }
-    if (fd_ < 0) throw_io_error("create", path_, errno);
-  }
-  TemporaryFile(const TemporaryFile&) = delete;
-  TemporaryFile& operator=(const TemporaryFile&) = delete;
-  ~TemporaryFile() {
-    // Failure path: nothing can be done if these fail, and the stray file is reported by verify().
-    if (fd_ >= 0) ::close(fd_);
-    if (!published_) ::unlink(path_.c_str());
-  }
-
-  void write(std::string_view bytes) {
-    while (!bytes.empty()) {
-      const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw_io_error("write", path_, errno);
-      bytes.remove_prefix(static_cast<std::size_t>(n));
-    }
-  }
-
-  // No fsync: a file torn by a power cut fails its checksum and is removed by the next load.
-  void publish_as(const fs::path& target) {
-    const int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) throw_io_error("write", path_, errno);  // delayed write errors (NFS, quota) show here
-    if (::rename(path_.c_str(), target.c_str()) != 0) throw_io_error("rename into place", path_, errno);
-    published_ = true;
-  }
-
- private:
-  static fs::path unique_name(const fs::path& target) {
-    thread_local std::mt19937_64 random(std::random_device{}());
-    const std::size_t thread = std::hash<std::thread::id>{}(std::this_thread::get_id());
-    return target.parent_path() /
-           fmt::format(".{}.{}.{:x}.{:016x}.tmp", target.filename().string(), ::getpid(), thread, random());
-  }
-
-  fs::path path_;
-  int fd_ = -1;
-  bool published_ = false;
-};
-
+// The folders are owner-only (as the XDG spec asks): a folder others could write to would let them plant
+// binaries that this user's processes then load and run. The files are 0644, like any cache's.
 void publish_entry(const EntryPaths& paths, const Entry& entry) {
-  make_private_folder(paths.folder);
-  TemporaryFile binary(paths.binary), record(paths.record);
-  binary.write(entry.binary);
-  record.write(record_text(entry.meta));
-  const FolderLock lock(paths.folder);
-  binary.publish_as(paths.binary);  // binary first: a record always has its binary in place
-  record.publish_as(paths.record);
+  try {
+    make_private_folder(paths.folder);
+    // clear() in another process may remove the folder after we made it: the files make it again.
+    constexpr auto kRecreate = TemporaryFile::MissingFolder::recreate;
+    TemporaryFile binary(paths.binary, 0644, kRecreate), record(paths.record, 0644, kRecreate);
+    binary.write(entry.binary);
+    record.write(record_text(entry.meta));
+    const FolderLock lock(paths.folder);
+    // No fsync: a file torn by a power cut fails its checksum and is removed by the next load. A temporary
+    // file left by a failure is reported by verify().
+    binary.publish();  // binary first: a record always has its binary in place
+    record.publish();
+  } catch (const FileError& e) {
+    throw_io_error(e.operation(), e.path(), e.error());
+  }
 }
 
 std::string utc_now_iso8601() { return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(std::time(nullptr))); }

@@ -33,7 +33,6 @@ inline constexpr auto kAbandonedAfter = std::chrono::minutes(1);
 
 bool is_digest(std::string_view text);  // [0-9a-f]{16,64}
 bool is_arch(std::string_view text);    // [a-z0-9_]+
-bool is_temporary_name(std::string_view file_name);
 
 fs::path layout_root(const fs::path& root);  // <root>/v1: everything the cache writes lies below it
 

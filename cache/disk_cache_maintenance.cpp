@@ -9,6 +9,7 @@
 #include <map>
 #include <system_error>
 
+#include "cache/atomic_file.h"
 #include "cache/disk_cache.h"
 #include "cache/disk_cache_internal.h"
 
@@ -81,7 +82,7 @@ void scan_prefix_folder(const fs::path& root, const fs::path& folder, const std:
     const std::string name = file.path().filename().string();
     const std::string stem = file.path().stem().string();
     const std::string extension = file.path().extension().string();
-    const bool temporary = is_temporary_name(name);
+    const bool temporary = is_temporary_file_name(name);
     const bool entry_file = (extension == ".bin" || extension == ".json") && is_digest(stem) &&
                             stem.starts_with(prefix);
     if (!temporary && !entry_file) return;  // not ours: left alone

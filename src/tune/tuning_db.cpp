@@ -15,16 +15,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <mutex>
-#include <random>
 #include <set>
-#include <stdexcept>
-#include <thread>
 #include <tuple>
 #include <utility>
 
+#include "cache/atomic_file.h"
 #include "sparsejit/error.h"
 
 namespace sjit::tune {
@@ -97,7 +94,8 @@ fs::path entry_path(const fs::path& root, const TuningKey& key) { return root / 
 
 fs::path place_of_file(const fs::path& path) { return path.parent_path().filename() / path.filename(); }
 
-// Temporary files are hidden (".<final name>.<pid>.<thread>.<random>.tmp") so that listings skip them.
+// Temporary files are hidden (cache::temporary_name_for: ".<final name>.<pid>.<thread>.<random>.tmp") so that
+// listings skip them.
 bool is_entry_file_name(const std::string& name) {
   return !name.empty() && name.front() != '.' && name.ends_with(".json");
 }
@@ -220,13 +218,6 @@ std::string entry_file_text(const TuningEntry& entry) {
 
 // ---- reading an entry file ------------------------------------------------------------------------
 
-// An operating-system call that failed, with its errno's text. Never leaves this file.
-class SystemFailure : public std::runtime_error {
- public:
-  SystemFailure(const std::string& what, const fs::path& path, int error)
-      : std::runtime_error(fmt::format("cannot {} {}: {}", what, path.string(), std::strerror(error))) {}
-};
-
 struct FileContents {
   enum class Status { ok, missing, unreadable } status = Status::missing;
   std::string bytes;
@@ -317,78 +308,31 @@ std::optional<TuningEntry> read_entry(const fs::path& path, const TuningKey* exp
 
 // ---- publishing an entry file ---------------------------------------------------------------------
 
-// Creates the folder and any missing parents, owner-only: what runs on which machine is nobody else's business.
-void make_private_folder(const fs::path& folder) {
-  if (::mkdir(folder.c_str(), 0700) != 0) {
-    const int error = errno;
-    const fs::path parent = folder.parent_path();
-    if (error == ENOENT && !parent.empty() && parent != folder) {
-      make_private_folder(parent);
-      if (::mkdir(folder.c_str(), 0700) != 0 && errno != EEXIST) throw SystemFailure("create folder", folder, errno);
-    } else if (error != EEXIST) {
-      throw SystemFailure("create folder", folder, error);
-    }
-  }
-  struct stat st {};
-  if (::stat(folder.c_str(), &st) != 0) throw SystemFailure("create folder", folder, errno);
-  if (!S_ISDIR(st.st_mode)) throw SystemFailure("create folder", folder, ENOTDIR);
+// The folders (make_private_folder) and the file (0600) are owner-only: what runs on which machine is
+// nobody else's business. The file is synced before the rename: a result took minutes of measuring and a
+// store is rare, so a power cut should leave the old entry or the new one, not an empty file.
+void publish_file(const fs::path& target, const std::string& text) {
+  cache::make_private_folder(target.parent_path());
+  cache::TemporaryFile temporary(target, 0600);
+  temporary.write(text);
+  temporary.sync();
+  temporary.publish();
 }
 
-// A temporary file next to `target`, removed when this goes out of scope unless it was renamed into place.
-class TemporaryFile {
- public:
-  explicit TemporaryFile(const fs::path& target) : target_(target), path_(unique_name(target)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd_ < 0) throw SystemFailure("create a file in", target.parent_path(), errno);
+// What a failed publish_file reports: the folder, or the entry file (not its temporary name, so that one
+// read-only folder is one warning), with the OS error.
+std::string failure_text(const cache::FileError& e) {
+  using Step = cache::FileError::Step;
+  auto text = [&](const char* what, const fs::path& path) {
+    return fmt::format("cannot {} {}: {}", what, path.string(), std::strerror(e.error()));
+  };
+  switch (e.step()) {
+    case Step::create_folder: return text("create folder", e.path());
+    case Step::create: return text("create a file in", e.target().parent_path());
+    case Step::write: return text("write", e.target());
+    case Step::rename: return text("rename into place", e.target());
   }
-  TemporaryFile(const TemporaryFile&) = delete;
-  TemporaryFile& operator=(const TemporaryFile&) = delete;
-  ~TemporaryFile() {
-    // Failure path: the store already reports the failure, and nothing more can be done if these fail.
-    if (fd_ >= 0) ::close(fd_);
-    if (!published_) ::unlink(path_.c_str());
-  }
-
-  void write(std::string_view bytes) {
-    while (!bytes.empty()) {
-      const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw SystemFailure("write", target_, errno);
-      bytes.remove_prefix(static_cast<std::size_t>(n));
-    }
-  }
-
-  // Synced before the rename: a result took minutes of measuring and a store is rare, so a power cut
-  // should leave the old entry or the new one, not an empty file.
-  void publish() {
-    if (::fsync(fd_) != 0) throw SystemFailure("write", target_, errno);
-    const int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) throw SystemFailure("write", target_, errno);  // delayed errors (NFS, quota) show here
-    if (::rename(path_.c_str(), target_.c_str()) != 0) throw SystemFailure("rename into place", target_, errno);
-    published_ = true;
-  }
-
- private:
-  // pid and thread id tell apart the writers alive at once; the random part, a name left by a dead
-  // process whose pid has come back.
-  static fs::path unique_name(const fs::path& target) {
-    thread_local std::mt19937_64 random(std::random_device{}());
-    const std::size_t thread = std::hash<std::thread::id>{}(std::this_thread::get_id());
-    return target.parent_path() /
-           fmt::format(".{}.{}.{:x}.{:016x}.tmp", target.filename().string(), ::getpid(), thread, random());
-  }
-
-  fs::path target_;
-  fs::path path_;
-  int fd_ = -1;
-  bool published_ = false;
-};
-
-void publish_file(const fs::path& target, const std::string& text) {
-  make_private_folder(target.parent_path());
-  TemporaryFile temporary(target);
-  temporary.write(text);
-  temporary.publish();
+  return e.what();
 }
 
 // ---- listing --------------------------------------------------------------------------------------
@@ -530,10 +474,11 @@ bool TuningDb::store(const TuningEntry& entry) {
   try {
     publish_file(target, text);
     return true;
-  } catch (const SystemFailure& e) {
+  } catch (const cache::FileError& e) {
     // The failure names the folder or file and the OS error; a tuner storing many results into the same
     // read-only folder says so once.
-    warn_once(e.what(), fmt::format("{}; tuning results are not kept", e.what()));
+    const std::string failure = failure_text(e);
+    warn_once(failure, fmt::format("{}; tuning results are not kept", failure));
     return false;
   }
 }

@@ -3,20 +3,13 @@
 // synthetic (random bytes, metadata by hand): NVRTC plays no part here.
 #include <catch2/catch.hpp>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -26,6 +19,7 @@
 
 #include "cache/disk_cache.h"
 #include "sparsejit/error.h"
+#include "support/temp_dir.h"
 #include "support/test_support.h"
 
 using namespace sjit;
@@ -34,28 +28,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh folder under the system's temporary folder, removed (permissions restored first) at the end.
-class TemporaryFolder {
- public:
-  TemporaryFolder() {
-    std::mt19937_64 rng(test::fresh_seed());
-    path_ = fs::temp_directory_path() / ("sjit-cache-test-" + std::to_string(rng()));
-    fs::create_directories(path_);
-  }
-  TemporaryFolder(const TemporaryFolder&) = delete;
-  TemporaryFolder& operator=(const TemporaryFolder&) = delete;
-  ~TemporaryFolder() {
-    std::error_code ec;
-    fs::permissions(path_, fs::perms::owner_all, ec);
-    for (auto it = fs::recursive_directory_iterator(path_, ec); !ec && it != fs::recursive_directory_iterator();
-         it.increment(ec))
-      if (it->is_directory(ec)) fs::permissions(it->path(), fs::perms::owner_all, ec);
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
+using test::can_write_into;
+using test::file_names_under;
+using test::make_tree_read_only;
+using test::read_file;
+using test::stderr_of;
+using test::write_file;
 
- private:
-  fs::path path_;
+// A fresh folder for one test, removed at the end.
+struct TemporaryFolder : test::TempDir {
+  TemporaryFolder() : TempDir("sjit-cache-test-") {}
 };
 
 std::mt19937_64& rng() {
@@ -116,28 +98,9 @@ fs::path record_path(const fs::path& root, const std::string& digest, const std:
   return root / "v1" / arch / digest.substr(0, 2) / (digest + ".json");
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_file(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-  REQUIRE(out.good());
-}
-
 // Sets a file's mtime `age` into the past: what it looks like after that long untouched.
 void age_file(const fs::path& path, std::chrono::seconds age) {
   fs::last_write_time(path, fs::file_time_type::clock::now() - age);
-}
-
-// File names under `folder`, recursively: regular files only.
-std::vector<std::string> files_under(const fs::path& folder) {
-  std::vector<std::string> names;
-  for (const auto& item : fs::recursive_directory_iterator(folder))
-    if (item.is_regular_file()) names.push_back(item.path().filename().string());
-  return names;
 }
 
 int count_with_suffix(const std::vector<std::string>& names, const std::string& suffix) {
@@ -153,66 +116,6 @@ bool same_entry(const std::optional<Entry>& got, const Entry& stored) {
 
 // Wait long enough that the file system's clock (coarse: a few milliseconds) ticks between two uses.
 void let_the_clock_tick() { std::this_thread::sleep_for(std::chrono::milliseconds(30)); }
-
-// True when this process can create files in `folder` despite its permissions (root can).
-bool can_write_into(const fs::path& folder) {
-  const fs::path probe = folder / "write-probe";
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) return false;
-  ::close(fd);
-  ::unlink(probe.c_str());
-  return true;
-}
-
-void make_tree_read_only(const fs::path& root) {
-  std::vector<fs::path> folders{root};
-  for (const auto& item : fs::recursive_directory_iterator(root))
-    if (item.is_directory()) folders.push_back(item.path());
-  for (const fs::path& folder : folders) REQUIRE(::chmod(folder.c_str(), 0500) == 0);
-}
-
-// Sends stderr (where the cache's warnings go) to a file for as long as it lives.
-class StderrCapture {
- public:
-  StderrCapture() : path_(fs::temp_directory_path() / ("sjit-cache-stderr-" + std::to_string(rng()()))) {
-    const int file = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    REQUIRE(file >= 0);
-    std::fflush(stderr);
-    saved_ = ::dup(STDERR_FILENO);
-    const bool redirected = ::dup2(file, STDERR_FILENO) >= 0;
-    ::close(file);
-    REQUIRE(redirected);
-  }
-  StderrCapture(const StderrCapture&) = delete;
-  StderrCapture& operator=(const StderrCapture&) = delete;
-  ~StderrCapture() {
-    restore();
-    std::error_code ec;
-    fs::remove(path_, ec);
-  }
-  std::string text() {
-    restore();
-    return read_file(path_);
-  }
-
- private:
-  void restore() {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    ::dup2(saved_, STDERR_FILENO);
-    ::close(saved_);
-    saved_ = -1;
-  }
-  fs::path path_;
-  int saved_ = -1;
-};
-
-template <class Action>
-std::string stderr_of(Action action) {
-  StderrCapture capture;
-  action();
-  return capture.text();
-}
 
 // Binaries that differ in 8 bytes, as NVRTC's output for one unit can from one compile to the next.
 std::vector<std::string> compile_variants(const std::string& binary, int count) {
@@ -404,7 +307,7 @@ TEST_CASE("malformed digests and arches are refused", "[cache]") {
   CHECK_THROWS_AS(cache.load(random_digest(), entry.meta), InvalidArgument);
   entry = make_entry("k", 0);
   CHECK_THROWS_AS(cache.store(random_digest(), entry), InvalidArgument);
-  CHECK(files_under(folder.path()).empty());
+  CHECK(file_names_under(folder.path()).empty());
 }
 
 TEST_CASE("SJIT_CACHE=ro uses entries and writes nothing; off uses nothing", "[cache]") {
@@ -449,46 +352,22 @@ TEST_CASE("8 processes storing and loading one digest all succeed and leave one 
   const std::vector<std::string> variants = compile_variants(stored.binary, kProcesses);
 
   const std::string warnings = stderr_of([&] {
-    int start[2];
-    REQUIRE(::pipe(start) == 0);
-    std::vector<pid_t> children;
-    for (int p = 0; p < kProcesses; ++p) {
-      const pid_t pid = ::fork();
-      REQUIRE(pid >= 0);
-      if (pid == 0) {  // the child: no Catch macros here, only an exit status
-        ::close(start[1]);
-        char go;
-        if (::read(start[0], &go, 1) != 0) ::_exit(3);  // returns 0 once the parent closes the pipe
-        int status = 0;
-        try {
-          DiskCache cache(settings_for(root));
-          Entry mine = stored;
-          mine.binary = variants[p];
-          mine.meta.compile_ms = p;
-          for (int round = 0; round < kRounds && status == 0; ++round) {
-            cache.store(digest, mine);
-            if (!one_of(cache.load(digest, expected_for(stored)), variants, stored)) status = 1;
-          }
-          if (!cache.writable()) status = 2;
-        } catch (...) {
-          status = 4;
-        }
-        ::_exit(status);
-      }
-      children.push_back(pid);
-    }
-    ::close(start[0]);
-    ::close(start[1]);  // go
-    for (pid_t pid : children) {
+    test::run_child_processes(kProcesses, [&](int p) {  // each exits 0 when all went well
       int status = 0;
-      REQUIRE(::waitpid(pid, &status, 0) == pid);
-      CAPTURE(pid, status);
-      CHECK(WIFEXITED(status));
-      CHECK(WEXITSTATUS(status) == 0);
-    }
+      DiskCache cache(settings_for(root));
+      Entry mine = stored;
+      mine.binary = variants[p];
+      mine.meta.compile_ms = p;
+      for (int round = 0; round < kRounds && status == 0; ++round) {
+        cache.store(digest, mine);
+        if (!one_of(cache.load(digest, expected_for(stored)), variants, stored)) status = 1;
+      }
+      if (!cache.writable()) status = 2;
+      return status;
+    });
   });
   CHECK(warnings.empty());  // no store ever left a mismatched pair for a load to find
-  const std::vector<std::string> files = files_under(root);
+  const std::vector<std::string> files = file_names_under(root);
   CAPTURE(files);
   CHECK(files.size() == 2);
   CHECK(count_with_suffix(files, ".bin") == 1);
@@ -521,7 +400,7 @@ TEST_CASE("8 threads storing and loading one digest all succeed and leave one en
   CHECK(failures == 0);
   CHECK(warnings.empty());
   CHECK(cache.writable());
-  const std::vector<std::string> files = files_under(root);
+  const std::vector<std::string> files = file_names_under(root);
   CAPTURE(files);
   CHECK(files.size() == 2);
   CHECK(count_with_suffix(files, ".bin") == 1);
@@ -548,7 +427,7 @@ TEST_CASE("a read-only cache folder turns writes off without throwing and still 
   CHECK_FALSE(fs::exists(binary_path(root, other)));
   CHECK(same_entry(cache.load(digest, expected_for(stored)), stored));
   CHECK_NOTHROW(cache.store(random_digest(), make_entry("third")));
-  CHECK(files_under(root).size() == 2);
+  CHECK(file_names_under(root).size() == 2);
 }
 
 TEST_CASE("a cache folder that becomes unwritable mid-run turns writes off without throwing", "[cache]") {
@@ -589,7 +468,7 @@ TEST_CASE("a store that fails after writing its temporary file removes it", "[ca
   std::string warning = stderr_of([&] { CHECK_NOTHROW(cache.store(digest, make_entry("k"))); });
   CHECK_THAT(warning, Catch::Matchers::Contains("writes are off") && Catch::Matchers::Contains("rename"));
   CHECK_FALSE(cache.writable());
-  CHECK(files_under(root).empty());
+  CHECK(file_names_under(root).empty());
   warning = stderr_of([&] { cache.store(random_digest(), make_entry("k")); });
   CHECK(warning.empty());  // said once
 }
@@ -740,7 +619,7 @@ TEST_CASE("clear removes every entry and leaves the user's own files", "[cache]"
   CHECK(cache.stats().entries == 0);
   CHECK(cache.list().empty());
   CHECK(fs::exists(root / "notes.txt"));
-  CHECK(files_under(root) == std::vector<std::string>{"notes.txt"});
+  CHECK(file_names_under(root) == std::vector<std::string>{"notes.txt"});
   const std::string digest = random_digest();
   const Entry again = make_entry("after clear");
   cache.store(digest, again);

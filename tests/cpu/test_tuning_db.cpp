@@ -2,20 +2,13 @@
 // corrupt and foreign files, read-only folders, export and import, and the SJIT_AUTOTUNE policy.
 #include <catch2/catch.hpp>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -25,6 +18,7 @@
 #include <vector>
 
 #include "sparsejit/error.h"
+#include "support/temp_dir.h"
 #include "tune/tuning_db.h"
 
 using namespace sjit;
@@ -34,67 +28,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh folder under the system's temporary folder, removed (permissions restored first) at the end.
-class TemporaryFolder {
- public:
-  TemporaryFolder() {
-    std::mt19937_64 random(std::random_device{}());
-    path_ = fs::temp_directory_path() / ("sjit-tune-test-" + std::to_string(random()));
-    fs::create_directories(path_);
-  }
-  TemporaryFolder(const TemporaryFolder&) = delete;
-  TemporaryFolder& operator=(const TemporaryFolder&) = delete;
-  ~TemporaryFolder() {
-    std::error_code ec;
-    fs::permissions(path_, fs::perms::owner_all, ec);
-    for (auto it = fs::recursive_directory_iterator(path_, ec); !ec && it != fs::recursive_directory_iterator();
-         it.increment(ec))
-      if (it->is_directory(ec)) fs::permissions(it->path(), fs::perms::owner_all, ec);
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
+using test::can_write_into;
+using test::CapturedStderr;
+using test::files_under;
+using test::make_tree_read_only;
+using test::read_file;
+using test::write_file;
 
- private:
-  fs::path path_;
-};
-
-// Everything written to stderr (file descriptor 2) while this lives, for checking warnings.
-class CapturedStderr {
- public:
-  CapturedStderr() : file_(std::tmpfile()) {
-    REQUIRE(file_ != nullptr);
-    std::fflush(stderr);
-    saved_ = ::dup(2);
-    REQUIRE(saved_ >= 0);
-    REQUIRE(::dup2(::fileno(file_), 2) == 2);
-  }
-  CapturedStderr(const CapturedStderr&) = delete;
-  CapturedStderr& operator=(const CapturedStderr&) = delete;
-  ~CapturedStderr() {
-    restore();
-    std::fclose(file_);
-  }
-
-  // What was written so far; stderr stays captured.
-  std::string text() const {
-    std::fflush(stderr);
-    std::string out;
-    char buffer[4096];
-    for (ssize_t n, offset = 0; (n = ::pread(::fileno(file_), buffer, sizeof buffer, offset)) > 0; offset += n)
-      out.append(buffer, static_cast<std::size_t>(n));
-    return out;
-  }
-
- private:
-  void restore() {
-    std::fflush(stderr);
-    if (saved_ >= 0) ::dup2(saved_, 2);
-    if (saved_ >= 0) ::close(saved_);
-    saved_ = -1;
-  }
-
-  std::FILE* file_;
-  int saved_ = -1;
+// A fresh folder for one test, removed at the end.
+struct TemporaryFolder : test::TempDir {
+  TemporaryFolder() : TempDir("sjit-tune-test-") {}
 };
 
 int count_lines(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
@@ -132,30 +75,8 @@ void check_same_entry(const std::optional<TuningEntry>& got, const TuningEntry& 
   CHECK(got->library_version == want.library_version);
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_file(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-  REQUIRE(out.good());
-}
-
-// Regular files under `folder`, recursively.
-std::vector<fs::path> files_under(const fs::path& folder) {
-  std::vector<fs::path> files;
-  if (!fs::exists(folder)) return files;
-  for (const auto& item : fs::recursive_directory_iterator(folder))
-    if (item.is_regular_file()) files.push_back(item.path());
-  return files;
-}
-
 int count_temporary_files(const std::vector<fs::path>& files) {
-  return static_cast<int>(std::count_if(files.begin(), files.end(), [](const fs::path& file) {
-    return file.filename().string().front() == '.' || file.extension() != ".json";
-  }));
+  return static_cast<int>(test::count_stray_files(files, {".json"}));
 }
 
 // The one entry file under `root` (the test stored exactly one).
@@ -163,23 +84,6 @@ fs::path only_file(const fs::path& root) {
   const std::vector<fs::path> files = files_under(root);
   REQUIRE(files.size() == 1);
   return files.front();
-}
-
-// True when this process can create files in `folder` despite its permissions (root can).
-bool can_write_into(const fs::path& folder) {
-  const fs::path probe = folder / "write-probe";
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) return false;
-  ::close(fd);
-  ::unlink(probe.c_str());
-  return true;
-}
-
-void make_tree_read_only(const fs::path& root) {
-  std::vector<fs::path> folders{root};
-  for (const auto& item : fs::recursive_directory_iterator(root))
-    if (item.is_directory()) folders.push_back(item.path());
-  for (const fs::path& folder : folders) REQUIRE(::chmod(folder.c_str(), 0500) == 0);
 }
 
 // Saves the variables this suite changes and puts them back at the end of the test.
@@ -337,45 +241,21 @@ TEST_CASE("8 processes storing one shared key and keys of their own all succeed"
   constexpr int kProcesses = 8, kRounds = 40;
   const TuningKey shared = make_key();
 
-  int start[2];
-  REQUIRE(::pipe(start) == 0);
-  std::vector<pid_t> children;
-  for (int p = 0; p < kProcesses; ++p) {
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {  // the child: no Catch macros here, only an exit status
-      ::close(start[1]);
-      char go;
-      if (::read(start[0], &go, 1) != 0) ::_exit(3);  // returns 0 once the parent closes the pipe
-      int status = 0;
-      try {
-        TuningDb db(root);
-        const TuningKey own = make_key("rownorm:own=" + std::to_string(p));
-        for (int round = 0; round < kRounds && status == 0; ++round) {
-          if (!db.store(make_entry(shared, "process-" + std::to_string(p), p))) status = 1;
-          if (!db.store(make_entry(own, "own", round))) status = 1;
-          const auto found = db.find(shared);
-          if (!found || found->winner_config != "process-" + std::to_string(static_cast<int>(found->winner_us)))
-            status = 2;
-          const auto mine = db.find(own);
-          if (!mine || mine->winner_us != round) status = 2;
-        }
-      } catch (...) {
-        status = 4;
-      }
-      ::_exit(status);
-    }
-    children.push_back(pid);
-  }
-  ::close(start[0]);
-  ::close(start[1]);  // go
-  for (pid_t pid : children) {
+  test::run_child_processes(kProcesses, [&](int p) {  // each exits 0 when all went well
     int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
-    CAPTURE(pid, status);
-    CHECK(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 0);
-  }
+    TuningDb db(root);
+    const TuningKey own = make_key("rownorm:own=" + std::to_string(p));
+    for (int round = 0; round < kRounds && status == 0; ++round) {
+      if (!db.store(make_entry(shared, "process-" + std::to_string(p), p))) status = 1;
+      if (!db.store(make_entry(own, "own", round))) status = 1;
+      const auto found = db.find(shared);
+      if (!found || found->winner_config != "process-" + std::to_string(static_cast<int>(found->winner_us)))
+        status = 2;
+      const auto mine = db.find(own);
+      if (!mine || mine->winner_us != round) status = 2;
+    }
+    return status;
+  });
   const std::vector<fs::path> files = files_under(root);
   CAPTURE(files);
   CHECK(files.size() == kProcesses + 1);

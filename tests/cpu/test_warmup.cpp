@@ -13,6 +13,7 @@
 #include <random>
 
 #include "sparsejit/sparsejit.h"
+#include "support/temp_dir.h"
 
 using namespace sjit;
 using Catch::Matchers::Contains;
@@ -22,23 +23,16 @@ namespace {
 
 // A fresh cache folder made the process cache for the life of the object.
 struct TempCache {
-  fs::path dir;
-  TempCache() {
-    dir = fs::temp_directory_path() / fmt::format("sjit-test-{}", std::random_device{}());
-    fs::create_directories(dir);
-    set_cache_settings({dir.string(), CacheMode::rw, 1ull << 30});
-  }
-  ~TempCache() { fs::remove_all(dir); }
+  test::TempDir folder{"sjit-test-"};
+  fs::path dir = folder.path();
+  TempCache() { set_cache_settings({dir.string(), CacheMode::rw, 1ull << 30}); }
   std::size_t count(const std::string& extension) const {
     std::size_t n = 0;
     for (const auto& e : fs::recursive_directory_iterator(dir)) n += e.path().extension() == extension;
     return n;
   }
-  std::size_t stray_files() const {  // anything that is neither a binary nor a record
-    std::size_t n = 0;
-    for (const auto& e : fs::recursive_directory_iterator(dir))
-      n += e.is_regular_file() && e.path().extension() != ".bin" && e.path().extension() != ".json";
-    return n;
+  std::size_t stray_files() const {  // anything that is neither a binary nor a record (temporary files)
+    return test::count_stray_files(test::files_under(dir), {".bin", ".json"});
   }
 };
 
@@ -79,29 +73,11 @@ TEST_CASE("a second compile of a kernel is read from the disk cache", "[cache][j
 TEST_CASE("eight processes compiling one spec into an empty cache all succeed, one entry remains", "[cache][jit]") {
   TempCache cache;
   const std::string key = fresh_key();
-  std::vector<pid_t> children;
-  for (int i = 0; i < 8; ++i) {
-    const pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      int code = 1;
-      try {
-        set_cache_settings({cache.dir.string(), CacheMode::rw, 1ull << 30});
-        const CompiledKernel k = compile_key(key, "sm_90a");
-        code = k.binary.compare(0, 4, "\x7f" "ELF") == 0 ? 0 : 2;
-      } catch (...) {
-        code = 3;
-      }
-      std::_Exit(code);
-    }
-    children.push_back(pid);
-  }
-  for (pid_t pid : children) {
-    int status = 0;
-    REQUIRE(waitpid(pid, &status, 0) == pid);
-    CHECK(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 0);
-  }
+  test::run_child_processes(8, [&](int) {  // each exits 0 when it got a CUBIN
+    set_cache_settings({cache.dir.string(), CacheMode::rw, 1ull << 30});
+    const CompiledKernel k = compile_key(key, "sm_90a");
+    return k.binary.compare(0, 4, "\x7f" "ELF") == 0 ? 0 : 2;
+  });
   CHECK(cache.count(".bin") == 1);
   CHECK(cache.count(".json") == 1);
   CHECK(cache.stray_files() == 0);

@@ -15,9 +15,15 @@ constexpr int kLongestRowInRegisters = 8192;
 // Most fp32 values one thread keeps per slice: beyond this the register file spills.
 constexpr int kMaxElementsPerThread = 64;
 constexpr int kSharedBytesLimit = 227 * 1024;  // Hopper's opt-in maximum per block
-// Block size for teams within a warp: in `sjit tune` sweeps on the H100, 128 threads won or tied
-// everywhere (general alpha at n = 1024: 88 us against 100 us with 256).
+// Block size for teams within a warp. In `sjit tune` sweeps on the H100, 128 threads won or tied
+// everywhere (general alpha at n = 1024: 88 us against 100 us with 256), but with 32 elements a
+// thread ptxas then caps registers for occupancy and spills; 512 threads times the same (88.5 us)
+// and spills nothing.
 constexpr int kBlockForWarpTeams = 128;
+constexpr int kBlockForLongWarpRows = 512;
+int block_for_warp_team(int elements_per_thread) {
+  return elements_per_thread >= 32 ? kBlockForLongWarpRows : kBlockForWarpTeams;
+}
 
 int slices(const RowNormSpec& spec) { return spec.pass == Pass::forward ? 1 : 2; }  // backward holds y and dy
 
@@ -63,7 +69,8 @@ RowNormConfig default_config(const RowNormSpec& spec, int max_vec) {
   const int per_thread = spec.n <= 256 ? short_row : (spec.pass == Pass::forward ? 32 : 16);
   const int wanted = (spec.n + per_thread - 1) / per_thread;
   c.threads_per_row = std::min(1024, int(std::bit_ceil(unsigned(wanted))));
-  c.block_threads = c.threads_per_row > 32 ? c.threads_per_row : kBlockForWarpTeams;
+  const int elements_per_thread = (spec.n + c.threads_per_row - 1) / c.threads_per_row;
+  c.block_threads = c.threads_per_row > 32 ? c.threads_per_row : block_for_warp_team(elements_per_thread);
   c.row_in_smem = 0;
   return c;
 }
@@ -72,7 +79,9 @@ RowNormConfig resolve(const RowNormSpec& spec, RowNormConfig c) {
   const RowNormConfig d = default_config(spec, c.vec > 0 ? c.vec : 16);
   if (c.vec == 0) c.vec = d.vec;
   if (c.threads_per_row == 0) c.threads_per_row = d.threads_per_row;
-  if (c.block_threads == 0) c.block_threads = c.threads_per_row > 32 ? c.threads_per_row : kBlockForWarpTeams;
+  if (c.block_threads == 0)
+    c.block_threads = c.threads_per_row > 32 ? c.threads_per_row
+                                             : block_for_warp_team((spec.n + c.threads_per_row - 1) / c.threads_per_row);
   if (c.row_in_smem < 0) c.row_in_smem = d.row_in_smem;
 
   auto bad = [&](const std::string& what) {

@@ -142,10 +142,11 @@ Solved solve_entmax15_sort(std::span<const double> x) {
 }
 
 // sum_i [x_i - tau]_+^p: decreasing in tau, the mass that threshold tau leaves.
-double entmax_mass(std::span<const double> x, double tau, double p) {
-  double mass = 0.0;
+// Only x_i - tau needs the extra precision of tau (see below); its power is taken in double.
+long double entmax_mass(std::span<const double> x, long double tau, double p) {
+  long double mass = 0.0L;
   for (double xi : x) {
-    if (xi > tau) mass += std::pow(xi - tau, p);
+    if (xi > tau) mass += std::pow(static_cast<double>(xi - tau), p);
   }
   return mass;
 }
@@ -154,21 +155,30 @@ double entmax_mass(std::span<const double> x, double tau, double p) {
 // with Fenchel-Young Losses"; the entmax package's entmax_bisect): f(tau) = mass(tau) - 1
 // is continuous and decreasing, f(-1) >= 0 (the max entry alone gives 1^p) and
 // f(-(1/n)^(alpha-1)) <= 0 (every term is at most ((1/n)^(alpha-1))^p = 1/n). Bisect until the interval
-// cannot shrink in double precision, then keep the end whose mass is closer to 1. No Newton polish:
-// after bisection the two ends are adjacent doubles, so no other double tau does better.
+// cannot shrink, then keep the end whose mass is closer to 1. No Newton polish: the two ends are then
+// adjacent numbers, so no other tau of that precision does better.
+// Why long double: for alpha > 2 (p < 1) the mass has slope p u^(p-1), unbounded as an entry's
+// u = x_i - tau -> 0. A double tau near -1 moves in steps of 1.1e-16, and an entry 1e-11 above tau then
+// makes the best double tau miss sum 1 by ~1e-11. The 64-bit mantissa of x87 long double (128-bit on
+// aarch64) keeps that below 1e-14 for alpha <= 3; where long double is double (MSVC) such rows stay
+// ~1e-11 off. For large alpha no fixed precision suffices: an entry entering the support with y has
+// u = y^(alpha-1), e.g. 1e-20 for y = 1e-5 at alpha = 5, so the sum there is good to ~1e-7 only.
 Solved solve_entmax_bisection(std::span<const double> x, double alpha) {
   const double p = 1.0 / (alpha - 1.0);
   const double n = static_cast<double>(x.size());
-  double lo = -1.0, hi = -std::pow(1.0 / n, alpha - 1.0);
-  // Each step halves the interval; a few thousand steps reach adjacent doubles from any bracket.
-  for (int step = 0; step < 4000; ++step) {
-    const double mid = lo + 0.5 * (hi - lo);
+  long double lo = -1.0L, hi = -std::pow(1.0 / n, alpha - 1.0);
+  // Each step halves the interval; a few thousand steps reach adjacent numbers from any bracket.
+  for (int step = 0; step < 20000; ++step) {
+    const long double mid = lo + 0.5L * (hi - lo);
     if (mid <= lo || mid >= hi) break;
-    if (entmax_mass(x, mid, p) >= 1.0) lo = mid; else hi = mid;
+    if (entmax_mass(x, mid, p) >= 1.0L) lo = mid; else hi = mid;
   }
-  const double tau = std::abs(entmax_mass(x, lo, p) - 1.0) <= std::abs(entmax_mass(x, hi, p) - 1.0) ? lo : hi;
-  Solved out{std::vector<double>(x.size()), tau};
-  for (std::size_t i = 0; i < x.size(); ++i) out.y[i] = x[i] > tau ? std::pow(x[i] - tau, p) : 0.0;
+  const long double tau =
+      std::abs(entmax_mass(x, lo, p) - 1.0L) <= std::abs(entmax_mass(x, hi, p) - 1.0L) ? lo : hi;
+  Solved out{std::vector<double>(x.size()), static_cast<double>(tau)};
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    out.y[i] = x[i] > tau ? std::pow(static_cast<double>(x[i] - tau), p) : 0.0;
+  }
   return out;
 }
 

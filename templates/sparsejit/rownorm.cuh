@@ -105,30 +105,38 @@ __device__ int normalize_row(typename RowNormTraits<Cfg>::Slice& z, float inv_te
   return support;
 }
 
+// The row loop both kernels share. Each team takes one row per round; the loop bound is the same for
+// the whole block, so warps never split across rounds. Teams past the last row still take part (their
+// reductions keep warps whole) with active = false: they read nothing and store nothing.
+// body(row, active, lane, scratch, turn).
+template <class Cfg, class Body>
+__device__ __forceinline__ void for_each_team_row(long long rows, Body body) {
+  using Tr = RowNormTraits<Cfg>;
+  __shared__ float scratch[Tr::TeamT::kScratchFloats];
+  int turn = 0;
+  const int team = threadIdx.x / Tr::tpr;
+  const int lane = threadIdx.x % Tr::tpr;
+  for (long long first = (long long)blockIdx.x * Tr::rows_per_block; first < rows;
+       first += (long long)gridDim.x * Tr::rows_per_block) {
+    const long long row = first + team;
+    body(row < rows ? row : 0, row < rows, lane, scratch, turn);
+  }
+}
+
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::block_threads)
 rownorm_forward(const typename Cfg::T* __restrict__ x, typename Cfg::T* __restrict__ y, int* __restrict__ support,
                 long long rows, long long ld_x, long long ld_y, float inv_temperature) {
-  using Tr = RowNormTraits<Cfg>;
-  __shared__ float scratch[Tr::TeamT::kScratchFloats];
   extern __shared__ float row_smem[];  // n floats when Cfg::row_in_smem, else unused
-  int turn = 0;
-  const int team = threadIdx.x / Tr::tpr;
-  const int lane = threadIdx.x % Tr::tpr;
-
-  // The loop bound is the same for the whole block, so warps never split across iterations.
-  for (long long first = (long long)blockIdx.x * Tr::rows_per_block; first < rows;
-       first += (long long)gridDim.x * Tr::rows_per_block) {
-    const long long row = first + team;
-    const bool active = row < rows;
-    typename Tr::Slice z(row_smem, lane);
-    z.load(x + (active ? row : 0) * ld_x, active, -infinity());
+  for_each_team_row<Cfg>(rows, [&](long long row, bool active, int lane, float* scratch, int& turn) {
+    typename RowNormTraits<Cfg>::Slice z(row_smem, lane);
+    z.load(x + row * ld_x, active, -infinity());
     const int support_size = normalize_row<Cfg>(z, inv_temperature, support != nullptr, scratch, turn);
     if (active) {
       z.store(y + row * ld_y);
       if (support != nullptr && lane == 0) support[row] = support_size;
     }
-  }
+  });
 }
 
 // dx = J^T dy with J = diag(s) - s s^T / sum(s), s_i = y_i^(2 - alpha) on the support
@@ -140,20 +148,11 @@ rownorm_backward(const typename Cfg::T* __restrict__ y, const typename Cfg::T* _
                  typename Cfg::T* __restrict__ dx, long long rows, long long ld_y, long long ld_dy,
                  long long ld_dx, float inv_temperature) {
   using Tr = RowNormTraits<Cfg>;
-  using TeamT = typename Tr::TeamT;
-  __shared__ float scratch[TeamT::kScratchFloats];
   extern __shared__ float row_smem[];  // 2 n floats when Cfg::row_in_smem
-  int turn = 0;
-  const int team = threadIdx.x / Tr::tpr;
-  const int lane = threadIdx.x % Tr::tpr;
-
-  for (long long first = (long long)blockIdx.x * Tr::rows_per_block; first < rows;
-       first += (long long)gridDim.x * Tr::rows_per_block) {
-    const long long row = first + team;
-    const bool active = row < rows;
+  for_each_team_row<Cfg>(rows, [&](long long row, bool active, int lane, float* scratch, int& turn) {
     typename Tr::Slice yv(row_smem, lane), g(row_smem + Cfg::n, lane);
-    yv.load(y + (active ? row : 0) * ld_y, active, 0.0f);
-    g.load(dy + (active ? row : 0) * ld_dy, active, 0.0f);
+    yv.load(y + row * ld_y, active, 0.0f);
+    g.load(dy + row * ld_dy, active, 0.0f);
 
     Sum2 sums{0.0f, 0.0f};  // a: sum s, b: <s, dy>
     yv.for_each_with(g, [&](float& yi, float& gi) {
@@ -167,12 +166,12 @@ rownorm_backward(const typename Cfg::T* __restrict__ y, const typename Cfg::T* _
       sums.a += s;
       sums.b += s * gi;
     });
-    sums = TeamT::reduce(sums, scratch, turn);
+    sums = Tr::TeamT::reduce(sums, scratch, turn);
     const float q = sums.b / sums.a;
     yv.for_each_with(g, [&](float& s, float& gi) { gi = s * (gi - q) * inv_temperature; });
     if constexpr (Tr::wrong_result) g.for_each([&](float& v) { v *= 1.01f; });
     if (active) g.store(dx + row * ld_dx);
-  }
+  });
 }
 
 }  // namespace sjit_kernels

@@ -140,7 +140,7 @@ rownorm_forward(const typename Cfg::T* __restrict__ x, typename Cfg::T* __restri
 }
 
 // dx = J^T dy with J = diag(s) - s s^T / sum(s), s_i = y_i^(2 - alpha) on the support
-// (Peters, Niculae & Martins 2019, Prop. 1; softmax s = y, sparsemax s = 1 on the support),
+// (Peters, Niculae & Martins 2019, Prop. 2; softmax s = y, sparsemax s = 1 on the support),
 // then divided by the temperature. Only the support contributes: s is 0 elsewhere.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::block_threads)

@@ -19,7 +19,7 @@ std::vector<double> rownorm_forward(const RowNormSpec& spec, std::span<const dou
 
 // dz = J^T dy for one row, J the Jacobian of rownorm_forward at the z that produced y (symmetric).
 // With s_i = y_i^(2 - alpha) on the support (softmax: s = y; sparsemax: s = 1 on the support) and 0 off it:
-//   dz = (s * dy - s * <s, dy> / sum(s)) / temperature          (Peters, Niculae & Martins 2019, eq. 10)
+//   dz = (s * dy - s * <s, dy> / sum(s)) / temperature          (Peters, Niculae & Martins 2019, Prop. 2)
 std::vector<double> rownorm_backward(const RowNormSpec& spec, std::span<const double> y,
                                      std::span<const double> dy, double temperature = 1.0);
 

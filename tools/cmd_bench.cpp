@@ -113,14 +113,6 @@ int run_rownorm(const BenchOptions& o) {
   return 0;
 }
 
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
@@ -140,7 +132,7 @@ Runner add_bench(CLI::App& app) {
   Runner jit = add_bench_jit(*bench);
   return [=] {
     if (rownorm->parsed()) {
-      o->kinds = split(*kinds);
+      o->kinds = split_commas(*kinds);
       return run_rownorm(*o);
     }
     return jit();

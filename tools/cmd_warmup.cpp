@@ -25,14 +25,6 @@ struct Tally {
   double compile_ms = 0;
 };
 
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 void draw_bar(int done, int total, const std::map<std::string, Tally>& tallies) {
   int compiled = 0, cached = 0, failed = 0;
   for (const auto& [arch, t] : tallies) compiled += t.compiled, cached += t.cached, failed += t.failed;

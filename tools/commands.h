@@ -26,6 +26,9 @@ Runner add_bench_jit(CLI::App& bench);  // "bench jit", under the bench command
 RowNormSpec kind_from_name(const std::string& name, int n, DType dtype, Pass pass = Pass::forward);
 std::string short_kind_name(const RowNormSpec& spec);
 
+// "a,b,,c" -> {"a", "b", "c"}: the comma-separated lists of the options.
+std::vector<std::string> split_commas(const std::string& text);
+
 // A plain table printed with aligned columns.
 class Table {
  public:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <sstream>
 
 #include "commands.h"
 
@@ -23,6 +24,14 @@ RowNormSpec kind_from_name(const std::string& name, int n, DType dtype, Pass pas
 std::string short_kind_name(const RowNormSpec& spec) {
   if (spec.kind == NormKind::entmax) return spec.alpha == 1.5f ? "entmax15" : fmt::format("entmax:{}", spec.alpha);
   return std::string(name(spec.kind));
+}
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
 }
 
 void Table::print() const {

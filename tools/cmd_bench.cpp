@@ -130,11 +130,13 @@ Runner add_bench(CLI::App& app) {
   rownorm->add_option("--config", o->configs, "Layouts to compare, e.g. --config tpr=4 --config tpr=8 (default: chosen)");
   rownorm->add_option("--warmup", o->warmup, "Untimed runs first");
   Runner jit = add_bench_jit(*bench);
+  Runner attention = add_bench_attention(*bench);
   return [=] {
     if (rownorm->parsed()) {
       o->kinds = split_commas(*kinds);
       return run_rownorm(*o);
     }
+    if (const int result = attention(); result != -1) return result;
     return jit();
   };
 }

@@ -18,6 +18,15 @@ void print_list() {
   fmt::print("  pass      fwd | bwd (default fwd)\n");
   fmt::print("  config    --config tpr=T,vec=V,block=B,smem=0|1 (any subset; the rest is chosen)\n");
   fmt::print("  example   sjit compile rownorm:kind=entmax,alpha=1.5,n=64,dtype=bf16 --arch sm_90a\n");
+  fmt::print("\nop attention: fused softmax attention, dense or block-sparse (docs/attention.md)\n");
+  fmt::print("  key text  attention:d=D[,dtype=DTYPE][,causal=C][,sparsity=S,block=B][,pass=fwd]\n");
+  fmt::print("  d         32 | 64 | 96 | 128 | 256 (head dim)\n");
+  fmt::print("  dtype     bf16 | f16 (default bf16; fp32 accumulation)\n");
+  fmt::print("  causal    none | tl (top-left) | br (bottom-right)\n");
+  fmt::print("  sparsity  dense | bsr (pattern at launch) | baked (needs the pattern: C++ API only)\n");
+  fmt::print("  block     16 | 32 | 64 | 128 (pattern block size, bsr and baked)\n");
+  fmt::print("  config    --config warps=4|8,mt=1|2,bn=16|32|64|128,stages=2|3,qreg=0|1\n");
+  fmt::print("  example   sjit compile attention:d=128,dtype=bf16,causal=tl,sparsity=bsr,block=128\n");
 }
 
 }  // namespace
@@ -42,14 +51,13 @@ Runner add_compile(CLI::App& app) {
       return 0;
     }
     if (spec_text->empty()) throw InvalidArgument("compile needs a spec (see sjit compile --list)");
-    const RowNormSpec spec = parse_rownorm(*spec_text);
-    const RowNormConfig config = config_text->empty() ? RowNormConfig{} : parse_rownorm_config(*config_text);
+    const std::string kernel_key = config_text->empty() ? *spec_text : *spec_text + "|" + *config_text;
     const std::string target = !arch->empty() ? *arch : gpu_available() ? current_device().arch : "sm_90a";
     std::string payload;
     if (*emit == "source") {
-      payload = generate_source(spec, config);
+      payload = source_for_key(kernel_key);
     } else {
-      const CompiledKernel k = compile(spec, config, target, *emit == "ptx" ? Emit::ptx : Emit::cubin);
+      const CompiledKernel k = compile_key(kernel_key, target, *emit == "ptx" ? Emit::ptx : Emit::cubin);
       if (*emit == "report") {
         const ResourceUsage& u = k.usage;
         fmt::print("kernel          {}\n", k.kernel_key);

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/attention_codegen.h"
 #include "codegen/rownorm_codegen.h"
 #include "jit/jit.h"
 #include "sparsejit/cache.h"
@@ -21,7 +22,13 @@ codegen::KernelSource source_for_key(std::string_view kernel_key) {
     const RowNormConfig config = resolve(spec, config_text.empty() ? RowNormConfig{} : parse_rownorm_config(config_text));
     return codegen::rownorm_source(spec, config);
   }
-  throw InvalidSpec(fmt::format("kernel key '{}' names no known op: the ops are rownorm", kernel_key));
+  if (spec_text.rfind("attention:", 0) == 0) {
+    const AttentionSpec spec = parse_attention(spec_text);
+    const AttentionConfig config =
+        resolve(spec, config_text.empty() ? AttentionConfig{} : parse_attention_config(config_text));
+    return codegen::attention_source(spec, config);  // baked specs throw: they need their pattern
+  }
+  throw InvalidSpec(fmt::format("kernel key '{}' names no known op: the ops are rownorm and attention", kernel_key));
 }
 
 }  // namespace sjit::ops
@@ -31,6 +38,8 @@ namespace sjit {
 CompiledKernel compile_key(const std::string& kernel_key, const std::string& arch, Emit emit) {
   return jit::compile(ops::source_for_key(kernel_key), arch, emit);
 }
+
+std::string source_for_key(const std::string& kernel_key) { return ops::source_for_key(kernel_key).source; }
 
 void prepare_key(const std::string& kernel_key) {
   // The canonical name of each key text seen, so that a repeated call is two map lookups rather

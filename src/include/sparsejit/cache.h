@@ -57,6 +57,8 @@ std::vector<WarmupRequest> read_warmup_file(const std::string& path);
 
 // Compiles a kernel key for an arch through the disk cache (result.from_cache says whether NVRTC ran).
 CompiledKernel compile_key(const std::string& kernel_key, const std::string& arch, Emit emit = Emit::cubin);
+// The generated unit of a kernel key ("spec" or "spec|config"), without compiling it.
+std::string source_for_key(const std::string& kernel_key);
 
 // Makes the kernel ready to launch in the current context: memory cache, else disk cache, else NVRTC.
 void prepare_key(const std::string& kernel_key);

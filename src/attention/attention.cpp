@@ -1,0 +1,243 @@
+// The attention front end: the kernel for each spec, the device copy of each pattern's schedule, the
+// launch.
+#include "sparsejit/attention.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <list>
+#include <mutex>
+
+#include "attention/attention_args.h"
+#include "attention/tile_schedule.h"
+#include "codegen/attention_codegen.h"
+#include "jit/jit.h"
+#include "sparsejit/error.h"
+#include "templates/sparsejit/attention_params.cuh"
+
+namespace sjit {
+namespace {
+
+// A schedule on the device: one buffer holding the four arrays.
+struct DeviceSchedule {
+  CUcontext context = nullptr;
+  std::uint64_t pattern_digest = 0;
+  DeviceBuffer buffer;
+  const int* item_tile_begin = nullptr;
+  const int* tile_index = nullptr;
+  const unsigned long long* tile_mask = nullptr;
+  const int* item_order = nullptr;
+  int pattern_heads = 0, q_tiles = 0, items = 0;
+};
+
+std::size_t round_up_8(std::size_t bytes) { return (bytes + 7) / 8 * 8; }
+
+std::unique_ptr<DeviceSchedule> upload(const attention::TileSchedule& s, CUcontext context, std::uint64_t digest) {
+  auto d = std::make_unique<DeviceSchedule>();
+  d->context = context;
+  d->pattern_digest = digest;
+  d->pattern_heads = s.pattern_heads;
+  d->q_tiles = s.q_tiles;
+  d->items = static_cast<int>(s.item_order.size());
+  // Masks first: they need 8-byte alignment.
+  const std::size_t mask_bytes = s.tile_mask.size() * 8;
+  const std::size_t begin_bytes = s.item_tile_begin.size() * 4, index_bytes = s.tile_index.size() * 4;
+  const std::size_t order_bytes = s.item_order.size() * 4;
+  std::vector<unsigned char> host(round_up_8(mask_bytes) + begin_bytes + index_bytes + order_bytes + 8);
+  std::size_t at = 0;
+  auto put = [&](const void* src, std::size_t bytes) {
+    if (bytes) std::memcpy(host.data() + at, src, bytes);
+    const std::size_t offset = at;
+    at += bytes;
+    return offset;
+  };
+  const std::size_t mask_at = put(s.tile_mask.data(), mask_bytes);
+  at = round_up_8(at);
+  const std::size_t begin_at = put(s.item_tile_begin.data(), begin_bytes);
+  const std::size_t index_at = put(s.tile_index.data(), index_bytes);
+  const std::size_t order_at = put(s.item_order.data(), order_bytes);
+  d->buffer = DeviceBuffer(host.size());
+  d->buffer.upload(host.data(), host.size());
+  auto* base = static_cast<unsigned char*>(d->buffer.data());
+  d->tile_mask = reinterpret_cast<const unsigned long long*>(base + mask_at);
+  d->item_tile_begin = reinterpret_cast<const int*>(base + begin_at);
+  d->tile_index = reinterpret_cast<const int*>(base + index_at);
+  d->item_order = reinterpret_cast<const int*>(base + order_at);
+  return d;
+}
+
+}  // namespace
+
+struct Attention::State {
+  AttentionSpec spec;
+  AttentionConfig config;
+  std::optional<BlockPattern> baked;
+  std::optional<attention::TileSchedule> baked_schedule;
+
+  std::mutex mutex;
+  std::vector<std::shared_ptr<const jit::LoadedKernel>> kernels;  // one per context
+  // Device schedules of the patterns seen last, most recent first. A pattern is named by its digest
+  // (XXH3-64 over its content) together with the context.
+  std::list<std::unique_ptr<DeviceSchedule>> schedules;
+  static constexpr std::size_t kSchedulesKept = 16;
+
+  const jit::LoadedKernel& kernel(const jit::Target& target) {
+    {
+      std::lock_guard lock(mutex);
+      for (const auto& k : kernels)
+        if (k->context == target.context) return *k;
+    }
+    auto loaded = jit::get_kernel(target, codegen::attention_kernel_key(spec, config), [&] {
+      return codegen::attention_source(spec, config, baked_schedule ? &*baked_schedule : nullptr);
+    });
+    std::lock_guard lock(mutex);
+    kernels.push_back(std::move(loaded));
+    return *kernels.back();
+  }
+
+  const DeviceSchedule& schedule(const BlockPattern& pattern, const jit::Target& target) {
+    std::lock_guard lock(mutex);
+    for (auto it = schedules.begin(); it != schedules.end(); ++it)
+      if ((*it)->context == target.context && (*it)->pattern_digest == pattern.digest()) {
+        schedules.splice(schedules.begin(), schedules, it);
+        return *schedules.front();
+      }
+    const attention::TileSchedule s = attention::build_tile_schedule(pattern, config.block_m(), config.block_n);
+    schedules.push_front(upload(s, target.context, pattern.digest()));
+    if (schedules.size() > kSchedulesKept) schedules.pop_back();
+    return *schedules.front();
+  }
+};
+
+Attention::Attention(const AttentionSpec& spec, const AttentionConfig& config) : state_(std::make_unique<State>()) {
+  state_->spec = canonical(spec);
+  if (state_->spec.sparsity == Sparsity::baked)
+    throw InvalidArgument(fmt::format("attention: '{}' is baked: construct Attention with the BlockPattern to bake",
+                                      key(state_->spec)));
+  if (state_->spec.pass != Pass::forward)
+    throw InvalidArgument(fmt::format("attention: pass={} is not implemented yet", name(state_->spec.pass)));
+  state_->config = resolve(state_->spec, config);
+}
+
+Attention::Attention(const AttentionSpec& spec, const BlockPattern& pattern, const AttentionConfig& config)
+    : state_(std::make_unique<State>()) {
+  AttentionSpec s = spec;
+  s.sparsity = Sparsity::baked;
+  if (s.block_size == 0) s.block_size = pattern.block_size();
+  s.pattern_digest = pattern.digest();
+  state_->spec = canonical(s);
+  if (pattern.block_size() != state_->spec.block_size)
+    throw InvalidArgument(fmt::format("attention: the pattern to bake has block size {} but the spec says {}",
+                                      pattern.block_size(), state_->spec.block_size));
+  state_->config = resolve(state_->spec, config);
+  state_->baked = pattern;
+  state_->baked_schedule =
+      attention::build_tile_schedule(pattern, state_->config.block_m(), state_->config.block_n);
+  constexpr std::int64_t kMaxBakedTiles = 1 << 20;
+  if (state_->baked_schedule->tiles() > kMaxBakedTiles)
+    throw InvalidArgument(fmt::format("attention: the pattern to bake has {} active tiles; baking more than {} would "
+                                      "make a huge kernel: use sparsity=bsr", state_->baked_schedule->tiles(),
+                                      kMaxBakedTiles));
+}
+
+Attention::~Attention() = default;
+Attention::Attention(Attention&&) noexcept = default;
+Attention& Attention::operator=(Attention&&) noexcept = default;
+
+const AttentionSpec& Attention::spec() const { return state_->spec; }
+AttentionConfig Attention::config() const { return state_->config; }
+
+void Attention::prepare() { state_->kernel(jit::current_target()); }
+
+void Attention::prepare(const BlockPattern& pattern) {
+  const jit::Target target = jit::current_target();
+  state_->kernel(target);
+  if (state_->spec.sparsity == Sparsity::block_sparse) state_->schedule(pattern, target);
+}
+
+void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
+  const AttentionSpec& spec = state_->spec;
+  const AttentionConfig& config = state_->config;
+  const AttentionForwardArgs a =
+      attention::checked_forward_args(spec, in, state_->baked ? &*state_->baked : nullptr);
+  if (a.batch == 0 || a.seq_q == 0) return;
+
+  const jit::Target target = jit::current_target();
+  const jit::LoadedKernel& kernel = state_->kernel(target);
+  sjit_kernels::AttentionForwardParams p{};
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.o = a.o;
+  p.lse = a.lse;
+  p.q_batch_stride = a.q_strides.batch, p.q_head_stride = a.q_strides.head, p.q_row_stride = a.q_strides.row;
+  p.k_batch_stride = a.k_strides.batch, p.k_head_stride = a.k_strides.head, p.k_row_stride = a.k_strides.row;
+  p.v_batch_stride = a.v_strides.batch, p.v_head_stride = a.v_strides.head, p.v_row_stride = a.v_strides.row;
+  p.o_batch_stride = a.o_strides.batch, p.o_head_stride = a.o_strides.head, p.o_row_stride = a.o_strides.row;
+  p.batch = int(a.batch), p.heads_q = int(a.heads_q), p.heads_kv = int(a.heads_kv);
+  p.seq_q = int(a.seq_q), p.seq_k = int(a.seq_k);
+  p.scale_log2 = a.scale * 1.4426950408889634f;
+
+  std::int64_t grid = 0;
+  if (spec.sparsity == Sparsity::dense) {
+    const std::int64_t q_tiles = (a.seq_q + config.block_m() - 1) / config.block_m();
+    grid = q_tiles * a.batch * a.heads_q;
+  } else if (spec.sparsity == Sparsity::block_sparse) {
+    const DeviceSchedule& s = state_->schedule(*a.pattern, target);
+    p.item_tile_begin = s.item_tile_begin;
+    p.tile_index = s.tile_index;
+    p.tile_mask = s.tile_mask;
+    p.item_order = s.item_order;
+    p.pattern_heads = s.pattern_heads;
+    p.q_tiles = s.q_tiles;
+    grid = std::int64_t(s.items) * a.batch * (a.heads_q / s.pattern_heads);
+  } else {
+    const attention::TileSchedule& s = *state_->baked_schedule;
+    grid = std::int64_t(s.item_order.size()) * a.batch * (a.heads_q / s.pattern_heads);
+  }
+  if (grid > 0x7fffffff)
+    throw InvalidArgument(fmt::format("attention: {} query tiles in all exceed the 2^31 - 1 blocks of a launch", grid));
+  if (grid == 0) return;
+  void* params[] = {&p};
+  jit::launch(kernel, unsigned(grid), unsigned(32 * config.warps), reinterpret_cast<CUstream>(stream), params);
+}
+
+void attention_forward(const AttentionSpec& spec, const AttentionForwardArgs& args, Stream stream) {
+  Attention(spec).forward(args, stream);  // the kernel itself comes from the process-wide cache
+}
+
+double attention_forward_flops(const AttentionSpec& in, const AttentionForwardArgs& args) {
+  const AttentionSpec spec = canonical(in);
+  const double per_pair = 4.0 * spec.head_dim * double(args.batch);
+  const std::int64_t sq = args.seq_q, sk = args.seq_k;
+  const std::int64_t offset = spec.causal == Causal::bottom_right ? sk - sq : 0;
+  // Keys row i sees within keys [k0, k1) under causality.
+  auto keys_seen = [&](std::int64_t i, std::int64_t k0, std::int64_t k1) -> std::int64_t {
+    if (spec.causal == Causal::none) return k1 - k0;
+    return std::clamp<std::int64_t>(i + offset + 1, k0, k1) - k0;
+  };
+  if (spec.sparsity == Sparsity::dense || args.pattern == nullptr) {
+    double pairs = 0;
+    for (std::int64_t i = 0; i < sq; ++i) pairs += double(keys_seen(i, 0, sk));
+    return per_pair * double(args.heads_q) * pairs;
+  }
+  const BlockPattern& pattern = *args.pattern;
+  const int bs = pattern.block_size();
+  double pairs = 0;
+  for (std::int64_t h = 0; h < args.heads_q; ++h) {
+    const int ph = pattern.heads() == 1 ? 0 : int(h);
+    if (pattern.heads() == 1 && h > 0) {
+      pairs *= double(args.heads_q);
+      break;
+    }
+    for (std::int64_t r = 0; r < pattern.block_rows(); ++r)
+      for (const std::int32_t c : pattern.row(ph, r)) {
+        const std::int64_t k0 = std::int64_t(c) * bs, k1 = std::min<std::int64_t>(k0 + bs, sk);
+        for (std::int64_t i = r * bs; i < std::min<std::int64_t>((r + 1) * bs, sq); ++i) pairs += double(keys_seen(i, k0, k1));
+      }
+  }
+  return per_pair * pairs;
+}
+
+}  // namespace sjit

@@ -1,0 +1,93 @@
+// Attention tilings: key text, the heuristic default, and the checks every tiling must pass.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "codegen/attention_codegen.h"
+#include "sparsejit/attention.h"
+#include "sparsejit/error.h"
+#include "spec/key_text.h"
+
+namespace sjit {
+
+std::string key(const AttentionConfig& c) {
+  return fmt::format("warps={},mt={},bn={},stages={},qreg={}", c.warps, c.m_tiles, c.block_n, c.stages,
+                     c.q_in_registers);
+}
+
+AttentionConfig parse_attention_config(std::string_view text) {
+  spec::KeyText kt = spec::split_key(fmt::format("config:{}", text));
+  AttentionConfig c;
+  c.warps = spec::parse_int("warps", spec::take(kt, "warps"));
+  c.m_tiles = spec::parse_int("mt", spec::take(kt, "mt"));
+  c.block_n = spec::parse_int("bn", spec::take(kt, "bn"));
+  c.stages = spec::parse_int("stages", spec::take(kt, "stages"));
+  c.q_in_registers = spec::parse_int("qreg", spec::take_or(kt, "qreg", "-1"));
+  spec::reject_leftovers(kt, "warps, mt, bn, stages, qreg");
+  return c;
+}
+
+// The heuristic, from the register budget of one thread (255) and shared-memory bandwidth:
+// - 4 warps of 32 rows each (m_tiles = 2) make every K and V fragment read from shared memory serve
+//   two mma tiles; with 16-row warps the kernel is bound by ldmatrix traffic, not the tensor cores.
+// - The output accumulator is 16 * m_tiles * head_dim / 32 floats a thread (128 at d = 128, m_tiles = 2),
+//   so Q stays in shared memory above d = 64 and d = 256 drops to one mma tile a warp.
+// - 64-key tiles with two stages fit two CTAs an SM at d = 128 (104 KB each) and keep S at 64 floats.
+// - Pattern blocks of 16 or 32: a 64-row, 32-key tile, so that a tile spans few pattern blocks and
+//   work on inactive blocks inside an active tile stays small.
+AttentionConfig default_config(const AttentionSpec& in) {
+  const AttentionSpec spec = canonical(in);
+  AttentionConfig c;
+  c.warps = 4;
+  c.stages = 2;
+  c.block_n = 64;
+  c.m_tiles = spec.head_dim >= 256 ? 1 : 2;
+  c.q_in_registers = spec.head_dim <= 64 ? 1 : 0;
+  if (spec.sparsity != Sparsity::dense && spec.block_size <= 32) {
+    c.m_tiles = 1;
+    c.block_n = 32;
+    c.q_in_registers = spec.head_dim <= 128 ? 1 : 0;
+  }
+  return c;
+}
+
+AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c) {
+  const AttentionSpec spec = canonical(in);
+  const AttentionConfig d = default_config(spec);
+  if (c.warps == 0) c.warps = d.warps;
+  if (c.m_tiles == 0) c.m_tiles = d.m_tiles;
+  if (c.block_n == 0) c.block_n = d.block_n;
+  if (c.stages == 0) c.stages = d.stages;
+  if (c.q_in_registers == -1) c.q_in_registers = d.q_in_registers;
+  auto refuse = [&](std::string_view what) {
+    throw InvalidArgument(fmt::format("attention config '{}' for '{}': {}", key(c), key(spec), what));
+  };
+  if (c.warps != 4 && c.warps != 8) refuse(fmt::format("warps = {}: use 4 or 8", c.warps));
+  if (c.m_tiles != 1 && c.m_tiles != 2) refuse(fmt::format("mt = {}: use 1 or 2 (16-row tiles per warp)", c.m_tiles));
+  if (c.block_n != 16 && c.block_n != 32 && c.block_n != 64 && c.block_n != 128)
+    refuse(fmt::format("bn = {}: use 16, 32, 64 or 128 keys per tile", c.block_n));
+  if (c.stages != 2 && c.stages != 3) refuse(fmt::format("stages = {}: use 2 or 3", c.stages));
+  if (c.q_in_registers != 0 && c.q_in_registers != 1) refuse(fmt::format("qreg = {}: use 0 or 1", c.q_in_registers));
+  if (spec.sparsity != Sparsity::dense) {
+    const int bs = spec.block_size;
+    const int groups = (c.block_m() / std::min(bs, c.block_m())) * (c.block_n / std::min(bs, c.block_n));
+    if (groups > 64)
+      refuse(fmt::format("a {} x {} tile holds {} pattern blocks of {}: at most 64 fit the tile mask", c.block_m(),
+                         c.block_n, groups, bs));
+  }
+  constexpr int kMaxSharedBytes = 227 * 1024;  // the opt-in limit of sm_80 .. sm_90
+  const int shared = codegen::attention_forward_shared_bytes(spec, c);
+  if (shared > kMaxSharedBytes)
+    refuse(fmt::format("needs {} bytes of shared memory, more than the {} a block may have", shared, kMaxSharedBytes));
+  return c;
+}
+
+Strides Strides::bhsd(std::int64_t heads, std::int64_t seq, std::int64_t head_dim) {
+  return {heads * seq * head_dim, seq * head_dim, head_dim};
+}
+
+Strides Strides::bshd(std::int64_t heads, std::int64_t seq, std::int64_t head_dim) {
+  return {seq * heads * head_dim, head_dim, heads * head_dim};
+}
+
+}  // namespace sjit

@@ -1,0 +1,96 @@
+// Fused softmax attention on the GPU, dense or block-sparse: O = softmax(scale Q K^T | mask) V and the
+// log-sum-exp of every row. docs/attention.md has the semantics, layouts and performance.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "sparsejit/attention_spec.h"
+#include "sparsejit/device.h"
+#include "sparsejit/pattern.h"
+
+namespace sjit {
+
+// A kernel's tiling (the tuner's knobs). Zero fields are filled by the heuristic default.
+// The query tile is 16 * m_tiles * warps rows; each warp owns 16 * m_tiles of them.
+struct AttentionConfig {
+  int warps = 0;           // 4 or 8
+  int m_tiles = 0;         // 16-row tensor-core tiles per warp: 1 or 2
+  int block_n = 0;         // keys per tile: 16, 32, 64 or 128
+  int stages = 0;          // K/V tiles in flight: 2 or 3
+  int q_in_registers = -1; // 1: Q fragments live in registers; 0: re-read from shared memory; -1: choose
+
+  friend bool operator==(const AttentionConfig&, const AttentionConfig&) = default;
+  int block_m() const { return 16 * m_tiles * warps; }
+};
+
+std::string key(const AttentionConfig& config);  // "warps=4,mt=2,bn=64,stages=2,qreg=0"
+AttentionConfig parse_attention_config(std::string_view text);
+
+AttentionConfig default_config(const AttentionSpec& spec);
+// Fills the unset fields and checks the result against the spec (shared memory, tile shape); throws
+// InvalidArgument naming the field.
+AttentionConfig resolve(const AttentionSpec& spec, AttentionConfig config);
+
+// Strides of a [batch, heads, seq, head_dim] tensor in elements; the head_dim stride is 1.
+struct Strides {
+  std::int64_t batch = 0, head = 0, row = 0;
+  static Strides bhsd(std::int64_t heads, std::int64_t seq, std::int64_t head_dim);  // contiguous [B, H, S, D]
+  static Strides bshd(std::int64_t heads, std::int64_t seq, std::int64_t head_dim);  // contiguous [B, S, H, D]
+  friend bool operator==(const Strides&, const Strides&) = default;
+};
+
+struct AttentionForwardArgs {
+  const void* q = nullptr;  // [B, Hq, Sq, D] of spec.dtype
+  const void* k = nullptr;  // [B, Hkv, Sk, D]
+  const void* v = nullptr;  // [B, Hkv, Sk, D]
+  void* o = nullptr;        // [B, Hq, Sq, D]
+  float* lse = nullptr;     // optional [B, Hq, Sq] contiguous: natural-log log-sum-exp, -inf for empty rows
+  std::int64_t batch = 1, heads_q = 1, heads_kv = 1, seq_q = 0, seq_k = 0;
+  // Zero strides mean contiguous [B, H, S, D]. Every stride must be a multiple of 8 elements and every
+  // pointer 16-byte aligned (the kernels move 16-byte chunks).
+  Strides q_strides, k_strides, v_strides, o_strides;
+  float scale = 0.0f;       // 0 means 1 / sqrt(head_dim)
+  // block_sparse: the pattern (its block size must be the spec's; shape ceil(Sq/bs) x ceil(Sk/bs);
+  // heads 1 or Hq). baked: may be null (the baked pattern is used) or must equal it.
+  const BlockPattern* pattern = nullptr;
+};
+
+// A prepared attention: compiles (or finds) its kernel once, keeps the device copy of each pattern's
+// tile schedule, then launches with little host work. Thread-safe. The spec's pass is ignored.
+class Attention {
+ public:
+  explicit Attention(const AttentionSpec& spec, const AttentionConfig& config = {});
+  // A baked kernel: the spec's sparsity becomes baked and its digest the pattern's.
+  Attention(const AttentionSpec& spec, const BlockPattern& baked_pattern, const AttentionConfig& config = {});
+  ~Attention();
+  Attention(Attention&&) noexcept;
+  Attention& operator=(Attention&&) noexcept;
+
+  // Compiles and loads the kernel for the current device now (warm-up).
+  void prepare();
+  // Also builds and uploads a pattern's tile schedule now, so that later launches (for instance while a
+  // stream is captured into a graph) do no host-to-device copy.
+  void prepare(const BlockPattern& pattern);
+
+  void forward(const AttentionForwardArgs& args, Stream stream = nullptr);
+
+  const AttentionSpec& spec() const;
+  AttentionConfig config() const;  // after resolve()
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// One-shot form: looks the kernel up in the process cache on every call.
+void attention_forward(const AttentionSpec& spec, const AttentionForwardArgs& args, Stream stream = nullptr);
+
+// FLOPs of a forward over the active blocks: 4 * D * (number of (query, key) pairs computed), counting
+// whole pattern blocks and halving the diagonal blocks of a causal mask as FlashAttention's counts do.
+double attention_forward_flops(const AttentionSpec& spec, const AttentionForwardArgs& args);
+
+}  // namespace sjit

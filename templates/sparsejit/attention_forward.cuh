@@ -1,0 +1,387 @@
+// Attention forward: O = softmax(scale * Q K^T, over the keys a row may see) V, with the row's
+// log-sum-exp, for dense and block-sparse patterns (FlashAttention-2, Dao 2023, Algorithm 1).
+//
+// One CTA computes one query tile of one head. Each warp owns 16 * m_tiles query rows and walks the
+// key tiles of the CTA's list: S = Q K^T on tensor cores, an online softmax in the exp2 domain that
+// rescales the running output, and O += P V with P taken straight from S's registers. K and V tiles
+// arrive through a ring of `stages` shared-memory slots filled by cp.async, one barrier per tile.
+//
+// Sparsity never costs work on inactive tiles: the list of key tiles is known before any load (the
+// dense range, or the block-sparse schedule built on the host), so an inactive tile is never loaded,
+// waited for or synchronized on. Element masks are applied only to tiles that need them (the causal
+// edge, the sequence end, pattern blocks smaller than the tile).
+#pragma once
+
+#include "sparsejit/attention_params.cuh"
+#include "sparsejit/attention_tiles.cuh"
+#include "sparsejit/element.cuh"
+
+namespace sjit_kernels {
+
+enum CausalMode { kNotCausal = 0, kCausalTopLeft = 1, kCausalBottomRight = 2 };
+enum SparsityMode { kDense = 0, kScheduleAtLaunch = 1, kScheduleBaked = 2 };
+
+// Cfg: T, head_dim, warps, m_tiles (16-row mma tiles per warp), block_n, stages, q_in_registers,
+//      causal (CausalMode), sparsity (SparsityMode), pattern_block; baked kernels also provide the
+//      schedule arrays as static functions and pattern_heads, q_tiles.
+template <class Cfg>
+struct AttentionForwardTraits {
+  using T = typename Cfg::T;
+  static constexpr int head_dim = Cfg::head_dim;
+  static constexpr int warps = Cfg::warps;
+  static constexpr int threads = 32 * warps;
+  static constexpr int m_tiles = Cfg::m_tiles;
+  static constexpr int block_m = 16 * m_tiles * warps;
+  static constexpr int block_n = Cfg::block_n;
+  static constexpr int n_tiles = block_n / 8;   // 8-key mma tiles of S per row block
+  static constexpr int d_tiles = head_dim / 8;  // 8-column mma tiles of O
+  static constexpr int k_steps = head_dim / 16;
+  static constexpr int row_elems = TileGeometry<head_dim>::row_elems;
+  static constexpr int q_tile_elems = block_m * row_elems;
+  static constexpr int kv_tile_elems = block_n * row_elems;
+  static constexpr int shared_bytes = (q_tile_elems + 2 * Cfg::stages * kv_tile_elems) * int(sizeof(T));
+  // Pattern blocks inside one tile: a tile covers (block_m / group_rows) x (block_n / group_cols)
+  // pattern blocks when they are smaller than the tile, and lies inside one block otherwise.
+  static constexpr int group_rows = Cfg::pattern_block < block_m ? Cfg::pattern_block : block_m;
+  static constexpr int group_cols = Cfg::pattern_block < block_n ? Cfg::pattern_block : block_n;
+  static constexpr int groups_per_tile_row = block_n / group_cols;
+
+  static_assert(block_n % 16 == 0, "block_n must be a multiple of 16: P feeds k-steps of 16 keys");
+  static_assert(Cfg::stages >= 2, "the K/V ring needs at least two slots to overlap loads and math");
+  static_assert((block_m / group_rows) * groups_per_tile_row <= 64, "a tile's pattern mask is one 64-bit word");
+};
+
+// The key tiles one CTA visits: all of [0, count) for dense kernels, else a slice of the schedule.
+struct KeyTiles {
+  int count = 0;
+  const int* index = nullptr;                 // null: tile j is key tile j
+  const unsigned long long* mask = nullptr;   // null: every tile whole
+  __device__ int tile(int j) const { return index ? index[j] : j; }
+  __device__ unsigned long long pattern_mask(int j) const { return mask ? mask[j] : kWholeTile; }
+};
+
+struct WorkItem {
+  int batch, head_q, q_tile;
+  KeyTiles tiles;
+};
+
+struct Schedule {
+  const int* item_tile_begin;
+  const int* tile_index;
+  const unsigned long long* tile_mask;
+  const int* item_order;
+  int pattern_heads, q_tiles;
+};
+
+template <class Cfg>
+__device__ __forceinline__ Schedule schedule_of(const AttentionForwardParams& p) {
+  if constexpr (Cfg::sparsity == kScheduleBaked)
+    return {Cfg::item_tile_begin(), Cfg::tile_index(), Cfg::tile_mask(), Cfg::item_order(), Cfg::pattern_heads,
+            Cfg::q_tiles};
+  else
+    return {p.item_tile_begin, p.tile_index, p.tile_mask, p.item_order, p.pattern_heads, p.q_tiles};
+}
+
+// The last key a query tile may see under causality (or seq_k - 1), as a key tile number; -1 if none.
+template <class Cfg>
+__device__ __forceinline__ int last_key_tile(const AttentionForwardParams& p, int q_tile) {
+  using Tr = AttentionForwardTraits<Cfg>;
+  int last_key = p.seq_k - 1;
+  if constexpr (Cfg::causal != kNotCausal) {
+    const int last_row = min(q_tile * Tr::block_m + Tr::block_m - 1, p.seq_q - 1);
+    const int offset = Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0;
+    last_key = min(last_key, last_row + offset);
+  }
+  return last_key < 0 ? -1 : last_key / Tr::block_n;
+}
+
+// Which (batch, head, query tile) this CTA computes. Launch order is heaviest first so that long
+// rows start early and short ones fill the tail (longest-processing-time scheduling).
+template <class Cfg>
+__device__ __forceinline__ WorkItem locate_work(const AttentionForwardParams& p) {
+  using Tr = AttentionForwardTraits<Cfg>;
+  WorkItem w;
+  if constexpr (Cfg::sparsity == kDense) {
+    const int per_rank = p.batch * p.heads_q;
+    const int rank = blockIdx.x / per_rank, rest = blockIdx.x % per_rank;
+    const int q_tiles = (p.seq_q + Tr::block_m - 1) / Tr::block_m;
+    w.q_tile = Cfg::causal != kNotCausal ? q_tiles - 1 - rank : rank;  // causal: later rows see more keys
+    w.batch = rest / p.heads_q;
+    w.head_q = rest % p.heads_q;
+    w.tiles.count = last_key_tile<Cfg>(p, w.q_tile) + 1;
+  } else {
+    const Schedule s = schedule_of<Cfg>(p);
+    const int heads_per_pattern = p.heads_q / s.pattern_heads;
+    const int per_rank = p.batch * heads_per_pattern;
+    const int rank = blockIdx.x / per_rank, rest = blockIdx.x % per_rank;
+    const int item = s.item_order[rank];
+    const int pattern_head = item / s.q_tiles;
+    w.q_tile = item % s.q_tiles;
+    w.batch = rest / heads_per_pattern;
+    w.head_q = pattern_head * heads_per_pattern + rest % heads_per_pattern;
+    const int begin = s.item_tile_begin[item];
+    int end = s.item_tile_begin[item + 1];
+    // Tiles past the causal edge form a suffix of the ascending list: drop them before any load.
+    const int last = last_key_tile<Cfg>(p, w.q_tile);
+    while (end > begin && s.tile_index[end - 1] > last) --end;
+    w.tiles = {end - begin, s.tile_index + begin, s.tile_mask + begin};
+  }
+  return w;
+}
+
+// S = Q K^T for the warp's rows and one key tile.
+template <class Tr, bool kQInRegisters, class QFrag>
+__device__ __forceinline__ void score_tile(float (&s)[Tr::m_tiles][Tr::n_tiles][4], const QFrag& q_frag,
+                                           const typename Tr::T* q_tile, const typename Tr::T* k_tile,
+                                           int warp_row0) {
+#pragma unroll
+  for (int mt = 0; mt < Tr::m_tiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < Tr::n_tiles; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < Tr::k_steps; ++ks) {
+    unsigned a[Tr::m_tiles][4];
+#pragma unroll
+    for (int mt = 0; mt < Tr::m_tiles; ++mt) {
+      if constexpr (kQInRegisters) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a[mt][r] = q_frag[mt][ks][r];
+      } else {
+        load_a_fragment<Tr::head_dim>(a[mt], q_tile, warp_row0 + mt * 16, ks * 16);
+      }
+    }
+#pragma unroll
+    for (int np = 0; np < Tr::n_tiles / 2; ++np) {
+      unsigned b[4];
+      load_k_fragments<Tr::head_dim>(b, k_tile, np * 16, ks * 16);
+#pragma unroll
+      for (int mt = 0; mt < Tr::m_tiles; ++mt) {
+        mma_16x8x16<typename Tr::T>(s[mt][2 * np], a[mt], b[0], b[1]);
+        mma_16x8x16<typename Tr::T>(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// Sets the scores of keys a row may not see to -inf: past the sequence end, past the causal edge,
+// or in an inactive pattern block of this tile.
+template <class Cfg>
+__device__ __forceinline__ void mask_tile(float (&s)[AttentionForwardTraits<Cfg>::m_tiles][AttentionForwardTraits<Cfg>::n_tiles][4],
+                                          const AttentionForwardParams& p, int q_row0, int warp_row0, int key0,
+                                          unsigned long long pattern_mask) {
+  using Tr = AttentionForwardTraits<Cfg>;
+  const int lane = threadIdx.x % 32;
+  const int offset = Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0;
+#pragma unroll
+  for (int mt = 0; mt < Tr::m_tiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < Tr::n_tiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row_local = warp_row0 + mt * 16 + lane / 4 + (e / 2) * 8;
+        const int col_local = nt * 8 + 2 * (lane % 4) + (e % 2);
+        bool allowed = key0 + col_local < p.seq_k;
+        if constexpr (Cfg::causal != kNotCausal) allowed = allowed && key0 + col_local <= q_row0 + row_local + offset;
+        if (pattern_mask != kWholeTile) {
+          const int bit = (row_local / Tr::group_rows) * Tr::groups_per_tile_row + col_local / Tr::group_cols;
+          allowed = allowed && ((pattern_mask >> bit) & 1ull);
+        }
+        if (!allowed) s[mt][nt][e] = -infinity();
+      }
+}
+
+// Online softmax step (Milakov & Gimelshein 2018) for the warp's rows: raises the running maxima,
+// rescales the running sums and outputs by exp2(old max - new max), and turns S into P = exp2(S*c - max).
+// A row that has seen only masked keys keeps max -inf; it exponentiates against 0 instead, so
+// -inf - -inf never produces NaN and its P, sum and output stay exactly 0.
+template <class Tr>
+__device__ __forceinline__ void online_softmax(float (&s)[Tr::m_tiles][Tr::n_tiles][4],
+                                               float (&row_max)[Tr::m_tiles][2], float (&row_sum)[Tr::m_tiles][2],
+                                               float (&o)[Tr::m_tiles][Tr::d_tiles][4], float scale_log2) {
+#pragma unroll
+  for (int mt = 0; mt < Tr::m_tiles; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // rows g and g + 8 of the mma tile
+      float tile_max = -infinity();
+#pragma unroll
+      for (int nt = 0; nt < Tr::n_tiles; ++nt) tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));  // the 4 lanes of a row
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+      const float new_max = fmaxf(row_max[mt][h], tile_max * scale_log2);
+      const float base = new_max == -infinity() ? 0.f : new_max;
+      const float correction = fast_exp2(row_max[mt][h] - base);
+      row_max[mt][h] = new_max;
+      row_sum[mt][h] *= correction;
+#pragma unroll
+      for (int dt = 0; dt < Tr::d_tiles; ++dt) {
+        o[mt][dt][2 * h] *= correction;
+        o[mt][dt][2 * h + 1] *= correction;
+      }
+#pragma unroll
+      for (int nt = 0; nt < Tr::n_tiles; ++nt)
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          const float prob = fast_exp2(fmaf(s[mt][nt][e], scale_log2, -base));
+          row_sum[mt][h] += prob;
+          s[mt][nt][e] = prob;
+        }
+    }
+}
+
+// O += P V for the warp's rows and one key tile; P (in s) is rounded to T for the tensor cores.
+template <class Tr>
+__device__ __forceinline__ void accumulate_values(float (&o)[Tr::m_tiles][Tr::d_tiles][4],
+                                                  const float (&s)[Tr::m_tiles][Tr::n_tiles][4],
+                                                  const typename Tr::T* v_tile) {
+  using T = typename Tr::T;
+#pragma unroll
+  for (int kk = 0; kk < Tr::block_n / 16; ++kk) {
+    unsigned a[Tr::m_tiles][4];
+#pragma unroll
+    for (int mt = 0; mt < Tr::m_tiles; ++mt) {
+      a[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+      a[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+      a[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+      a[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int dp = 0; dp < Tr::head_dim / 16; ++dp) {
+      unsigned b[4];
+      load_v_fragments<Tr::head_dim>(b, v_tile, kk * 16, dp * 16);
+#pragma unroll
+      for (int mt = 0; mt < Tr::m_tiles; ++mt) {
+        mma_16x8x16<T>(o[mt][2 * dp], a[mt], b[0], b[1]);
+        mma_16x8x16<T>(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// Normalizes the warp's rows, writes their log-sum-exp, and stores O through the warp's own rows of
+// the Q tile (no other warp reads them) so that global stores are 16 bytes wide and coalesced.
+template <class Tr>
+__device__ __forceinline__ void store_output(float (&o)[Tr::m_tiles][Tr::d_tiles][4], float (&row_max)[Tr::m_tiles][2],
+                                             float (&row_sum)[Tr::m_tiles][2], typename Tr::T* q_tile,
+                                             typename Tr::T* out, long long out_row_stride, float* lse_row0,
+                                             int q_row0, int warp_row0, int seq_q) {
+  using T = typename Tr::T;
+  const int lane = threadIdx.x % 32;
+  constexpr float ln2 = 0.6931471805599453f;
+#pragma unroll
+  for (int mt = 0; mt < Tr::m_tiles; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float sum = row_sum[mt][h];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      // A row that saw no key: output 0 and log-sum-exp -inf (the log of an empty sum), never NaN.
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      const int row_local = warp_row0 + mt * 16 + lane / 4 + h * 8;
+      if (lse_row0 != nullptr && lane % 4 == 0 && q_row0 + row_local < seq_q)
+        lse_row0[row_local] = sum > 0.f ? (row_max[mt][h] + __log2f(sum)) * ln2 : -infinity();
+#pragma unroll
+      for (int dt = 0; dt < Tr::d_tiles; ++dt) {
+        unsigned* dst = reinterpret_cast<unsigned*>(q_tile + row_local * Tr::row_elems + dt * 8 + 2 * (lane % 4));
+        *dst = pack2<T>(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
+      }
+    }
+  __syncwarp();
+  constexpr int chunks_per_row = Tr::head_dim / 8, warp_rows = 16 * Tr::m_tiles;
+#pragma unroll
+  for (int i = lane; i < warp_rows * chunks_per_row; i += 32) {
+    const int row_local = warp_row0 + i / chunks_per_row, c = i % chunks_per_row;
+    if (q_row0 + row_local < seq_q)
+      *reinterpret_cast<uint4*>(out + (q_row0 + row_local) * out_row_stride + c * 8) =
+          *reinterpret_cast<const uint4*>(q_tile + row_local * Tr::row_elems + c * 8);
+  }
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads)
+    attention_forward(const AttentionForwardParams p) {
+  using Tr = AttentionForwardTraits<Cfg>;
+  using T = typename Tr::T;
+  constexpr int stages = Cfg::stages;
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  T* q_tile = reinterpret_cast<T*>(shared_raw);
+  T* k_ring = q_tile + Tr::q_tile_elems;
+  T* v_ring = k_ring + stages * Tr::kv_tile_elems;
+
+  const WorkItem w = locate_work<Cfg>(p);
+  const int q_row0 = w.q_tile * Tr::block_m;
+  if (q_row0 >= p.seq_q) return;  // a schedule item past the end of a short sequence: nothing to do
+  const int kv_head = w.head_q / (p.heads_q / p.heads_kv);
+  const T* q = static_cast<const T*>(p.q) + w.batch * p.q_batch_stride + w.head_q * p.q_head_stride;
+  const T* k = static_cast<const T*>(p.k) + w.batch * p.k_batch_stride + kv_head * p.k_head_stride;
+  const T* v = static_cast<const T*>(p.v) + w.batch * p.v_batch_stride + kv_head * p.v_head_stride;
+  const KeyTiles& tiles = w.tiles;
+
+  auto load_key_tile = [&](int j) {  // the j-th tile of the list into ring slot j % stages
+    const int key0 = tiles.tile(j) * Tr::block_n;
+    const int slot = j % stages;
+    load_tile_async<T, Tr::head_dim, Tr::block_n, Tr::threads>(k_ring + slot * Tr::kv_tile_elems, k, p.k_row_stride,
+                                                                key0, p.seq_k);
+    load_tile_async<T, Tr::head_dim, Tr::block_n, Tr::threads>(v_ring + slot * Tr::kv_tile_elems, v, p.v_row_stride,
+                                                                key0, p.seq_k);
+  };
+
+  // Prologue: Q and the first stages - 1 key tiles, one commit group per tile (empty groups keep
+  // the count uniform so that wait_group<stages - 2> always means "tile j has landed").
+  load_tile_async<T, Tr::head_dim, Tr::block_m, Tr::threads>(q_tile, q, p.q_row_stride, q_row0, p.seq_q);
+#pragma unroll
+  for (int j = 0; j < stages - 1; ++j) {
+    if (j < tiles.count) load_key_tile(j);
+    cp_async_commit();
+  }
+
+  const int warp_row0 = (threadIdx.x / 32) * 16 * Tr::m_tiles;
+  float o[Tr::m_tiles][Tr::d_tiles][4];
+  float row_max[Tr::m_tiles][2], row_sum[Tr::m_tiles][2];
+#pragma unroll
+  for (int mt = 0; mt < Tr::m_tiles; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < Tr::d_tiles; ++dt) o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.f;
+    row_max[mt][0] = row_max[mt][1] = -infinity();
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
+  unsigned q_frag[Cfg::q_in_registers ? Tr::m_tiles : 1][Cfg::q_in_registers ? Tr::k_steps : 1][4];
+
+  for (int j = 0; j < tiles.count; ++j) {
+    cp_async_wait<stages - 2>();
+    __syncthreads();  // tile j visible to all; every warp is done with slot (j - 1) % stages
+    if (j + stages - 1 < tiles.count) load_key_tile(j + stages - 1);
+    cp_async_commit();
+    if constexpr (Cfg::q_in_registers) {
+      if (j == 0)
+#pragma unroll
+        for (int mt = 0; mt < Tr::m_tiles; ++mt)
+#pragma unroll
+          for (int ks = 0; ks < Tr::k_steps; ++ks)
+            load_a_fragment<Tr::head_dim>(q_frag[mt][ks], q_tile, warp_row0 + mt * 16, ks * 16);
+    }
+    const int slot = j % stages;
+    const int key0 = tiles.tile(j) * Tr::block_n;
+    const unsigned long long pattern_mask = tiles.pattern_mask(j);
+
+    float s[Tr::m_tiles][Tr::n_tiles][4];
+    score_tile<Tr, Cfg::q_in_registers>(s, q_frag, q_tile, k_ring + slot * Tr::kv_tile_elems, warp_row0);
+    const bool partial = key0 + Tr::block_n > p.seq_k;
+    const bool causal_edge =
+        Cfg::causal != kNotCausal &&
+        key0 + Tr::block_n - 1 > q_row0 + (Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0);
+    if (partial || causal_edge || pattern_mask != kWholeTile) mask_tile<Cfg>(s, p, q_row0, warp_row0, key0, pattern_mask);
+    online_softmax<Tr>(s, row_max, row_sum, o, p.scale_log2);
+    accumulate_values<Tr>(o, s, v_ring + slot * Tr::kv_tile_elems);
+  }
+
+  // A CTA with no key tile still has Q in flight, loaded by every thread: drain and meet before
+  // the warps reuse their rows of the Q tile for the output.
+  cp_async_wait<0>();
+  __syncthreads();
+  T* out = static_cast<T*>(p.o) + w.batch * p.o_batch_stride + w.head_q * p.o_head_stride;
+  float* lse_row0 =
+      p.lse ? p.lse + (static_cast<long long>(w.batch) * p.heads_q + w.head_q) * p.seq_q + q_row0 : nullptr;
+  store_output<Tr>(o, row_max, row_sum, q_tile, out, p.o_row_stride, lse_row0, q_row0, warp_row0, p.seq_q);
+}
+
+}  // namespace sjit_kernels

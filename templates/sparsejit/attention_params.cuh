@@ -1,0 +1,34 @@
+// The arguments of one attention launch. Plain types only: this header is compiled by NVRTC for the
+// kernels and by the host compiler for the front end, and both must agree on the layout.
+#pragma once
+
+namespace sjit_kernels {
+
+// Sentinel of a tile's sub-block mask: every element of the tile is allowed by the pattern.
+constexpr unsigned long long kWholeTile = ~0ull;
+
+struct AttentionForwardParams {
+  const void* q;  // [B, Hq, Sq, D] by the strides below (elements), unit stride along D
+  const void* k;  // [B, Hkv, Sk, D]
+  const void* v;  // [B, Hkv, Sk, D]
+  void* o;        // [B, Hq, Sq, D]
+  float* lse;     // [B, Hq, Sq] contiguous, natural log; -inf for a row that sees no key
+  long long q_batch_stride, q_head_stride, q_row_stride;
+  long long k_batch_stride, k_head_stride, k_row_stride;
+  long long v_batch_stride, v_head_stride, v_row_stride;
+  long long o_batch_stride, o_head_stride, o_row_stride;
+  int batch, heads_q, heads_kv, seq_q, seq_k;
+  float scale_log2;  // softmax scale times log2(e): scores live in the exp2 domain
+
+  // Block-sparse schedule (ignored by dense kernels; baked kernels carry their own): for each work
+  // item (pattern head, query tile), the key tiles it visits and which pattern blocks of each tile are
+  // active. Built on the host from the pattern once per tile shape; see docs/attention.md.
+  const int* item_tile_begin;               // [items + 1] into tile_index / tile_mask
+  const int* tile_index;                    // key tile numbers, ascending within an item
+  const unsigned long long* tile_mask;      // bit (row group * groups per tile row + column group)
+  const int* item_order;                    // launch rank -> item, heaviest first
+  int pattern_heads;                        // 1 (shared by every head) or heads_q
+  int q_tiles;                              // query tiles per head: ceil(Sq / block_m)
+};
+
+}  // namespace sjit_kernels

@@ -1,0 +1,292 @@
+// Attention forward on the GPU against the float64 reference, on fresh random inputs: dense and
+// block-sparse, every dtype, head dim, causal mode, GQA, block size, several densities, odd lengths.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "sparsejit/attention_reference.h"
+#include "sparsejit/sparsejit.h"
+#include "support/test_support.h"
+
+using namespace sjit;
+
+namespace {
+
+struct Case {
+  AttentionSpec spec;
+  std::int64_t batch = 1, heads_q = 1, heads_kv = 1, seq_q = 0, seq_k = 0;
+  double density = 1;      // block-sparse: random pattern with this density
+  bool per_head_pattern = false;
+  bool bshd = false;       // [B, S, H, D] layout instead of [B, H, S, D]
+  std::string name() const {
+    return fmt::format("{} B{} Hq{} Hkv{} Sq{} Sk{} density {} {}{}", key(spec), batch, heads_q, heads_kv, seq_q, seq_k,
+                       density, per_head_pattern ? "per-head " : "", bshd ? "bshd" : "bhsd");
+  }
+};
+
+struct Result {
+  std::vector<float> o;    // [B, Hq, Sq, D] whatever the device layout
+  std::vector<float> lse;  // [B, Hq, Sq]
+};
+
+// [B, H, S, D] host values to the device layout and back.
+std::vector<float> to_layout(const std::vector<float>& bhsd, std::int64_t b, std::int64_t h, std::int64_t s,
+                             std::int64_t d, bool bshd) {
+  if (!bshd) return bhsd;
+  std::vector<float> out(bhsd.size());
+  for (std::int64_t ib = 0; ib < b; ++ib)
+    for (std::int64_t ih = 0; ih < h; ++ih)
+      for (std::int64_t is = 0; is < s; ++is)
+        std::memcpy(&out[((ib * s + is) * h + ih) * d], &bhsd[((ib * h + ih) * s + is) * d], d * sizeof(float));
+  return out;
+}
+std::vector<float> from_layout(const std::vector<float>& dev, std::int64_t b, std::int64_t h, std::int64_t s,
+                               std::int64_t d, bool bshd) {
+  if (!bshd) return dev;
+  std::vector<float> out(dev.size());
+  for (std::int64_t ib = 0; ib < b; ++ib)
+    for (std::int64_t ih = 0; ih < h; ++ih)
+      for (std::int64_t is = 0; is < s; ++is)
+        std::memcpy(&out[((ib * h + ih) * s + is) * d], &dev[((ib * s + is) * h + ih) * d], d * sizeof(float));
+  return out;
+}
+
+DeviceBuffer upload(DType dtype, const std::vector<float>& values) {
+  const auto bytes = test::to_bytes(dtype, values);
+  DeviceBuffer buffer(std::max<std::size_t>(bytes.size(), 16));
+  buffer.upload(bytes.data(), bytes.size());
+  return buffer;
+}
+
+// Runs the GPU forward on q, k, v (quantized values, [B, H, S, D]) with a fresh NaN-poisoned output.
+Result run_gpu(const Case& c, Attention& attention, const std::vector<float>& q, const std::vector<float>& k,
+               const std::vector<float>& v, const BlockPattern* pattern) {
+  const DType dt = c.spec.dtype;
+  const std::int64_t d = c.spec.head_dim;
+  DeviceBuffer dq = upload(dt, to_layout(q, c.batch, c.heads_q, c.seq_q, d, c.bshd));
+  DeviceBuffer dk = upload(dt, to_layout(k, c.batch, c.heads_kv, c.seq_k, d, c.bshd));
+  DeviceBuffer dv = upload(dt, to_layout(v, c.batch, c.heads_kv, c.seq_k, d, c.bshd));
+  const std::size_t o_elems = std::size_t(c.batch * c.heads_q * c.seq_q * d);
+  DeviceBuffer dout(std::max<std::size_t>(o_elems * 2, 16));
+  DeviceBuffer dlse(std::max<std::size_t>(std::size_t(c.batch * c.heads_q * c.seq_q) * 4, 16));
+  dout.fill_bytes(0xFF);  // NaN in f16 and bf16: an element the kernel forgets to write fails the check
+  dlse.fill_bytes(0xFF);
+
+  AttentionForwardArgs a;
+  a.q = dq.data(), a.k = dk.data(), a.v = dv.data(), a.o = dout.data(), a.lse = dlse.as<float>();
+  a.batch = c.batch, a.heads_q = c.heads_q, a.heads_kv = c.heads_kv, a.seq_q = c.seq_q, a.seq_k = c.seq_k;
+  if (c.bshd) {
+    a.q_strides = a.o_strides = Strides::bshd(c.heads_q, c.seq_q, d);
+    a.k_strides = a.v_strides = Strides::bshd(c.heads_kv, c.seq_k, d);
+  }
+  a.pattern = c.spec.sparsity == Sparsity::block_sparse ? pattern : nullptr;
+  attention.forward(a);
+  synchronize();
+
+  Result r;
+  std::vector<unsigned char> o_bytes(o_elems * 2);
+  dout.download(o_bytes.data(), o_bytes.size());
+  r.o = from_layout(test::from_bytes(dt, o_bytes), c.batch, c.heads_q, c.seq_q, d, c.bshd);
+  r.lse.resize(std::size_t(c.batch * c.heads_q * c.seq_q));
+  dlse.download(r.lse.data(), r.lse.size() * 4);
+  return r;
+}
+
+reference::AttentionOutput run_reference(const Case& c, const std::vector<float>& q, const std::vector<float>& k,
+                                         const std::vector<float>& v, const BlockPattern* pattern) {
+  reference::AttentionProblem p;
+  p.batch = c.batch, p.heads_q = c.heads_q, p.heads_kv = c.heads_kv, p.seq_q = c.seq_q, p.seq_k = c.seq_k;
+  p.head_dim = c.spec.head_dim;
+  p.causal = c.spec.causal != Causal::none;
+  p.causal_bottom_right = c.spec.causal == Causal::bottom_right;
+  if (pattern != nullptr) {
+    const int bs = pattern->block_size();
+    p.filter = [pattern, bs](std::int64_t head, std::int64_t i, std::int64_t j) {
+      return pattern->active(pattern->heads() == 1 ? 0 : int(head), i / bs, j / bs);
+    };
+  }
+  const std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end());
+  return reference::attention_forward(p, qd, kd, vd);
+}
+
+// bf16: atol 2e-2 / rtol 1e-2 (P and O are rounded to 8 bits of mantissa); f16: four times tighter.
+void expect_matches(const Case& c, const Result& got, const reference::AttentionOutput& want) {
+  const double atol = c.spec.dtype == DType::bf16 ? 2e-2 : 5e-3;
+  const double rtol = c.spec.dtype == DType::bf16 ? 1e-2 : 2.5e-3;
+  const std::int64_t d = c.spec.head_dim;
+  for (std::size_t i = 0; i < want.o.size(); ++i) {
+    const double g = got.o[i], w = want.o[i];
+    if (!(std::abs(g - w) <= atol + rtol * std::abs(w))) {
+      const std::int64_t row = std::int64_t(i) / d;
+      FAIL(fmt::format("{}: o[b{} h{} row {} col {}] = {:.6g}, want {:.6g}", c.name(), row / c.seq_q / c.heads_q,
+                       row / c.seq_q % c.heads_q, row % c.seq_q, std::int64_t(i) % d, g, w));
+    }
+  }
+  for (std::size_t i = 0; i < want.lse.size(); ++i) {
+    const double g = got.lse[i], w = want.lse[i];
+    const bool ok = std::isinf(w) ? (std::isinf(g) && g < 0) : std::abs(g - w) <= 2e-3 * std::max(1.0, std::abs(w));
+    if (!ok) FAIL(fmt::format("{}: lse[{}] = {:.7g}, want {:.7g}", c.name(), i, g, w));
+  }
+  SUCCEED();
+}
+
+BlockPattern pattern_for(const Case& c, std::uint64_t seed) {
+  return patterns::random(c.spec.block_size, c.seq_q, c.seq_k, c.density, seed,
+                          c.per_head_pattern ? int(c.heads_q) : 1);
+}
+
+void check_case(const Case& c, std::mt19937_64& rng) {
+  const std::int64_t d = c.spec.head_dim;
+  const DType dt = c.spec.dtype;
+  const auto q = test::quantized(dt, test::random_rows(rng, c.batch * c.heads_q * c.seq_q, int(d), 1.0f));
+  const auto k = test::quantized(dt, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, int(d), 1.0f));
+  const auto v = test::quantized(dt, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, int(d), 1.0f));
+  std::optional<BlockPattern> pattern;
+  if (c.spec.sparsity != Sparsity::dense) pattern = pattern_for(c, rng());
+  Attention attention = c.spec.sparsity == Sparsity::baked ? Attention(c.spec, *pattern) : Attention(c.spec);
+  const Result got = run_gpu(c, attention, q, k, v, pattern ? &*pattern : nullptr);
+  const auto want = run_reference(c, q, k, v, pattern ? &*pattern : nullptr);
+  INFO(c.name());
+  expect_matches(c, got, want);
+}
+
+AttentionSpec spec_of(int d, DType dtype, Causal causal, Sparsity sparsity = Sparsity::dense, int block = 0) {
+  AttentionSpec s;
+  s.head_dim = d, s.dtype = dtype, s.causal = causal, s.sparsity = sparsity, s.block_size = block;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("dense attention matches the float64 reference for every head dim, dtype and causal mode",
+          "[gpu][attention]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (const int d : {32, 64, 96, 128, 256})
+    for (const DType dt : {DType::bf16, DType::f16})
+      for (const Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right}) {
+        // Lengths that are not multiples of any tile; bottom-right with seq_q > seq_k leaves rows empty.
+        Case c{spec_of(d, dt, causal), 2, 4, 2, 197, 333};
+        if (causal == Causal::bottom_right) std::swap(c.seq_q, c.seq_k);
+        check_case(c, rng);
+      }
+}
+
+TEST_CASE("dense attention: GQA, MQA, [B, S, H, D] strides, a single row, long sequences", "[gpu][attention]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  SECTION("MQA: eight query heads share one K/V head") {
+    check_case({spec_of(64, DType::bf16, Causal::top_left), 1, 8, 1, 130, 130}, rng);
+  }
+  SECTION("[B, S, H, D] layout, grouped") {
+    Case c{spec_of(128, DType::f16, Causal::none), 2, 4, 2, 100, 257};
+    c.bshd = true;
+    check_case(c, rng);
+  }
+  SECTION("one query row, one key") { check_case({spec_of(128, DType::bf16, Causal::none), 1, 1, 1, 1, 1}, rng); }
+  SECTION("decode-like: 3 queries, 1000 keys, bottom-right") {
+    check_case({spec_of(128, DType::bf16, Causal::bottom_right), 1, 2, 2, 3, 1000}, rng);
+  }
+  SECTION("1024 x 1024, several key tiles per CTA, causal") {
+    check_case({spec_of(128, DType::bf16, Causal::top_left), 1, 2, 1, 1024, 1024}, rng);
+  }
+}
+
+TEST_CASE("block-sparse attention matches the reference for every block size and density", "[gpu][attention]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  int variant = 0;
+  for (const int bs : {16, 32, 64, 128})
+    for (const double density : {1.0, 0.5, 0.1, 0.02, 0.0})
+      for (const Causal causal : {Causal::none, Causal::top_left}) {
+        ++variant;
+        const int d = variant % 2 ? 128 : 64;
+        const DType dt = variant % 3 ? DType::bf16 : DType::f16;
+        // Long enough for 0.02 to leave more than the diagonal with small blocks; odd lengths.
+        const std::int64_t seq = bs <= 32 ? 1000 : 1500;
+        Case c{spec_of(d, dt, causal, Sparsity::block_sparse, bs), 1, 4, 2, seq + 3, seq - 5, density};
+        c.per_head_pattern = variant % 4 == 1;
+        check_case(c, rng);
+      }
+}
+
+TEST_CASE("an empty pattern row gives output 0 and log-sum-exp -inf, never NaN", "[gpu][attention]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const std::int64_t seq = 300;
+  // Rows 0 and 2 empty, row 1 the diagonal only, the rest dense.
+  const int bs = 64;
+  const std::int64_t blocks = (seq + bs - 1) / bs;
+  std::vector<std::uint8_t> mask(std::size_t(blocks * blocks), 1);
+  for (std::int64_t c = 0; c < blocks; ++c) mask[c] = 0, mask[2 * blocks + c] = 0, mask[blocks + c] = c == 1;
+  const BlockPattern pattern = BlockPattern::from_block_mask(bs, 1, blocks, blocks, mask);
+  const Case c{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, bs), 2, 2, 2, seq, seq};
+  const auto q = test::quantized(DType::bf16, test::random_rows(rng, 4 * seq, 128, 1.0f));
+  const auto k = test::quantized(DType::bf16, test::random_rows(rng, 4 * seq, 128, 1.0f));
+  const auto v = test::quantized(DType::bf16, test::random_rows(rng, 4 * seq, 128, 1.0f));
+  Attention attention(c.spec);
+  const Result got = run_gpu(c, attention, q, k, v, &pattern);
+  for (std::int64_t bh = 0; bh < 4; ++bh)
+    for (std::int64_t row = 0; row < seq; ++row) {
+      const bool empty = row / bs == 0 || row / bs == 2;
+      const float lse = got.lse[bh * seq + row];
+      if (empty) {
+        REQUIRE((std::isinf(lse) && lse < 0));
+        for (int col = 0; col < 128; ++col) REQUIRE(got.o[(bh * seq + row) * 128 + col] == 0.0f);
+      } else {
+        REQUIRE(std::isfinite(lse));
+      }
+    }
+  expect_matches(c, got, run_reference(c, q, k, v, &pattern));
+}
+
+TEST_CASE("a baked pattern gives bit for bit the output of the same pattern given at launch", "[gpu][attention]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (const int bs : {32, 128}) {
+    Case c{spec_of(64, DType::bf16, Causal::top_left, Sparsity::block_sparse, bs), 2, 4, 4, 700, 700, 0.3};
+    c.per_head_pattern = bs == 32;
+    const BlockPattern pattern = pattern_for(c, rng());
+    const auto q = test::quantized(DType::bf16, test::random_rows(rng, 8 * 700, 64, 1.0f));
+    const auto k = test::quantized(DType::bf16, test::random_rows(rng, 8 * 700, 64, 1.0f));
+    const auto v = test::quantized(DType::bf16, test::random_rows(rng, 8 * 700, 64, 1.0f));
+    Attention runtime(c.spec);
+    Attention baked(c.spec, pattern);
+    REQUIRE(baked.spec().sparsity == Sparsity::baked);
+    REQUIRE(key(baked.spec()).find(fmt::format("{:016x}", pattern.digest())) != std::string::npos);
+    const Result a = run_gpu(c, runtime, q, k, v, &pattern);
+    Case cb = c;
+    cb.spec = baked.spec();
+    const Result b = run_gpu(cb, baked, q, k, v, nullptr);
+    REQUIRE(std::memcmp(a.o.data(), b.o.data(), a.o.size() * 4) == 0);
+    REQUIRE(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0);
+    expect_matches(c, a, run_reference(c, q, k, v, &pattern));
+  }
+}
+
+TEST_CASE("every tiling the tuner may pick computes the same attention", "[gpu][attention]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const Case c{spec_of(128, DType::bf16, Causal::top_left, Sparsity::block_sparse, 64), 1, 2, 1, 517, 517, 0.5};
+  const BlockPattern pattern = pattern_for(c, rng());
+  const auto q = test::quantized(DType::bf16, test::random_rows(rng, 2 * 517, 128, 1.0f));
+  const auto k = test::quantized(DType::bf16, test::random_rows(rng, 517, 128, 1.0f));
+  const auto v = test::quantized(DType::bf16, test::random_rows(rng, 517, 128, 1.0f));
+  const auto want = run_reference(c, q, k, v, &pattern);
+  for (const AttentionConfig config : {AttentionConfig{4, 2, 64, 2, 0}, AttentionConfig{8, 1, 64, 2, 1},
+                                       AttentionConfig{4, 1, 32, 3, 1}, AttentionConfig{4, 2, 32, 2, 0},
+                                       AttentionConfig{8, 1, 128, 2, 0}, AttentionConfig{4, 1, 16, 2, 1}}) {
+    INFO(key(config));
+    Attention attention(c.spec, config);
+    expect_matches(c, run_gpu(c, attention, q, k, v, &pattern), want);
+  }
+}

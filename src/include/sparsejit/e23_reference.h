@@ -1,0 +1,52 @@
+// Float64 CPU reference of the E23 dual-memory Elman cell (docs/e23.md): forward over a sequence and
+// backward through time. The oracle for the E23 kernels; slow and simple on purpose.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sparsejit/e23_spec.h"
+
+namespace sjit::reference {
+
+// Layouts (row-major, the last index fastest): u and y [T, B, D], h [B, D], M [B, N, D] (slot i of batch
+// row b at (b * N + i) * D), weights [D, D] with (W h)_i = sum_j W[i * D + j] h_j.
+//
+// The reference reads spec.kind, spec.alpha, spec.n_slots (N), spec.dim (D) and spec.scale (0: exactly
+// 1/sqrt(D) in float64); spec.dtype is ignored. It takes any N >= 1 and D >= 1: the kernels' limits on
+// N and D (canonical(E23Spec)) do not apply, so gradient checks can use tiny sizes.
+struct E23Weights {
+  std::span<const double> w_h;  // [D, D], the recurrence
+  std::span<const double> w_w;  // [D, D], the write value w = W_w h'
+};
+
+struct E23Sequence {
+  std::vector<double> y;              // [T, B, D], y_t = h_{t+1}
+  std::vector<double> h_final;        // [B, D]
+  std::vector<double> m_final;        // [B, N, D]
+  std::vector<double> read_support;   // [T], mean over batch rows of #{i : a_i > 0} (0 for an empty batch)
+  std::vector<double> write_support;  // [T], the same for the write weights b
+};
+
+E23Sequence e23_forward(const E23Spec& spec, std::int64_t batch, std::int64_t steps, std::span<const double> u,
+                        std::span<const double> h0, std::span<const double> m0, const E23Weights& w);
+
+struct E23Gradients {
+  std::vector<double> du;    // [T, B, D]
+  std::vector<double> dh0;   // [B, D]
+  std::vector<double> dm0;   // [B, N, D]
+  std::vector<double> dw_h;  // [D, D]
+  std::vector<double> dw_w;  // [D, D]
+};
+
+// Backward through time for a loss L with dL/dy = dy [T, B, D], dL/dh_final = dh_final [B, D] and
+// dL/dm_final = dm_final [B, N, D]; dh_final and dm_final may be empty (zero). Recomputes the forward.
+// The normalizers' Jacobians are exact on their support (Peters, Niculae & Martins 2019, Prop. 2), so
+// the gradients are exact wherever no score sits at a support threshold.
+E23Gradients e23_backward(const E23Spec& spec, std::int64_t batch, std::int64_t steps, std::span<const double> u,
+                          std::span<const double> h0, std::span<const double> m0, const E23Weights& w,
+                          std::span<const double> dy, std::span<const double> dh_final,
+                          std::span<const double> dm_final);
+
+}  // namespace sjit::reference

@@ -1,0 +1,292 @@
+// Float64 CPU reference of the E23 dual-memory Elman cell (see e23_reference.h and docs/e23.md).
+//
+// Forward, per batch row, step t (M = M_t, h = h_t, f = the row normalizer, s = scale):
+//   r = s M h,  a = f(r),  v = M^T a
+//   z = W_h h + u_t + v,  h' = tanh(z)                          (h' = h_{t+1} = y_t)
+//   w = W_w h',  q = s M h',  b = f(q),  M'_i = (1 - b_i) M_i + b_i w   (M' = M_{t+1})
+//
+// Backward through time. Write g_X for dL/dX. Going from t = T-1 down to 0 with g_h' = dy_t + g_{h_{t+1}}
+// (g_{h_T} = dh_final) and g_M' = g_{M_{t+1}} (g_{M_T} = dm_final), each step undoes the forward in reverse:
+//   write:  g_w = sum_i b_i g_M'_i               g_b_i = <g_M'_i, w - M_i>        g_M_i = (1 - b_i) g_M'_i
+//           g_q = J_f(q) g_b                     g_M_i += s g_q_i h'               g_h' += s M^T g_q
+//           g_W_w += g_w h'^T                    g_h' += W_w^T g_w
+//   update: g_z = g_h' * (1 - h'^2)              g_u_t = g_z   g_v = g_z   g_W_h += g_z h^T   g_h = W_h^T g_z
+//   read:   g_a_i = <M_i, g_v>                   g_M_i += a_i g_v
+//           g_r = J_f(r) g_a                     g_M_i += s g_r_i h                g_h += s M^T g_r
+// J_f is symmetric, J_f = diag(c) - c c^T / sum(c) with c_i = f_i^(2 - alpha) on the support and 0 off
+// it (Peters, Niculae & Martins 2019, Prop. 2; softmax c = f, sparsemax c = 1 on the support, Martins &
+// Astudillo 2016): rownorm_backward computes J_f g from the forward's output alone.
+// M_t feeds both the read and the write of step t, so g_M_t collects the three terms of each.
+#include "sparsejit/e23_reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "sparsejit/error.h"
+#include "sparsejit/reference.h"
+
+namespace sjit::reference {
+namespace {
+
+// The sizes of one call, checked.
+struct Shape {
+  std::int64_t batch, steps, slots, dim;
+};
+
+// What one batch row's step needs besides the state: the normalizer, the scale and the weights.
+struct Cell {
+  RowNormSpec norm;
+  double scale;
+  std::int64_t slots, dim;
+  std::span<const double> w_h, w_w;
+};
+
+// Every state of the forward, kept for the backward.
+struct Trace {
+  std::vector<double> h;      // [T + 1, B, D]: h_0, then y_0 .. y_{T-1}
+  std::vector<double> m;      // [T + 1, B, N, D]: M_0 .. M_T
+  std::vector<double> read;   // [T, B, N] read weights a
+  std::vector<double> write;  // [T, B, N] write weights b
+  std::vector<double> value;  // [T, B, D] write values w
+};
+
+std::string shape_text(std::initializer_list<std::int64_t> dims) {
+  std::string text = "[";
+  for (std::int64_t d : dims) text += (text.size() > 1 ? ", " : "") + std::to_string(d);
+  return text + "]";
+}
+
+void check_size(std::string_view argument, std::size_t actual, std::string_view shape_name,
+                std::initializer_list<std::int64_t> dims) {
+  std::int64_t expected = 1;
+  for (std::int64_t d : dims) expected *= d;
+  if (static_cast<std::int64_t>(actual) != expected)
+    throw InvalidArgument(fmt::format("e23 reference: {} has {} elements but {} = {} needs {}", argument, actual,
+                                      shape_name, shape_text(dims), expected));
+}
+
+Cell make_cell(const E23Spec& spec, const E23Weights& w) {
+  if (spec.n_slots < 1)
+    throw InvalidArgument(fmt::format("e23 reference: spec.n_slots = {} is not allowed; it must be >= 1", spec.n_slots));
+  if (spec.dim < 1)
+    throw InvalidArgument(fmt::format("e23 reference: spec.dim = {} is not allowed; it must be >= 1", spec.dim));
+  if (!(std::isfinite(spec.scale) && spec.scale >= 0.0f))
+    throw InvalidArgument(fmt::format(
+        "e23 reference: spec.scale = {} is not allowed; it must be finite and > 0, or 0 for 1/sqrt(dim)", spec.scale));
+  if (spec.kind == NormKind::entmax && !(std::isfinite(spec.alpha) && spec.alpha >= 1.0f))
+    throw InvalidArgument(fmt::format(
+        "e23 reference: spec.alpha = {} is not allowed; entmax takes a finite alpha >= 1", spec.alpha));
+  if (spec.kind != NormKind::softmax && spec.kind != NormKind::sparsemax && spec.kind != NormKind::entmax)
+    throw InvalidArgument(fmt::format("e23 reference: spec.kind = {} is not a NormKind", static_cast<int>(spec.kind)));
+  const std::int64_t d = spec.dim;
+  check_size("w.w_h", w.w_h.size(), "[dim, dim]", {d, d});
+  check_size("w.w_w", w.w_w.size(), "[dim, dim]", {d, d});
+  RowNormSpec norm;
+  norm.kind = spec.kind;
+  norm.alpha = spec.alpha;
+  norm.n = spec.n_slots;
+  const double scale = spec.scale == 0.0f ? 1.0 / std::sqrt(static_cast<double>(d)) : static_cast<double>(spec.scale);
+  return {norm, scale, spec.n_slots, d, w.w_h, w.w_w};
+}
+
+Shape check_inputs(const Cell& cell, std::int64_t batch, std::int64_t steps, std::span<const double> u,
+                   std::span<const double> h0, std::span<const double> m0) {
+  if (batch < 0) throw InvalidArgument(fmt::format("e23 reference: batch = {} is not allowed; it must be >= 0", batch));
+  if (steps < 0) throw InvalidArgument(fmt::format("e23 reference: steps = {} is not allowed; it must be >= 0", steps));
+  const Shape s{batch, steps, cell.slots, cell.dim};
+  check_size("u", u.size(), "[steps, batch, dim]", {s.steps, s.batch, s.dim});
+  check_size("h0", h0.size(), "[batch, dim]", {s.batch, s.dim});
+  check_size("m0", m0.size(), "[batch, n_slots, dim]", {s.batch, s.slots, s.dim});
+  return s;
+}
+
+double dot(const double* x, const double* y, std::int64_t n) {
+  double sum = 0.0;
+  for (std::int64_t j = 0; j < n; ++j) sum += x[j] * y[j];
+  return sum;
+}
+
+// scores_i = scale * <M_i, x>
+std::vector<double> slot_scores(const Cell& cell, const double* m, const double* x) {
+  std::vector<double> scores(cell.slots);
+  for (std::int64_t i = 0; i < cell.slots; ++i) scores[i] = cell.scale * dot(m + i * cell.dim, x, cell.dim);
+  return scores;
+}
+
+// One step of one batch row: h, m (the state) and u_t in; h_next, m_next, a, b, w out.
+void step_forward(const Cell& cell, const double* h, const double* m, const double* u_t, double* h_next,
+                  double* m_next, double* a, double* b, double* w) {
+  const std::int64_t n = cell.slots, d = cell.dim;
+  const std::vector<double> read = rownorm_forward(cell.norm, slot_scores(cell, m, h));
+  for (std::int64_t k = 0; k < d; ++k) {
+    double z = dot(&cell.w_h[k * d], h, d) + u_t[k];
+    for (std::int64_t i = 0; i < n; ++i) z += read[i] * m[i * d + k];  // v = M^T a
+    h_next[k] = std::tanh(z);
+  }
+  for (std::int64_t k = 0; k < d; ++k) w[k] = dot(&cell.w_w[k * d], h_next, d);
+  const std::vector<double> write = rownorm_forward(cell.norm, slot_scores(cell, m, h_next));
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t k = 0; k < d; ++k) m_next[i * d + k] = (1.0 - write[i]) * m[i * d + k] + write[i] * w[k];
+    a[i] = read[i];
+    b[i] = write[i];
+  }
+}
+
+Trace run_forward(const Cell& cell, const Shape& s, std::span<const double> u, std::span<const double> h0,
+                  std::span<const double> m0) {
+  const std::int64_t hd = s.batch * s.dim, md = s.batch * s.slots * s.dim, an = s.batch * s.slots;
+  Trace tr;
+  tr.h.resize((s.steps + 1) * hd);
+  tr.m.resize((s.steps + 1) * md);
+  tr.read.resize(s.steps * an);
+  tr.write.resize(s.steps * an);
+  tr.value.resize(s.steps * hd);
+  std::copy(h0.begin(), h0.end(), tr.h.begin());
+  std::copy(m0.begin(), m0.end(), tr.m.begin());
+  for (std::int64_t t = 0; t < s.steps; ++t) {
+    for (std::int64_t b = 0; b < s.batch; ++b) {
+      const std::int64_t hb = b * s.dim, mb = b * s.slots * s.dim, ab = b * s.slots;
+      step_forward(cell, &tr.h[t * hd + hb], &tr.m[t * md + mb], &u[t * hd + hb], &tr.h[(t + 1) * hd + hb],
+                   &tr.m[(t + 1) * md + mb], &tr.read[t * an + ab], &tr.write[t * an + ab], &tr.value[t * hd + hb]);
+    }
+  }
+  return tr;
+}
+
+// Mean over batch rows of the number of positive weights in each [N] row of `weights` ([T, B, N]).
+std::vector<double> mean_support(const std::vector<double>& weights, const Shape& s) {
+  std::vector<double> support(s.steps, 0.0);
+  if (s.batch == 0) return support;
+  for (std::int64_t t = 0; t < s.steps; ++t) {
+    std::int64_t count = 0;
+    for (std::int64_t j = 0; j < s.batch * s.slots; ++j) count += weights[t * s.batch * s.slots + j] > 0.0;
+    support[t] = static_cast<double>(count) / static_cast<double>(s.batch);
+  }
+  return support;
+}
+
+// The state a step's backward reads: the forward values of that step for one batch row.
+struct StepState {
+  const double *h, *m, *h_next, *a, *b, *w;
+};
+
+// Backward of one step of one batch row (the equations at the top of the file). In: g_h_next (g_h',
+// already holding dy_t), g_m_next (g_M'). Out: g_h, g_m, g_u; dw_h and dw_w are accumulated.
+void step_backward(const Cell& cell, const StepState& st, std::vector<double> g_h_next,
+                   const double* g_m_next, double* g_h, double* g_m, double* g_u, double* dw_h, double* dw_w) {
+  const std::int64_t n = cell.slots, d = cell.dim;
+  // write: M'_i = (1 - b_i) M_i + b_i w
+  std::vector<double> g_w(d, 0.0), g_b(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    double g_bi = 0.0;
+    for (std::int64_t k = 0; k < d; ++k) {
+      const double g = g_m_next[i * d + k];
+      g_w[k] += st.b[i] * g;
+      g_bi += g * (st.w[k] - st.m[i * d + k]);
+      g_m[i * d + k] = (1.0 - st.b[i]) * g;
+    }
+    g_b[i] = g_bi;
+  }
+  // b = f(q), q = s M h'
+  const std::vector<double> g_q = rownorm_backward(cell.norm, std::span<const double>(st.b, n), g_b);
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t k = 0; k < d; ++k) {
+      g_m[i * d + k] += cell.scale * g_q[i] * st.h_next[k];
+      g_h_next[k] += cell.scale * g_q[i] * st.m[i * d + k];
+    }
+  }
+  // w = W_w h'
+  for (std::int64_t r = 0; r < d; ++r) {
+    for (std::int64_t c = 0; c < d; ++c) {
+      dw_w[r * d + c] += g_w[r] * st.h_next[c];
+      g_h_next[c] += cell.w_w[r * d + c] * g_w[r];
+    }
+  }
+  // h' = tanh(z), z = W_h h + u + v
+  std::vector<double> g_z(d);
+  for (std::int64_t k = 0; k < d; ++k) g_z[k] = g_h_next[k] * (1.0 - st.h_next[k] * st.h_next[k]);
+  for (std::int64_t k = 0; k < d; ++k) {
+    g_u[k] = g_z[k];
+    g_h[k] = 0.0;
+  }
+  for (std::int64_t r = 0; r < d; ++r) {
+    for (std::int64_t c = 0; c < d; ++c) {
+      dw_h[r * d + c] += g_z[r] * st.h[c];
+      g_h[c] += cell.w_h[r * d + c] * g_z[r];
+    }
+  }
+  // v = M^T a (g_v = g_z)
+  std::vector<double> g_a(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    g_a[i] = dot(st.m + i * d, g_z.data(), d);
+    for (std::int64_t k = 0; k < d; ++k) g_m[i * d + k] += st.a[i] * g_z[k];
+  }
+  // a = f(r), r = s M h
+  const std::vector<double> g_r = rownorm_backward(cell.norm, std::span<const double>(st.a, n), g_a);
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t k = 0; k < d; ++k) {
+      g_m[i * d + k] += cell.scale * g_r[i] * st.h[k];
+      g_h[k] += cell.scale * g_r[i] * st.m[i * d + k];
+    }
+  }
+}
+
+}  // namespace
+
+E23Sequence e23_forward(const E23Spec& spec, std::int64_t batch, std::int64_t steps, std::span<const double> u,
+                        std::span<const double> h0, std::span<const double> m0, const E23Weights& w) {
+  const Cell cell = make_cell(spec, w);
+  const Shape s = check_inputs(cell, batch, steps, u, h0, m0);
+  const Trace tr = run_forward(cell, s, u, h0, m0);
+  const std::int64_t hd = s.batch * s.dim, md = s.batch * s.slots * s.dim;
+  E23Sequence out;
+  out.y.assign(tr.h.begin() + hd, tr.h.end());
+  out.h_final.assign(tr.h.end() - hd, tr.h.end());
+  out.m_final.assign(tr.m.end() - md, tr.m.end());
+  out.read_support = mean_support(tr.read, s);
+  out.write_support = mean_support(tr.write, s);
+  return out;
+}
+
+E23Gradients e23_backward(const E23Spec& spec, std::int64_t batch, std::int64_t steps, std::span<const double> u,
+                          std::span<const double> h0, std::span<const double> m0, const E23Weights& w,
+                          std::span<const double> dy, std::span<const double> dh_final,
+                          std::span<const double> dm_final) {
+  const Cell cell = make_cell(spec, w);
+  const Shape s = check_inputs(cell, batch, steps, u, h0, m0);
+  check_size("dy", dy.size(), "[steps, batch, dim]", {s.steps, s.batch, s.dim});
+  if (!dh_final.empty()) check_size("dh_final", dh_final.size(), "[batch, dim] (or empty for zero)", {s.batch, s.dim});
+  if (!dm_final.empty())
+    check_size("dm_final", dm_final.size(), "[batch, n_slots, dim] (or empty for zero)", {s.batch, s.slots, s.dim});
+
+  const Trace tr = run_forward(cell, s, u, h0, m0);
+  const std::int64_t hd = s.batch * s.dim, md = s.batch * s.slots * s.dim, an = s.batch * s.slots;
+  E23Gradients g;
+  g.du.assign(s.steps * hd, 0.0);
+  g.dw_h.assign(s.dim * s.dim, 0.0);
+  g.dw_w.assign(s.dim * s.dim, 0.0);
+  // g.dh0 and g.dm0 carry g_{h_t} and g_{M_t} down the steps; at t = 0 they are the answer.
+  g.dh0 = dh_final.empty() ? std::vector<double>(hd, 0.0) : std::vector<double>(dh_final.begin(), dh_final.end());
+  g.dm0 = dm_final.empty() ? std::vector<double>(md, 0.0) : std::vector<double>(dm_final.begin(), dm_final.end());
+  std::vector<double> g_m(md);
+  for (std::int64_t t = s.steps - 1; t >= 0; --t) {
+    for (std::int64_t b = 0; b < s.batch; ++b) {
+      const std::int64_t hb = b * s.dim, mb = b * s.slots * s.dim, ab = b * s.slots;
+      const StepState st{&tr.h[t * hd + hb],       &tr.m[t * md + mb],     &tr.h[(t + 1) * hd + hb],
+                         &tr.read[t * an + ab],    &tr.write[t * an + ab], &tr.value[t * hd + hb]};
+      std::vector<double> g_h_next(dy.begin() + t * hd + hb, dy.begin() + t * hd + hb + s.dim);
+      for (std::int64_t k = 0; k < s.dim; ++k) g_h_next[k] += g.dh0[hb + k];
+      step_backward(cell, st, std::move(g_h_next), &g.dm0[mb], &g.dh0[hb], &g_m[mb], &g.du[t * hd + hb],
+                    g.dw_h.data(), g.dw_w.data());
+    }
+    g.dm0.swap(g_m);
+  }
+  return g;
+}
+
+}  // namespace sjit::reference

@@ -1,10 +1,13 @@
 // Everything public in one include.
 #pragma once
 
+#include "sparsejit/attention.h"
+#include "sparsejit/attention_spec.h"
 #include "sparsejit/device.h"
 #include "sparsejit/dtype.h"
 #include "sparsejit/error.h"
 #include "sparsejit/jit.h"
+#include "sparsejit/pattern.h"
 #include "sparsejit/reference.h"
 #include "sparsejit/rownorm.h"
 #include "sparsejit/rownorm_spec.h"

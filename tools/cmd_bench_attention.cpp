@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 
 #include "commands.h"
@@ -20,6 +21,7 @@ struct AttentionBenchOptions {
   std::string pattern_file;
   bool baked = false;
   bool per_head = false;
+  bool backward = false;
   std::string config;
   int iterations = 20, warmup = 3;
 };
@@ -82,15 +84,46 @@ int run_attention(const AttentionBenchOptions& o) {
   fmt::print("device {} ({} SMs); B={} Hq={} Hkv={} Sq={} Sk={} D={} {} causal={}; median of {} runs\n", dev.name,
              dev.multiprocessors, o.batch, o.heads, heads_kv, o.seq, seq_k, o.head_dim, name(dtype), o.causal,
              o.iterations);
-  Table table({"kernel", "density", "blocks/row", "time", "TFLOP/s", "% of 989", "vs dense", "vs dense x density",
-               "config"});
+  std::vector<std::string> headers = {"kernel", "density", "blocks/row", "time", "TFLOP/s", "% of 989", "vs dense",
+                                      "vs dense x density", "config"};
+  if (o.backward) headers.insert(headers.end(), {"bwd", "fwd+bwd", "fwd+bwd TFLOP/s", "fwd+bwd vs dense"});
+  Table table(headers);
+
+  // The backward's buffers: dO random, gradients written.
+  std::optional<DeviceBuffer> d_o, dq, dk, dv;
+  AttentionBackwardArgs bargs;
+  if (o.backward) {
+    d_o.emplace(random_tensor(o.batch * o.heads * o.seq * o.head_dim, dtype, rng));
+    dq.emplace(out.bytes());
+    dk.emplace(k.bytes());
+    dv.emplace(v.bytes());
+    bargs.q = q.data(), bargs.k = k.data(), bargs.v = v.data(), bargs.o = out.data(), bargs.lse = lse.as<float>();
+    bargs.d_o = d_o->data(), bargs.dq = dq->data(), bargs.dk = dk->data(), bargs.dv = dv->data();
+    bargs.batch = o.batch, bargs.heads_q = o.heads, bargs.heads_kv = heads_kv, bargs.seq_q = o.seq, bargs.seq_k = seq_k;
+  }
+  double dense_both_ms = 0;
+  // Backward columns: time, forward + backward, and its rate counted as 3.5 x the forward's FLOPs
+  // (FlashAttention's convention: the backward does 2.5 x the forward's matrix work).
+  auto backward_cells = [&](Attention& attention, const BlockPattern* pattern, double fwd_ms, double flops) {
+    if (!o.backward) return std::vector<std::string>{};
+    bargs.pattern = pattern;
+    const double bwd_ms = median_ms(o.warmup, o.iterations, [&] { attention.backward(bargs); });
+    const double both = fwd_ms + bwd_ms;
+    if (dense_both_ms == 0) dense_both_ms = both;
+    return std::vector<std::string>{fmt::format("{:.3f} ms", bwd_ms), fmt::format("{:.3f} ms", both),
+                                    fmt::format("{:.0f}", 3.5 * flops / both / 1e9),
+                                    fmt::format("{:.2f}x", dense_both_ms / both)};
+  };
 
   Attention dense_attention(dense, config);
   const double dense_ms = median_ms(o.warmup, o.iterations, [&] { dense_attention.forward(args); });
   const double dense_flops = attention_forward_flops(dense, args);
-  table.add({"dense", "1", "-", fmt::format("{:.3f} ms", dense_ms), fmt::format("{:.0f}", dense_flops / dense_ms / 1e9),
-             fmt::format("{:.0f}%", 100 * dense_flops / dense_ms / 1e9 / kH100PeakTflops), "1.00x", "-",
-             key(dense_attention.config())});
+  std::vector<std::string> dense_row = {
+      "dense", "1", "-", fmt::format("{:.3f} ms", dense_ms), fmt::format("{:.0f}", dense_flops / dense_ms / 1e9),
+      fmt::format("{:.0f}%", 100 * dense_flops / dense_ms / 1e9 / kH100PeakTflops), "1.00x", "-",
+      key(dense_attention.config())};
+  for (auto& cell : backward_cells(dense_attention, nullptr, dense_ms, dense_flops)) dense_row.push_back(cell);
+  table.add(dense_row);
 
   std::vector<std::pair<std::string, BlockPattern>> patterns_to_run;
   if (!o.pattern_file.empty()) {
@@ -111,11 +144,13 @@ int run_attention(const AttentionBenchOptions& o) {
       attention.prepare(pattern);
       const double ms = median_ms(o.warmup, o.iterations, [&] { attention.forward(args); });
       const double tflops = flops / ms / 1e9;
-      table.add({kernel, fmt::format("{:.3f}", stats.density), fmt::format("{:.1f}", stats.mean_per_row),
-                 fmt::format("{:.3f} ms", ms), fmt::format("{:.0f}", tflops),
-                 fmt::format("{:.0f}%", 100 * tflops / kH100PeakTflops), fmt::format("{:.2f}x", dense_ms / ms),
-                 stats.density > 0 ? fmt::format("{:.2f}", ms / (dense_ms * stats.density)) : "-",
-                 key(attention.config())});
+      std::vector<std::string> row = {
+          kernel, fmt::format("{:.3f}", stats.density), fmt::format("{:.1f}", stats.mean_per_row),
+          fmt::format("{:.3f} ms", ms), fmt::format("{:.0f}", tflops),
+          fmt::format("{:.0f}%", 100 * tflops / kH100PeakTflops), fmt::format("{:.2f}x", dense_ms / ms),
+          stats.density > 0 ? fmt::format("{:.2f}", ms / (dense_ms * stats.density)) : "-", key(attention.config())};
+      for (auto& cell : backward_cells(attention, &pattern, ms, flops)) row.push_back(cell);
+      table.add(row);
     };
     Attention runtime(sparse, config);
     add_row(runtime, fmt::format("bsr {} ({})", pattern.block_size(), label));
@@ -150,6 +185,7 @@ Runner add_bench_attention(CLI::App& bench) {
   cmd->add_option("--pattern", o->pattern_file, "A pattern file (BlockPattern::save) instead of random patterns");
   cmd->add_flag("--baked", o->baked, "Also time the pattern baked into the kernel");
   cmd->add_flag("--per-head", o->per_head, "A different random pattern for every head");
+  cmd->add_flag("--backward", o->backward, "Also time the backward (dQ, dK, dV) and forward + backward");
   cmd->add_option("--config", o->config, "Tiling, e.g. warps=4,mt=2,bn=64,stages=2,qreg=0 (default: chosen)");
   cmd->add_option("--iters", o->iterations, "Timed runs (median reported)");
   cmd->add_option("--warmup", o->warmup, "Untimed runs first");

@@ -23,6 +23,8 @@ namespace {
 struct DeviceSchedule {
   CUcontext context = nullptr;
   std::uint64_t pattern_digest = 0;
+  int block_m = 0, block_n = 0;  // the tile shape it was built for
+  bool transposed = false;       // key-major (the backward's dK/dV pass)
   DeviceBuffer buffer;
   const int* item_tile_begin = nullptr;
   const int* tile_index = nullptr;
@@ -97,16 +99,77 @@ struct Attention::State {
   }
 
   const DeviceSchedule& schedule(const BlockPattern& pattern, const jit::Target& target) {
+    return schedule(pattern, target, config.block_m(), config.block_n, false);
+  }
+
+  // The schedule of `pattern` (or of its transpose) for tiles of block_m x block_n, on the device.
+  const DeviceSchedule& schedule(const BlockPattern& pattern, const jit::Target& target, int block_m, int block_n,
+                                 bool transposed) {
     std::lock_guard lock(mutex);
-    for (auto it = schedules.begin(); it != schedules.end(); ++it)
-      if ((*it)->context == target.context && (*it)->pattern_digest == pattern.digest()) {
+    for (auto it = schedules.begin(); it != schedules.end(); ++it) {
+      const DeviceSchedule& d = **it;
+      if (d.context == target.context && d.pattern_digest == pattern.digest() && d.block_m == block_m &&
+          d.block_n == block_n && d.transposed == transposed) {
         schedules.splice(schedules.begin(), schedules, it);
         return *schedules.front();
       }
-    const attention::TileSchedule s = attention::build_tile_schedule(pattern, config.block_m(), config.block_n);
+    }
+    const attention::TileSchedule s =
+        attention::build_tile_schedule(transposed ? pattern.transposed() : pattern, block_m, block_n);
     schedules.push_front(upload(s, target.context, pattern.digest()));
+    schedules.front()->block_m = block_m;
+    schedules.front()->block_n = block_n;
+    schedules.front()->transposed = transposed;
     if (schedules.size() > kSchedulesKept) schedules.pop_back();
     return *schedules.front();
+  }
+
+  // The backward's three kernels in one context.
+  struct BackwardKernels {
+    CUcontext context;
+    std::shared_ptr<const jit::LoadedKernel> prep, dkdv, dq;
+  };
+  std::vector<BackwardKernels> backward_kernels;
+  // Per (context, stream) scratch of the backward: delta and lse2, 8 bytes a query row.
+  struct Scratch {
+    CUcontext context;
+    Stream stream;
+    DeviceBuffer buffer;
+  };
+  std::list<Scratch> scratch;
+
+  const BackwardKernels& backward(const jit::Target& target) {
+    {
+      std::lock_guard lock(mutex);
+      for (const auto& k : backward_kernels)
+        if (k.context == target.context) return k;
+    }
+    AttentionSpec bwd = spec;
+    bwd.pass = Pass::backward;
+    auto get = [&](codegen::BackwardPart part) {
+      const codegen::BackwardTiling tiling = codegen::default_backward_tiling(bwd, part);
+      return jit::get_kernel(target, key(bwd) + "|" + key(tiling),
+                             [&] { return codegen::attention_backward_source(bwd, tiling); });
+    };
+    BackwardKernels k{target.context, get(codegen::BackwardPart::prep), get(codegen::BackwardPart::dkdv),
+                      get(codegen::BackwardPart::dq)};
+    std::lock_guard lock(mutex);
+    backward_kernels.push_back(std::move(k));
+    return backward_kernels.back();
+  }
+
+  float* scratch_for(const jit::Target& target, Stream stream, std::size_t bytes) {
+    std::lock_guard lock(mutex);
+    for (Scratch& s : scratch)
+      if (s.context == target.context && s.stream == stream) {
+        if (s.buffer.bytes() < bytes) {
+          synchronize(stream);  // the old buffer may still be in use by work queued on this stream
+          s.buffer = DeviceBuffer(bytes);
+        }
+        return s.buffer.as<float>();
+      }
+    scratch.push_back({target.context, stream, DeviceBuffer(bytes)});
+    return scratch.back().buffer.as<float>();
   }
 };
 
@@ -201,6 +264,68 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   if (grid == 0) return;
   void* params[] = {&p};
   jit::launch(kernel, unsigned(grid), unsigned(32 * config.warps), reinterpret_cast<CUstream>(stream), params);
+}
+
+void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
+  const AttentionSpec& spec = state_->spec;
+  const AttentionBackwardArgs a =
+      attention::checked_backward_args(spec, in, state_->baked ? &*state_->baked : nullptr);
+  if (a.batch == 0 || (a.seq_q == 0 && a.seq_k == 0)) return;
+
+  const jit::Target target = jit::current_target();
+  const State::BackwardKernels& kernels = state_->backward(target);
+  AttentionSpec bwd = spec;
+  bwd.pass = Pass::backward;
+  const codegen::BackwardTiling kv_tiling = codegen::default_backward_tiling(bwd, codegen::BackwardPart::dkdv);
+  const codegen::BackwardTiling q_tiling = codegen::default_backward_tiling(bwd, codegen::BackwardPart::dq);
+
+  const std::int64_t rows = a.batch * a.heads_q * a.seq_q;
+  float* scratch = state_->scratch_for(target, stream, std::size_t(std::max<std::int64_t>(rows, 1)) * 8);
+  sjit_kernels::AttentionBackwardParams p{};
+  p.q = a.q, p.k = a.k, p.v = a.v, p.o = a.o, p.d_o = a.d_o, p.lse = a.lse;
+  p.delta = scratch;
+  p.lse2 = scratch + rows;
+  p.dq = a.dq, p.dk = a.dk, p.dv = a.dv;
+  auto strides = [](const Strides& s, long long& b, long long& h, long long& r) { b = s.batch, h = s.head, r = s.row; };
+  strides(a.q_strides, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
+  strides(a.k_strides, p.k_batch_stride, p.k_head_stride, p.k_row_stride);
+  strides(a.v_strides, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
+  strides(a.o_strides, p.o_batch_stride, p.o_head_stride, p.o_row_stride);
+  strides(a.do_strides, p.do_batch_stride, p.do_head_stride, p.do_row_stride);
+  strides(a.dq_strides, p.dq_batch_stride, p.dq_head_stride, p.dq_row_stride);
+  strides(a.dk_strides, p.dk_batch_stride, p.dk_head_stride, p.dk_row_stride);
+  strides(a.dv_strides, p.dv_batch_stride, p.dv_head_stride, p.dv_row_stride);
+  p.batch = int(a.batch), p.heads_q = int(a.heads_q), p.heads_kv = int(a.heads_kv);
+  p.seq_q = int(a.seq_q), p.seq_k = int(a.seq_k);
+  p.scale = a.scale;
+  p.scale_log2 = a.scale * 1.4426950408889634f;
+
+  std::int64_t kv_grid = (a.seq_k + kv_tiling.block_rows() - 1) / kv_tiling.block_rows() * a.batch * a.heads_kv;
+  std::int64_t q_grid = (a.seq_q + q_tiling.block_rows() - 1) / q_tiling.block_rows() * a.batch * a.heads_q;
+  if (spec.sparsity != Sparsity::dense && a.seq_q > 0 && a.seq_k > 0) {
+    const DeviceSchedule& qs =
+        state_->schedule(*a.pattern, target, q_tiling.block_rows(), q_tiling.block_cols, false);
+    const DeviceSchedule& ks =
+        state_->schedule(*a.pattern, target, kv_tiling.block_rows(), kv_tiling.block_cols, true);
+    p.q_item_tile_begin = qs.item_tile_begin, p.q_tile_index = qs.tile_index, p.q_tile_mask = qs.tile_mask;
+    p.q_item_order = qs.item_order, p.q_items_per_head = qs.q_tiles;
+    p.k_item_tile_begin = ks.item_tile_begin, p.k_tile_index = ks.tile_index, p.k_tile_mask = ks.tile_mask;
+    p.k_items_per_head = ks.q_tiles;
+    p.pattern_heads = qs.pattern_heads;
+    q_grid = std::int64_t(qs.items) * a.batch * (a.heads_q / qs.pattern_heads);
+    kv_grid = std::int64_t(ks.q_tiles) * a.batch * a.heads_kv;
+  }
+  if (kv_grid > 0x7fffffff || q_grid > 0x7fffffff)
+    throw InvalidArgument("attention backward: the problem needs more than 2^31 - 1 blocks in one launch");
+  void* params[] = {&p};
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  if (rows > 0) jit::launch(*kernels.prep, unsigned((rows + 7) / 8), 256, cu_stream, params);
+  if (kv_grid > 0) jit::launch(*kernels.dkdv, unsigned(kv_grid), unsigned(32 * kv_tiling.warps), cu_stream, params);
+  if (q_grid > 0) jit::launch(*kernels.dq, unsigned(q_grid), unsigned(32 * q_tiling.warps), cu_stream, params);
+}
+
+void attention_backward(const AttentionSpec& spec, const AttentionBackwardArgs& args, Stream stream) {
+  Attention(spec).backward(args, stream);
 }
 
 void attention_forward(const AttentionSpec& spec, const AttentionForwardArgs& args, Stream stream) {

@@ -134,3 +134,56 @@ AttentionForwardArgs checked_forward_args(const AttentionSpec& spec, const Atten
 }
 
 }  // namespace sjit::attention
+
+namespace sjit::attention {
+
+AttentionBackwardArgs checked_backward_args(const AttentionSpec& spec, const AttentionBackwardArgs& in,
+                                            const BlockPattern* baked) {
+  // The shape, scale and pattern rules are the forward's: check them through a forward view.
+  AttentionForwardArgs f;
+  f.q = in.q, f.k = in.k, f.v = in.v, f.o = in.dq, f.lse = nullptr;
+  f.batch = in.batch, f.heads_q = in.heads_q, f.heads_kv = in.heads_kv, f.seq_q = in.seq_q, f.seq_k = in.seq_k;
+  f.q_strides = in.q_strides, f.k_strides = in.k_strides, f.v_strides = in.v_strides, f.o_strides = in.dq_strides;
+  f.scale = in.scale, f.pattern = in.pattern;
+  const AttentionForwardArgs checked = checked_forward_args(spec, f, baked);
+  AttentionBackwardArgs a = in;
+  a.scale = checked.scale, a.pattern = checked.pattern;
+  a.q_strides = checked.q_strides, a.k_strides = checked.k_strides, a.v_strides = checked.v_strides;
+  a.dq_strides = checked.o_strides;
+  const int d = spec.head_dim;
+  a.o_strides = or_contiguous(a.o_strides, a.heads_q, a.seq_q, d);
+  a.do_strides = or_contiguous(a.do_strides, a.heads_q, a.seq_q, d);
+  a.dk_strides = or_contiguous(a.dk_strides, a.heads_kv, a.seq_k, d);
+  a.dv_strides = or_contiguous(a.dv_strides, a.heads_kv, a.seq_k, d);
+  const TensorArg o{"o", a.o, a.o_strides, a.heads_q, a.seq_q}, d_o{"d_o", a.d_o, a.do_strides, a.heads_q, a.seq_q},
+      dk{"dk", a.dk, a.dk_strides, a.heads_kv, a.seq_k}, dv{"dv", a.dv, a.dv_strides, a.heads_kv, a.seq_k},
+      q{"q", a.q, a.q_strides, a.heads_q, a.seq_q}, k{"k", a.k, a.k_strides, a.heads_kv, a.seq_k},
+      v{"v", a.v, a.v_strides, a.heads_kv, a.seq_k}, dq{"dq", a.dq, a.dq_strides, a.heads_q, a.seq_q};
+  for (const TensorArg* t : {&o, &d_o, &dk, &dv}) check_tensor(*t, d);
+  if (a.lse == nullptr) throw InvalidArgument("attention backward: lse is null: pass the forward's log-sum-exp");
+  if (reinterpret_cast<std::uintptr_t>(a.lse) % 4 != 0)
+    throw InvalidArgument(fmt::format("attention backward: lse = {} is not 4-byte aligned", static_cast<const void*>(a.lse)));
+  if (a.heads_q / a.heads_kv > 64)
+    throw InvalidArgument(fmt::format("attention backward: {} query heads per K/V head: at most 64 are supported",
+                                      a.heads_q / a.heads_kv));
+  if (spec.sparsity != Sparsity::dense && a.batch > 0 && (a.seq_q == 0 || a.seq_k == 0))
+    throw InvalidArgument(fmt::format("attention backward: seq_q = {}, seq_k = {} with the block-sparse spec '{}': a "
+                                      "pattern needs at least one block each way", a.seq_q, a.seq_k, key(spec)));
+  if (a.batch == 0) return a;
+  const TensorArg* outputs[] = {&dq, &dk, &dv};
+  const TensorArg* all[] = {&q, &k, &v, &o, &d_o, &dq, &dk, &dv};
+  for (const TensorArg* out : outputs) {
+    if (out->seq == 0) continue;
+    const auto range = byte_range(*out, a.batch, d);
+    for (const TensorArg* other : all) {
+      if (other == out || other->seq == 0) continue;
+      const auto r = byte_range(*other, a.batch, d);
+      if (range.first < r.second && r.first < range.second)
+        throw InvalidArgument(fmt::format("attention backward: {} overlaps {}: gradients need memory of their own",
+                                          out->name, other->name));
+    }
+  }
+  return a;
+}
+
+}  // namespace sjit::attention

@@ -11,6 +11,10 @@ namespace sjit::attention {
 AttentionForwardArgs checked_forward_args(const AttentionSpec& spec, const AttentionForwardArgs& args,
                                           const BlockPattern* baked);
 
+// The same checks for the backward; outputs (dq, dk, dv) must not overlap any input or each other.
+AttentionBackwardArgs checked_backward_args(const AttentionSpec& spec, const AttentionBackwardArgs& args,
+                                            const BlockPattern* baked);
+
 // Checks that a pattern fits the spec and the sequence lengths.
 void check_pattern(const AttentionSpec& spec, const BlockPattern& pattern, std::int64_t heads_q, std::int64_t seq_q,
                    std::int64_t seq_k);

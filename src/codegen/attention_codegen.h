@@ -18,3 +18,26 @@ KernelSource attention_source(const AttentionSpec& spec, const AttentionConfig& 
 int attention_forward_shared_bytes(const AttentionSpec& spec, const AttentionConfig& config);
 
 }  // namespace sjit::codegen
+
+namespace sjit::codegen {
+
+// The backward runs three kernels (see templates/sparsejit/attention_backward.cuh).
+enum class BackwardPart { prep, dkdv, dq };
+
+struct BackwardTiling {
+  BackwardPart part = BackwardPart::prep;
+  int warps = 8;       // rows a CTA owns: 16 * warps (keys for dkdv, queries for dq)
+  int block_cols = 64; // columns a tile holds (queries for dkdv, keys for dq)
+  int stages = 2;
+  int block_rows() const { return 16 * warps; }
+};
+
+// "part=dkdv,warps=8,cols=64,stages=2", and back (throws InvalidArgument naming the field).
+std::string key(const BackwardTiling& tiling);
+BackwardTiling parse_backward_tiling(std::string_view text);
+// The tilings the backward uses for a spec (H100-tuned defaults), and their checks.
+BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart part);
+int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTiling& tiling);
+KernelSource attention_backward_source(const AttentionSpec& spec, const BackwardTiling& tiling);
+
+}  // namespace sjit::codegen

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "codegen/attention_codegen.h"
+#include "codegen/e23_codegen.h"
 #include "codegen/rownorm_codegen.h"
 #include "jit/jit.h"
 #include "sparsejit/cache.h"
@@ -24,11 +25,23 @@ codegen::KernelSource source_for_key(std::string_view kernel_key) {
   }
   if (spec_text.rfind("attention:", 0) == 0) {
     const AttentionSpec spec = parse_attention(spec_text);
+    if (spec.pass == Pass::backward) {
+      if (config_text.empty())
+        throw InvalidSpec(fmt::format("kernel key '{}': an attention backward key names its part after '|' "
+                                      "(part=prep, dkdv or dq)", kernel_key));
+      return codegen::attention_backward_source(spec, codegen::parse_backward_tiling(config_text));
+    }
     const AttentionConfig config =
         resolve(spec, config_text.empty() ? AttentionConfig{} : parse_attention_config(config_text));
     return codegen::attention_source(spec, config);  // baked specs throw: they need their pattern
   }
-  throw InvalidSpec(fmt::format("kernel key '{}' names no known op: the ops are rownorm and attention", kernel_key));
+  if (spec_text.rfind("e23:", 0) == 0) {
+    const E23Spec spec = parse_e23(spec_text);
+    if (!config_text.empty() && config_text != "pass=fwd")
+      throw InvalidSpec(fmt::format("e23: kernel config '{}' is unknown: the only E23 kernel is 'pass=fwd'", config_text));
+    return codegen::e23_source(spec);
+  }
+  throw InvalidSpec(fmt::format("kernel key '{}' names no known op: the ops are rownorm, attention and e23", kernel_key));
 }
 
 }  // namespace sjit::ops

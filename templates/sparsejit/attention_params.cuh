@@ -32,3 +32,46 @@ struct AttentionForwardParams {
 };
 
 }  // namespace sjit_kernels
+
+namespace sjit_kernels {
+
+// The arguments of the backward kernels (dQ; dK and dV; and the pre-pass that computes each row's
+// delta = rowsum(dO * O) and its log-sum-exp in the exp2 domain).
+struct AttentionBackwardParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* o;
+  const void* d_o;
+  const float* lse;  // [B, Hq, Sq] from the forward, natural log
+  float* delta;      // [B, Hq, Sq] scratch, written by the pre-pass
+  float* lse2;       // [B, Hq, Sq] scratch: lse * log2(e), +inf for a row that saw no key
+  void* dq;
+  void* dk;
+  void* dv;
+  long long q_batch_stride, q_head_stride, q_row_stride;
+  long long k_batch_stride, k_head_stride, k_row_stride;
+  long long v_batch_stride, v_head_stride, v_row_stride;
+  long long o_batch_stride, o_head_stride, o_row_stride;
+  long long do_batch_stride, do_head_stride, do_row_stride;
+  long long dq_batch_stride, dq_head_stride, dq_row_stride;
+  long long dk_batch_stride, dk_head_stride, dk_row_stride;
+  long long dv_batch_stride, dv_head_stride, dv_row_stride;
+  int batch, heads_q, heads_kv, seq_q, seq_k;
+  float scale, scale_log2;
+
+  // Query-major schedule (the forward's, for the dQ kernel) and key-major schedule (the transposed
+  // pattern's, for the dK/dV kernel); same layout as AttentionForwardParams' schedule.
+  const int* q_item_tile_begin;
+  const int* q_tile_index;
+  const unsigned long long* q_tile_mask;
+  const int* q_item_order;
+  int q_items_per_head;  // query tiles per head in the query-major schedule
+  const int* k_item_tile_begin;
+  const int* k_tile_index;
+  const unsigned long long* k_tile_mask;
+  int k_items_per_head;  // key tiles per head in the key-major schedule
+  int pattern_heads;
+};
+
+}  // namespace sjit_kernels

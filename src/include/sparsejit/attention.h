@@ -59,6 +59,22 @@ struct AttentionForwardArgs {
   const BlockPattern* pattern = nullptr;
 };
 
+struct AttentionBackwardArgs {
+  const void* q = nullptr;    // the forward's inputs
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* o = nullptr;    // the forward's output
+  const float* lse = nullptr; // the forward's log-sum-exp [B, Hq, Sq] (required)
+  const void* d_o = nullptr;  // gradient of the loss with respect to o, [B, Hq, Sq, D]
+  void* dq = nullptr;         // [B, Hq, Sq, D]
+  void* dk = nullptr;         // [B, Hkv, Sk, D]: summed over the query heads of each group
+  void* dv = nullptr;         // [B, Hkv, Sk, D]
+  std::int64_t batch = 1, heads_q = 1, heads_kv = 1, seq_q = 0, seq_k = 0;
+  Strides q_strides, k_strides, v_strides, o_strides, do_strides, dq_strides, dk_strides, dv_strides;  // 0: contiguous
+  float scale = 0.0f;         // the forward's scale (0 means 1 / sqrt(head_dim))
+  const BlockPattern* pattern = nullptr;  // as in the forward
+};
+
 // A prepared attention: compiles (or finds) its kernel once, keeps the device copy of each pattern's
 // tile schedule, then launches with little host work. Thread-safe. The spec's pass is ignored.
 class Attention {
@@ -77,6 +93,9 @@ class Attention {
   void prepare(const BlockPattern& pattern);
 
   void forward(const AttentionForwardArgs& args, Stream stream = nullptr);
+  // Gradients of the forward with the same spec, pattern and scale. Deterministic: no atomics, the same
+  // inputs give the same bits. Scratch of 8 bytes per query row is kept per stream between calls.
+  void backward(const AttentionBackwardArgs& args, Stream stream = nullptr);
 
   const AttentionSpec& spec() const;
   AttentionConfig config() const;  // after resolve()
@@ -86,8 +105,9 @@ class Attention {
   std::unique_ptr<State> state_;
 };
 
-// One-shot form: looks the kernel up in the process cache on every call.
+// One-shot forms: look the kernels up in the process cache on every call.
 void attention_forward(const AttentionSpec& spec, const AttentionForwardArgs& args, Stream stream = nullptr);
+void attention_backward(const AttentionSpec& spec, const AttentionBackwardArgs& args, Stream stream = nullptr);
 
 // FLOPs of a forward over the active blocks: 4 * D * (number of (query, key) pairs computed), counting
 // whole pattern blocks and halving the diagonal blocks of a causal mask as FlashAttention's counts do.

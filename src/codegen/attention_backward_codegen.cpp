@@ -1,0 +1,91 @@
+#include <fmt/format.h>
+
+#include "codegen/attention_codegen.h"
+#include "sparsejit/error.h"
+#include "spec/key_text.h"
+
+namespace sjit::codegen {
+namespace {
+
+std::string_view part_name(BackwardPart part) {
+  switch (part) {
+    case BackwardPart::prep: return "prep";
+    case BackwardPart::dkdv: return "dkdv";
+    case BackwardPart::dq: return "dq";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string key(const BackwardTiling& t) {
+  return fmt::format("part={},warps={},cols={},stages={}", part_name(t.part), t.warps, t.block_cols, t.stages);
+}
+
+BackwardTiling parse_backward_tiling(std::string_view text) {
+  spec::KeyText kt = spec::split_key(fmt::format("tiling:{}", text));
+  BackwardTiling t;
+  const std::string part = spec::take(kt, "part");
+  if (part == "prep") t.part = BackwardPart::prep;
+  else if (part == "dkdv") t.part = BackwardPart::dkdv;
+  else if (part == "dq") t.part = BackwardPart::dq;
+  else throw InvalidArgument(fmt::format("attention backward: part '{}' is unknown: use prep, dkdv or dq", part));
+  t.warps = spec::parse_int("warps", spec::take_or(kt, "warps", "8"));
+  t.block_cols = spec::parse_int("cols", spec::take_or(kt, "cols", "64"));
+  t.stages = spec::parse_int("stages", spec::take_or(kt, "stages", "2"));
+  spec::reject_leftovers(kt, "part, warps, cols, stages");
+  if (t.warps != 4 && t.warps != 8) throw InvalidArgument(fmt::format("attention backward: warps = {}: use 4 or 8", t.warps));
+  if (t.block_cols != 32 && t.block_cols != 64 && t.block_cols != 128)
+    throw InvalidArgument(fmt::format("attention backward: cols = {}: use 32, 64 or 128", t.block_cols));
+  if (t.stages != 2 && t.stages != 3)
+    throw InvalidArgument(fmt::format("attention backward: stages = {}: use 2 or 3", t.stages));
+  return t;
+}
+
+// dK/dV: 8 warps own 128 keys (dK and dV accumulators are 2 x 64 floats a thread at d = 128) and walk
+// 64-query tiles; dQ: 4 warps own 64 queries and walk 64-key tiles, two CTAs an SM. d = 256 halves
+// the column tiles to stay inside shared memory.
+BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart part) {
+  BackwardTiling t;
+  t.part = part;
+  t.warps = part == BackwardPart::dq ? 4 : 8;
+  t.block_cols = spec.head_dim >= 256 ? 32 : 64;
+  t.stages = 2;
+  return t;
+}
+
+int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTiling& t) {
+  if (t.part == BackwardPart::prep) return 0;
+  const int row_bytes = (spec.head_dim + 8) * 2;
+  const int tiles = (2 * t.block_rows() + 2 * t.stages * t.block_cols) * row_bytes;
+  return tiles + (t.part == BackwardPart::dkdv ? t.stages * t.block_cols * 8 : t.block_rows() * 8);
+}
+
+KernelSource attention_backward_source(const AttentionSpec& spec, const BackwardTiling& t) {
+  KernelSource out;
+  out.kernel_key = key(spec) + "|" + key(t);
+  const int sparsity = spec.sparsity == Sparsity::dense ? 0 : 1;  // baked patterns run from device memory here
+  const int causal = spec.causal == Causal::none ? 0 : spec.causal == Causal::top_left ? 1 : 2;
+  out.source = fmt::format(
+      "// {}\n"
+      "#include \"sparsejit/attention_backward.cuh\"\n"
+      "\n"
+      "struct Cfg {{\n"
+      "  using T = {};\n"
+      "  static constexpr int head_dim = {};\n"
+      "  static constexpr int warps = {};\n"
+      "  static constexpr int block_cols = {};\n"
+      "  static constexpr int stages = {};\n"
+      "  static constexpr int causal = {};  // {}\n"
+      "  static constexpr int sparsity = {};\n"
+      "  static constexpr int pattern_block = {};\n"
+      "}};\n",
+      out.kernel_key, spec.dtype == DType::bf16 ? "__nv_bfloat16" : "__half", spec.head_dim, t.warps, t.block_cols,
+      t.stages, causal, name(spec.causal), sparsity, spec.sparsity == Sparsity::dense ? 1 << 20 : spec.block_size);
+  out.source_name = fmt::format("attention_backward_{}.cu", part_name(t.part));
+  out.name_expression = fmt::format("sjit_kernels::attention_backward_{}<Cfg>", part_name(t.part));
+  out.dynamic_shared_bytes = attention_backward_shared_bytes(spec, t);
+  return out;
+}
+
+}  // namespace sjit::codegen

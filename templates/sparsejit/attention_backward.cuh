@@ -1,0 +1,395 @@
+// Attention backward (FlashAttention-2, Dao 2023, Algorithm 2), split into three kernels so that no
+// accumulation needs atomics and every result is deterministic:
+//   prep:  delta_i = rowsum(dO_i * O_i) and lse2_i = lse_i * log2(e) (+inf for a row that saw no key)
+//   dkdv:  one CTA per key tile: walks the query tiles that see it (the transposed pattern) and
+//          accumulates dV += P^T dO and dK += scale * dS^T Q in registers, over every query head of
+//          the K/V head's group (grouped-query attention sums there)
+//   dq:    one CTA per query tile: walks its key tiles (the forward's schedule) and accumulates
+//          dQ += scale * dS K in registers
+// with P = exp2(S * scale * log2(e) - lse2) recomputed from Q and K, dP = dO V^T, dS = P * (dP - delta).
+//
+// As in the forward, the tiles a CTA visits are a list known before any load, so an inactive tile is
+// never loaded, waited for or synchronized on; element masks run only on tiles that need them.
+#pragma once
+
+#include "sparsejit/attention_forward.cuh"
+
+namespace sjit_kernels {
+
+// Cfg: T, head_dim, warps, block_cols, stages, causal, sparsity, pattern_block.
+// A CTA owns block_rows = 16 * warps rows (keys for dkdv, queries for dq), one mma tile a warp, and
+// walks tiles of block_cols columns of the other side.
+template <class Cfg>
+struct BackwardTraits {
+  using T = typename Cfg::T;
+  static constexpr int head_dim = Cfg::head_dim;
+  static constexpr int warps = Cfg::warps;
+  static constexpr int threads = 32 * warps;
+  static constexpr int m_tiles = 1;
+  static constexpr int block_rows = 16 * warps;
+  static constexpr int block_n = Cfg::block_cols;  // named as in the forward: score_tile and
+  static constexpr int n_tiles = block_n / 8;      // accumulate_values serve both directions
+  static constexpr int d_tiles = head_dim / 8;
+  static constexpr int k_steps = head_dim / 16;
+  static constexpr int row_elems = TileGeometry<head_dim>::row_elems;
+  static constexpr int own_tile_elems = block_rows * row_elems;
+  static constexpr int other_tile_elems = block_n * row_elems;
+  static constexpr int group_rows = Cfg::pattern_block < block_rows ? Cfg::pattern_block : block_rows;
+  static constexpr int group_cols = Cfg::pattern_block < block_n ? Cfg::pattern_block : block_n;
+  static constexpr int groups_per_tile_row = block_n / group_cols;
+  static constexpr int max_group = 64;  // query heads per K/V head with per-head patterns (host-checked)
+  static_assert(block_n % 16 == 0, "block_cols must be a multiple of 16");
+};
+
+// Scores of masked elements to -inf. Rows are `row0 + r` and columns `col0 + c` of the score tile;
+// `keys_are_rows` says which side is the key (dkdv computes S^T). Pattern bits index the tile's
+// (row group, column group) in the same orientation as the schedule that produced them.
+template <class Cfg, bool keys_are_rows, class Tr = BackwardTraits<Cfg>>
+__device__ __forceinline__ void mask_backward_tile(float (&s)[1][Tr::n_tiles][4], const AttentionBackwardParams& p,
+                                                   int row0, int col0, int warp_row0, unsigned long long pattern_mask) {
+  const int lane = threadIdx.x % 32;
+  const int offset = Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0;
+#pragma unroll
+  for (int nt = 0; nt < Tr::n_tiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = warp_row0 + lane / 4 + (e / 2) * 8, c = nt * 8 + 2 * (lane % 4) + (e % 2);
+      const int key = keys_are_rows ? row0 + r : col0 + c;
+      const int query = keys_are_rows ? col0 + c : row0 + r;
+      bool allowed = key < p.seq_k && query < p.seq_q;
+      if constexpr (Cfg::causal != kNotCausal) allowed = allowed && key <= query + offset;
+      if (pattern_mask != kWholeTile) {
+        const int bit = (r / Tr::group_rows) * Tr::groups_per_tile_row + c / Tr::group_cols;
+        allowed = allowed && ((pattern_mask >> bit) & 1ull);
+      }
+      if (!allowed) s[0][nt][e] = -infinity();
+    }
+}
+
+// Writes the warp's rows of a [rows, head_dim] fp32 accumulator times `factor` as T, staged through
+// the warp's own rows of `staging` (a tile only this warp reads) for 16-byte coalesced stores.
+template <class Tr>
+__device__ __forceinline__ void store_rows(float (&acc)[1][Tr::d_tiles][4], float factor, typename Tr::T* staging,
+                                           typename Tr::T* out, long long row_stride, int row0, int rows_total,
+                                           int warp_row0) {
+  using T = typename Tr::T;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int dt = 0; dt < Tr::d_tiles; ++dt) {
+      const int r = warp_row0 + lane / 4 + h * 8;
+      *reinterpret_cast<unsigned*>(staging + r * Tr::row_elems + dt * 8 + 2 * (lane % 4)) =
+          pack2<T>(acc[0][dt][2 * h] * factor, acc[0][dt][2 * h + 1] * factor);
+    }
+  __syncwarp();
+  constexpr int chunks = Tr::head_dim / 8;
+  for (int i = lane; i < 16 * chunks; i += 32) {
+    const int r = warp_row0 + i / chunks, c = i % chunks;
+    if (row0 + r < rows_total)
+      *reinterpret_cast<uint4*>(out + (row0 + r) * row_stride + c * 8) =
+          *reinterpret_cast<const uint4*>(staging + r * Tr::row_elems + c * 8);
+  }
+}
+
+template <int D>
+struct PrepCfgCheck {
+  static_assert(D % 8 == 0 && D / 8 <= 32, "one lane per 8 elements of a row");
+};
+
+// delta_i = sum_d dO_id * O_id and lse2_i: one warp per row.
+template <class Cfg>
+__global__ void __launch_bounds__(256) attention_backward_prep(const AttentionBackwardParams p) {
+  using T = typename Cfg::T;
+  constexpr int chunks = Cfg::head_dim / 8;
+  (void)PrepCfgCheck<Cfg::head_dim>{};
+  const long long row = static_cast<long long>(blockIdx.x) * 8 + threadIdx.x / 32;
+  const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.seq_q;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const int i = static_cast<int>(row % p.seq_q);
+  const int head = static_cast<int>(row / p.seq_q % p.heads_q);
+  const int batch = static_cast<int>(row / p.seq_q / p.heads_q);
+  float dot = 0.f;
+  if (lane < chunks) {
+    const T* o = static_cast<const T*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride + i * p.o_row_stride;
+    const T* d_o =
+        static_cast<const T*>(p.d_o) + batch * p.do_batch_stride + head * p.do_head_stride + i * p.do_row_stride;
+    float a[8], b[8];
+    load_packet<T, 8>(o + lane * 8, a);
+    load_packet<T, 8>(d_o + lane * 8, b);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) dot = fmaf(a[e], b[e], dot);
+  }
+#pragma unroll
+  for (int m = 16; m >= 1; m /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, m);
+  if (lane == 0) {
+    p.delta[row] = dot;
+    const float lse = p.lse[row];
+    // A row that saw no key has P = 0 everywhere: +inf makes exp2(s - lse2) exactly 0, never NaN.
+    p.lse2[row] = lse == -infinity() ? infinity() : lse * 1.4426950408889634f;
+  }
+}
+
+// dK and dV of one key tile.
+template <class Cfg>
+__global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backward_dkdv(const AttentionBackwardParams p) {
+  using Tr = BackwardTraits<Cfg>;
+  using T = typename Tr::T;
+  constexpr int R = Tr::block_rows, C = Tr::block_n, stages = Cfg::stages;
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  T* k_tile = reinterpret_cast<T*>(shared_raw);
+  T* v_tile = k_tile + Tr::own_tile_elems;
+  T* q_ring = v_tile + Tr::own_tile_elems;
+  T* do_ring = q_ring + stages * Tr::other_tile_elems;
+  float* lse2_ring = reinterpret_cast<float*>(do_ring + stages * Tr::other_tile_elems);
+  float* delta_ring = lse2_ring + stages * C;
+  __shared__ int group_start[Tr::max_group + 1];  // flat position of each query head's first tile
+  __shared__ int group_first[Tr::max_group];      // its first q tile (dense) or list position (sparse)
+
+  const int per_rank = p.batch * p.heads_kv;
+  const int key_tile = blockIdx.x / per_rank, rest = blockIdx.x % per_rank;
+  const int batch = rest / p.heads_kv, kv_head = rest % p.heads_kv;
+  const int key0 = key_tile * R;
+  if (key0 >= p.seq_k) return;  // a schedule item past the end of a short key sequence
+  const int group = p.heads_q / p.heads_kv;
+  const int q_tiles = (p.seq_q + C - 1) / C;
+  // The first query that may see key0 under causality; query tiles before it are skipped outright.
+  int first_q_tile = 0;
+  if constexpr (Cfg::causal != kNotCausal) {
+    const int offset = Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0;
+    const int first_query = key0 - offset > 0 ? key0 - offset : 0;
+    first_q_tile = first_query >= p.seq_q ? q_tiles : first_query / C;
+  }
+  if (threadIdx.x < group) {
+    const int head_q = kv_head * group + threadIdx.x;
+    int begin = first_q_tile, end = q_tiles;
+    if constexpr (Cfg::sparsity != kDense) {
+      const int item = (p.pattern_heads == 1 ? 0 : head_q) * p.k_items_per_head + key_tile;
+      begin = p.k_item_tile_begin[item];
+      end = p.k_item_tile_begin[item + 1];
+      while (begin < end && p.k_tile_index[begin] < first_q_tile) ++begin;
+      while (end > begin && p.k_tile_index[end - 1] >= q_tiles) --end;
+    }
+    group_first[threadIdx.x] = begin;
+    group_start[threadIdx.x + 1] = end > begin ? end - begin : 0;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    group_start[0] = 0;
+    for (int g = 0; g < group; ++g) group_start[g + 1] += group_start[g];
+  }
+  __syncthreads();
+  const int count = group_start[group];
+
+  struct QueryTile {
+    int head_q, q_tile;
+    unsigned long long mask;
+  };
+  auto locate = [&](int j) {
+    int g = 0;
+    while (j >= group_start[g + 1]) ++g;
+    const int pos = group_first[g] + j - group_start[g];
+    if constexpr (Cfg::sparsity != kDense) return QueryTile{kv_head * group + g, p.k_tile_index[pos], p.k_tile_mask[pos]};
+    else return QueryTile{kv_head * group + g, pos, kWholeTile};
+  };
+  auto load_query_tile = [&](int j) {
+    const QueryTile t = locate(j);
+    const int slot = j % stages, q0 = t.q_tile * C;
+    const T* q = static_cast<const T*>(p.q) + batch * p.q_batch_stride + t.head_q * p.q_head_stride;
+    const T* d_o = static_cast<const T*>(p.d_o) + batch * p.do_batch_stride + t.head_q * p.do_head_stride;
+    load_tile_async<T, Tr::head_dim, C, Tr::threads>(q_ring + slot * Tr::other_tile_elems, q, p.q_row_stride, q0,
+                                                     p.seq_q);
+    load_tile_async<T, Tr::head_dim, C, Tr::threads>(do_ring + slot * Tr::other_tile_elems, d_o, p.do_row_stride, q0,
+                                                     p.seq_q);
+    const long long row_base = (static_cast<long long>(batch) * p.heads_q + t.head_q) * p.seq_q;
+    for (int c = threadIdx.x; c < C; c += Tr::threads) {
+      const bool valid = q0 + c < p.seq_q;
+      lse2_ring[slot * C + c] = valid ? p.lse2[row_base + q0 + c] : infinity();
+      delta_ring[slot * C + c] = valid ? p.delta[row_base + q0 + c] : 0.f;
+    }
+  };
+
+  const T* k = static_cast<const T*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
+  const T* v = static_cast<const T*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
+  load_tile_async<T, Tr::head_dim, R, Tr::threads>(k_tile, k, p.k_row_stride, key0, p.seq_k);
+  load_tile_async<T, Tr::head_dim, R, Tr::threads>(v_tile, v, p.v_row_stride, key0, p.seq_k);
+#pragma unroll
+  for (int j = 0; j < stages - 1; ++j) {
+    if (j < count) load_query_tile(j);
+    cp_async_commit();
+  }
+
+  const int lane = threadIdx.x % 32;
+  const int warp_row0 = (threadIdx.x / 32) * 16;
+  float dk[1][Tr::d_tiles][4], dv[1][Tr::d_tiles][4];
+#pragma unroll
+  for (int dt = 0; dt < Tr::d_tiles; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[0][dt][e] = dv[0][dt][e] = 0.f;
+  const unsigned no_q_fragment[1][1][4] = {};
+
+  for (int j = 0; j < count; ++j) {
+    cp_async_wait<stages - 2>();
+    __syncthreads();
+    if (j + stages - 1 < count) load_query_tile(j + stages - 1);
+    cp_async_commit();
+    const int slot = j % stages;
+    const QueryTile t = locate(j);
+    const int q0 = t.q_tile * C;
+    const T* q_slot = q_ring + slot * Tr::other_tile_elems;
+    const T* do_slot = do_ring + slot * Tr::other_tile_elems;
+    const float* lse2 = lse2_ring + slot * C;
+    const float* delta = delta_ring + slot * C;
+
+    float s[1][Tr::n_tiles][4];  // S^T: this warp's keys x the tile's queries
+    score_tile<Tr, false>(s, no_q_fragment, k_tile, q_slot, warp_row0);
+    const bool partial = q0 + C > p.seq_q || key0 + R > p.seq_k;
+    const bool causal_edge = Cfg::causal != kNotCausal &&
+                             key0 + R - 1 > q0 + (Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0);
+    if (partial || causal_edge || t.mask != kWholeTile) mask_backward_tile<Cfg, true>(s, p, key0, q0, warp_row0, t.mask);
+#pragma unroll
+    for (int nt = 0; nt < Tr::n_tiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[0][nt][e] = fast_exp2(fmaf(s[0][nt][e], p.scale_log2, -lse2[nt * 8 + 2 * (lane % 4) + e % 2]));
+    accumulate_values<Tr>(dv, s, do_slot);  // dV += P^T dO
+
+    float ds[1][Tr::n_tiles][4];  // dP^T = V dO^T, then dS^T = P^T * (dP^T - delta)
+    score_tile<Tr, false>(ds, no_q_fragment, v_tile, do_slot, warp_row0);
+#pragma unroll
+    for (int nt = 0; nt < Tr::n_tiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds[0][nt][e] = s[0][nt][e] * (ds[0][nt][e] - delta[nt * 8 + 2 * (lane % 4) + e % 2]);
+    accumulate_values<Tr>(dk, ds, q_slot);  // dK += dS^T Q (scaled at the end)
+  }
+
+  cp_async_wait<0>();
+  __syncthreads();  // K and V may still be landing when no query tile saw this key tile
+  T* dk_out = static_cast<T*>(p.dk) + batch * p.dk_batch_stride + kv_head * p.dk_head_stride;
+  T* dv_out = static_cast<T*>(p.dv) + batch * p.dv_batch_stride + kv_head * p.dv_head_stride;
+  store_rows<Tr>(dk, p.scale, k_tile, dk_out, p.dk_row_stride, key0, p.seq_k, warp_row0);
+  store_rows<Tr>(dv, 1.f, v_tile, dv_out, p.dv_row_stride, key0, p.seq_k, warp_row0);
+}
+
+// dQ of one query tile.
+template <class Cfg>
+__global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backward_dq(const AttentionBackwardParams p) {
+  using Tr = BackwardTraits<Cfg>;
+  using T = typename Tr::T;
+  constexpr int R = Tr::block_rows, C = Tr::block_n, stages = Cfg::stages;
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  T* q_rows = reinterpret_cast<T*>(shared_raw);
+  T* do_rows = q_rows + Tr::own_tile_elems;
+  T* k_ring = do_rows + Tr::own_tile_elems;
+  T* v_ring = k_ring + stages * Tr::other_tile_elems;
+  float* lse2_rows = reinterpret_cast<float*>(v_ring + stages * Tr::other_tile_elems);
+  float* delta_rows = lse2_rows + R;
+
+  // Which query tile, and its key tiles: heaviest first, as in the forward.
+  int batch, head_q, q_tile, count;
+  const int* tile_index = nullptr;
+  const unsigned long long* tile_mask = nullptr;
+  const int q_tiles = (p.seq_q + R - 1) / R;
+  if constexpr (Cfg::sparsity == kDense) {
+    const int per_rank = p.batch * p.heads_q;
+    const int rank = blockIdx.x / per_rank, rest = blockIdx.x % per_rank;
+    q_tile = Cfg::causal != kNotCausal ? q_tiles - 1 - rank : rank;
+    batch = rest / p.heads_q;
+    head_q = rest % p.heads_q;
+  } else {
+    const int heads_per_pattern = p.heads_q / p.pattern_heads;
+    const int per_rank = p.batch * heads_per_pattern;
+    const int rank = blockIdx.x / per_rank, rest = blockIdx.x % per_rank;
+    const int item = p.q_item_order[rank];
+    q_tile = item % p.q_items_per_head;
+    batch = rest / heads_per_pattern;
+    head_q = (item / p.q_items_per_head) * heads_per_pattern + rest % heads_per_pattern;
+    const int begin = p.q_item_tile_begin[item];
+    count = p.q_item_tile_begin[item + 1] - begin;
+    tile_index = p.q_tile_index + begin;
+    tile_mask = p.q_tile_mask + begin;
+  }
+  const int q0 = q_tile * R;
+  if (q0 >= p.seq_q) return;
+  int last_key = p.seq_k - 1;
+  if constexpr (Cfg::causal != kNotCausal)
+    last_key = min(last_key, min(q0 + R - 1, p.seq_q - 1) + (Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0));
+  const int last_tile = last_key < 0 ? -1 : last_key / C;
+  if constexpr (Cfg::sparsity == kDense) {
+    count = last_tile + 1;
+  } else {
+    while (count > 0 && tile_index[count - 1] > last_tile) --count;
+  }
+
+  const T* q = static_cast<const T*>(p.q) + batch * p.q_batch_stride + head_q * p.q_head_stride;
+  const T* d_o = static_cast<const T*>(p.d_o) + batch * p.do_batch_stride + head_q * p.do_head_stride;
+  const int kv_head = head_q / (p.heads_q / p.heads_kv);
+  const T* k = static_cast<const T*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
+  const T* v = static_cast<const T*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
+  auto key_tile_of = [&](int j) { return tile_index ? tile_index[j] : j; };
+  auto load_key_tile = [&](int j) {
+    const int slot = j % stages, key0 = key_tile_of(j) * C;
+    load_tile_async<T, Tr::head_dim, C, Tr::threads>(k_ring + slot * Tr::other_tile_elems, k, p.k_row_stride, key0,
+                                                     p.seq_k);
+    load_tile_async<T, Tr::head_dim, C, Tr::threads>(v_ring + slot * Tr::other_tile_elems, v, p.v_row_stride, key0,
+                                                     p.seq_k);
+  };
+  load_tile_async<T, Tr::head_dim, R, Tr::threads>(q_rows, q, p.q_row_stride, q0, p.seq_q);
+  load_tile_async<T, Tr::head_dim, R, Tr::threads>(do_rows, d_o, p.do_row_stride, q0, p.seq_q);
+  const long long row_base = (static_cast<long long>(batch) * p.heads_q + head_q) * p.seq_q;
+  for (int r = threadIdx.x; r < R; r += Tr::threads) {
+    const bool valid = q0 + r < p.seq_q;
+    lse2_rows[r] = valid ? p.lse2[row_base + q0 + r] : infinity();
+    delta_rows[r] = valid ? p.delta[row_base + q0 + r] : 0.f;
+  }
+#pragma unroll
+  for (int j = 0; j < stages - 1; ++j) {
+    if (j < count) load_key_tile(j);
+    cp_async_commit();
+  }
+
+  const int lane = threadIdx.x % 32;
+  const int warp_row0 = (threadIdx.x / 32) * 16;
+  float dq[1][Tr::d_tiles][4];
+#pragma unroll
+  for (int dt = 0; dt < Tr::d_tiles; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dq[0][dt][e] = 0.f;
+  const unsigned no_q_fragment[1][1][4] = {};
+
+  for (int j = 0; j < count; ++j) {
+    cp_async_wait<stages - 2>();
+    __syncthreads();
+    if (j + stages - 1 < count) load_key_tile(j + stages - 1);
+    cp_async_commit();
+    const int slot = j % stages, key0 = key_tile_of(j) * C;
+    const unsigned long long mask = tile_mask ? tile_mask[j] : kWholeTile;
+    const T* k_slot = k_ring + slot * Tr::other_tile_elems;
+    const T* v_slot = v_ring + slot * Tr::other_tile_elems;
+
+    float s[1][Tr::n_tiles][4];
+    score_tile<Tr, false>(s, no_q_fragment, q_rows, k_slot, warp_row0);
+    const bool partial = key0 + C > p.seq_k || q0 + R > p.seq_q;
+    const bool causal_edge = Cfg::causal != kNotCausal &&
+                             key0 + C - 1 > q0 + (Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0);
+    if (partial || causal_edge || mask != kWholeTile) mask_backward_tile<Cfg, false>(s, p, q0, key0, warp_row0, mask);
+    float ds[1][Tr::n_tiles][4];
+    score_tile<Tr, false>(ds, no_q_fragment, do_rows, v_slot, warp_row0);  // dP = dO V^T
+#pragma unroll
+    for (int nt = 0; nt < Tr::n_tiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = warp_row0 + lane / 4 + (e / 2) * 8;
+        const float prob = fast_exp2(fmaf(s[0][nt][e], p.scale_log2, -lse2_rows[r]));
+        ds[0][nt][e] = prob * (ds[0][nt][e] - delta_rows[r]);
+      }
+    accumulate_values<Tr>(dq, ds, k_slot);  // dQ += dS K (scaled at the end)
+  }
+
+  cp_async_wait<0>();
+  __syncthreads();
+  T* dq_out = static_cast<T*>(p.dq) + batch * p.dq_batch_stride + head_q * p.dq_head_stride;
+  store_rows<Tr>(dq, p.scale, q_rows, dq_out, p.dq_row_stride, q0, p.seq_q, warp_row0);
+}
+
+}  // namespace sjit_kernels

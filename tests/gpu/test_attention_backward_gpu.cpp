@@ -1,0 +1,198 @@
+// Attention backward on the GPU against the float64 reference gradients, on fresh random inputs.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "sparsejit/attention_reference.h"
+#include "sparsejit/sparsejit.h"
+#include "support/test_support.h"
+
+using namespace sjit;
+
+namespace {
+
+struct Problem {
+  AttentionSpec spec;
+  std::int64_t batch = 1, heads_q = 1, heads_kv = 1, seq_q = 0, seq_k = 0;
+  double density = 1;
+  bool per_head_pattern = false;
+  std::string name() const {
+    return fmt::format("{} B{} Hq{} Hkv{} Sq{} Sk{} density {}{}", key(spec), batch, heads_q, heads_kv, seq_q, seq_k,
+                       density, per_head_pattern ? " per-head" : "");
+  }
+};
+
+struct Gradients {
+  std::vector<float> dq, dk, dv;
+};
+
+DeviceBuffer upload(DType dtype, const std::vector<float>& values) {
+  const auto bytes = test::to_bytes(dtype, values);
+  DeviceBuffer buffer(std::max<std::size_t>(bytes.size(), 16));
+  buffer.upload(bytes.data(), bytes.size());
+  return buffer;
+}
+
+std::vector<float> download(DType dtype, const DeviceBuffer& buffer, std::size_t elements) {
+  std::vector<unsigned char> bytes(elements * size_of(dtype));
+  buffer.download(bytes.data(), bytes.size());
+  return test::from_bytes(dtype, bytes);
+}
+
+struct Inputs {
+  std::vector<float> q, k, v, d_o;
+};
+
+Inputs random_inputs(const Problem& c, std::mt19937_64& rng) {
+  const DType dt = c.spec.dtype;
+  const int d = c.spec.head_dim;
+  return {test::quantized(dt, test::random_rows(rng, c.batch * c.heads_q * c.seq_q, d, 1.0f)),
+          test::quantized(dt, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, d, 1.0f)),
+          test::quantized(dt, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, d, 1.0f)),
+          test::quantized(dt, test::random_rows(rng, c.batch * c.heads_q * c.seq_q, d, 1.0f))};
+}
+
+// Forward then backward on the GPU, gradients poisoned with NaN first.
+Gradients run_gpu(const Problem& c, Attention& attention, const Inputs& in, const BlockPattern* pattern) {
+  const DType dt = c.spec.dtype;
+  const std::size_t d = std::size_t(c.spec.head_dim);
+  const std::size_t q_elems = std::size_t(c.batch * c.heads_q * c.seq_q) * d;
+  const std::size_t k_elems = std::size_t(c.batch * c.heads_kv * c.seq_k) * d;
+  DeviceBuffer q = upload(dt, in.q), k = upload(dt, in.k), v = upload(dt, in.v), d_o = upload(dt, in.d_o);
+  DeviceBuffer o(std::max<std::size_t>(q_elems * 2, 16)), lse(std::max<std::size_t>(q_elems / d * 4, 16));
+  DeviceBuffer dq(std::max<std::size_t>(q_elems * 2, 16)), dk(std::max<std::size_t>(k_elems * 2, 16)),
+      dv(std::max<std::size_t>(k_elems * 2, 16));
+  for (DeviceBuffer* b : {&dq, &dk, &dv}) b->fill_bytes(0xFF);
+  const BlockPattern* given = c.spec.sparsity == Sparsity::block_sparse ? pattern : nullptr;
+
+  AttentionForwardArgs f;
+  f.q = q.data(), f.k = k.data(), f.v = v.data(), f.o = o.data(), f.lse = lse.as<float>();
+  f.batch = c.batch, f.heads_q = c.heads_q, f.heads_kv = c.heads_kv, f.seq_q = c.seq_q, f.seq_k = c.seq_k;
+  f.pattern = given;
+  attention.forward(f);
+  AttentionBackwardArgs b;
+  b.q = q.data(), b.k = k.data(), b.v = v.data(), b.o = o.data(), b.lse = lse.as<float>(), b.d_o = d_o.data();
+  b.dq = dq.data(), b.dk = dk.data(), b.dv = dv.data();
+  b.batch = c.batch, b.heads_q = c.heads_q, b.heads_kv = c.heads_kv, b.seq_q = c.seq_q, b.seq_k = c.seq_k;
+  b.pattern = given;
+  attention.backward(b);
+  synchronize();
+  return {download(dt, dq, q_elems), download(dt, dk, k_elems), download(dt, dv, k_elems)};
+}
+
+reference::AttentionGradients run_reference(const Problem& c, const Inputs& in, const BlockPattern* pattern) {
+  reference::AttentionProblem p;
+  p.batch = c.batch, p.heads_q = c.heads_q, p.heads_kv = c.heads_kv, p.seq_q = c.seq_q, p.seq_k = c.seq_k;
+  p.head_dim = c.spec.head_dim;
+  p.causal = c.spec.causal != Causal::none;
+  p.causal_bottom_right = c.spec.causal == Causal::bottom_right;
+  if (pattern != nullptr) {
+    const int bs = pattern->block_size();
+    p.filter = [pattern, bs](std::int64_t head, std::int64_t i, std::int64_t j) {
+      return pattern->active(pattern->heads() == 1 ? 0 : int(head), i / bs, j / bs);
+    };
+  }
+  auto d = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
+  return reference::attention_backward(p, d(in.q), d(in.k), d(in.v), d(in.d_o));
+}
+
+// Each gradient within atol * (its largest reference entry) + rtol * |entry|: bf16 rounds P, dS and the
+// stored O, so errors scale with the tensor, not with each entry.
+void expect_close(const Problem& c, const char* what, const std::vector<float>& got, const std::vector<double>& want) {
+  const double tol = c.spec.dtype == DType::bf16 ? 2.5e-2 : 6e-3;
+  double largest = 0;
+  for (double w : want) largest = std::max(largest, std::abs(w));
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double g = got[i], w = want[i];
+    if (!(std::abs(g - w) <= tol * largest + tol * std::abs(w)))
+      FAIL(fmt::format("{}: {}[{}] = {:.6g}, want {:.6g} (largest entry {:.4g})", c.name(), what, i, g, w, largest));
+  }
+  SUCCEED();
+}
+
+void check_problem(const Problem& c, std::mt19937_64& rng) {
+  INFO(c.name());
+  const Inputs in = random_inputs(c, rng);
+  std::optional<BlockPattern> pattern;
+  if (c.spec.sparsity != Sparsity::dense)
+    pattern = patterns::random(c.spec.block_size, c.seq_q, c.seq_k, c.density, rng(), c.per_head_pattern ? int(c.heads_q) : 1);
+  Attention attention = c.spec.sparsity == Sparsity::baked ? Attention(c.spec, *pattern) : Attention(c.spec);
+  const Gradients got = run_gpu(c, attention, in, pattern ? &*pattern : nullptr);
+  const reference::AttentionGradients want = run_reference(c, in, pattern ? &*pattern : nullptr);
+  expect_close(c, "dq", got.dq, want.dq);
+  expect_close(c, "dk", got.dk, want.dk);
+  expect_close(c, "dv", got.dv, want.dv);
+}
+
+AttentionSpec spec_of(int d, DType dtype, Causal causal, Sparsity sparsity = Sparsity::dense, int block = 0) {
+  AttentionSpec s;
+  s.head_dim = d, s.dtype = dtype, s.causal = causal, s.sparsity = sparsity, s.block_size = block;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("dense attention gradients match the float64 reference", "[gpu][attention][backward]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (const int d : {64, 128})
+    for (const DType dt : {DType::bf16, DType::f16})
+      for (const Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right}) {
+        Problem c{spec_of(d, dt, causal), 2, 4, 2, 197, 333};
+        if (causal == Causal::bottom_right) std::swap(c.seq_q, c.seq_k);  // leaves rows with no key
+        check_problem(c, rng);
+      }
+  for (const int d : {32, 96, 256}) check_problem({spec_of(d, DType::bf16, Causal::top_left), 1, 2, 1, 150, 150}, rng);
+  check_problem({spec_of(128, DType::bf16, Causal::none), 1, 1, 1, 1, 1}, rng);
+}
+
+TEST_CASE("block-sparse attention gradients match the reference for every block size", "[gpu][attention][backward]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  int variant = 0;
+  for (const int bs : {16, 32, 64, 128})
+    for (const double density : {1.0, 0.3, 0.05})
+      for (const Causal causal : {Causal::none, Causal::top_left}) {
+        ++variant;
+        Problem c{spec_of(variant % 2 ? 128 : 64, variant % 3 ? DType::bf16 : DType::f16, causal, Sparsity::block_sparse,
+                          bs),
+                  1, 4, 2, 523, 517, density};
+        c.per_head_pattern = variant % 4 == 1;
+        check_problem(c, rng);
+      }
+  // A baked pattern's backward.
+  check_problem({spec_of(64, DType::bf16, Causal::top_left, Sparsity::baked, 32), 1, 2, 2, 300, 300, 0.4}, rng);
+}
+
+TEST_CASE("with no active block every gradient is exactly 0 and nothing is NaN", "[gpu][attention][backward]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const Problem c{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 64), 2, 2, 1, 300, 200, 0.0};
+  const Inputs in = random_inputs(c, rng);
+  const BlockPattern pattern = patterns::random(64, c.seq_q, c.seq_k, 0.0, 1);
+  Attention attention(c.spec);
+  const Gradients got = run_gpu(c, attention, in, &pattern);
+  for (const auto* g : {&got.dq, &got.dk, &got.dv})
+    for (float x : *g) REQUIRE(x == 0.0f);
+}
+
+TEST_CASE("the backward is deterministic: the same inputs give the same bits", "[gpu][attention][backward]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const Problem c{spec_of(128, DType::bf16, Causal::top_left, Sparsity::block_sparse, 64), 2, 8, 2, 700, 700, 0.5};
+  const Inputs in = random_inputs(c, rng);
+  const BlockPattern pattern = patterns::random(64, c.seq_q, c.seq_k, 0.5, rng(), 8);
+  Attention attention(c.spec);
+  const Gradients a = run_gpu(c, attention, in, &pattern);
+  const Gradients b = run_gpu(c, attention, in, &pattern);
+  REQUIRE(std::memcmp(a.dq.data(), b.dq.data(), a.dq.size() * 4) == 0);
+  REQUIRE(std::memcmp(a.dk.data(), b.dk.data(), a.dk.size() * 4) == 0);
+  REQUIRE(std::memcmp(a.dv.data(), b.dv.data(), a.dv.size() * 4) == 0);
+}

@@ -1,0 +1,796 @@
+// Attention forward on the host side: spec key text, tilings, the block-sparse tile schedule against an
+// element-by-element expansion of the pattern, FLOP counts against a brute-force count of the allowed
+// (query, key) pairs, argument checks that run before any GPU work, and NVRTC compiles of the kernel.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <future>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/tile_schedule.h"
+#include "sparsejit/attention_reference.h"
+#include "sparsejit/sparsejit.h"
+#include "support/test_support.h"
+#include "templates/sparsejit/attention_params.cuh"
+
+using namespace sjit;
+using Catch::Matchers::Contains;
+
+namespace {
+
+constexpr int kHeadDims[] = {32, 64, 96, 128, 256};
+constexpr int kBlockSizes[] = {16, 32, 64, 128};
+
+// Field values as the key text spells them (docs/attention.md), written out here rather than taken
+// from the name() functions under test.
+struct Spelled {
+  Causal causal;
+  const char* text;
+};
+constexpr Spelled kCausals[] = {{Causal::none, "none"}, {Causal::top_left, "tl"}, {Causal::bottom_right, "br"}};
+
+AttentionSpec make_spec(int head_dim, DType dtype, Causal causal, Sparsity sparsity, int block_size,
+                        std::uint64_t digest = 0, Pass pass = Pass::forward) {
+  AttentionSpec s;
+  s.head_dim = head_dim;
+  s.dtype = dtype;
+  s.causal = causal;
+  s.sparsity = sparsity;
+  s.block_size = block_size;
+  s.pattern_digest = digest;
+  s.pass = pass;
+  return s;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// 1. Spec key text
+// ---------------------------------------------------------------------------------------------------
+
+TEST_CASE("attention key text has the documented form and round-trips for every field combination",
+          "[attention][spec]") {
+  std::mt19937_64 rng(test::fresh_seed());
+  int checked = 0;
+  for (int d : kHeadDims)
+    for (DType dtype : {DType::f16, DType::bf16})
+      for (const Spelled& causal : kCausals)
+        for (Pass pass : {Pass::forward, Pass::backward})
+          for (Sparsity sparsity : {Sparsity::dense, Sparsity::block_sparse, Sparsity::baked})
+            for (int bs : kBlockSizes) {
+              if (sparsity == Sparsity::dense && bs != 16) continue;  // the block size does not apply
+              const std::uint64_t digest = sparsity == Sparsity::baked ? rng() : 0;
+              const AttentionSpec s =
+                  make_spec(d, dtype, causal.causal, sparsity, sparsity == Sparsity::dense ? 0 : bs, digest, pass);
+              std::string expected = fmt::format("attention:d={},dtype={},causal={},sparsity={}", d,
+                                                 dtype == DType::f16 ? "f16" : "bf16", causal.text,
+                                                 sparsity == Sparsity::dense         ? "dense"
+                                                 : sparsity == Sparsity::block_sparse ? "bsr"
+                                                                                      : "baked");
+              if (sparsity != Sparsity::dense) expected += fmt::format(",block={}", bs);
+              expected += pass == Pass::forward ? ",pass=fwd" : ",pass=bwd";
+              if (sparsity == Sparsity::baked) expected += fmt::format(",pattern={:016x}", digest);
+              CAPTURE(expected);
+              CHECK(key(s) == expected);
+              CHECK(parse_attention(expected) == s);
+              CHECK(key(parse_attention(key(s))) == key(s));
+              ++checked;
+            }
+  CHECK(checked == 5 * 2 * 3 * 2 * (1 + 4 + 4));
+}
+
+TEST_CASE("attention key text: defaults, field order, and digests with every hex digit", "[attention][spec]") {
+  SECTION("missing fields take their defaults") {
+    CHECK(parse_attention("attention:d=64") == make_spec(64, DType::bf16, Causal::none, Sparsity::dense, 0));
+  }
+  SECTION("fields may come in any order") {
+    CHECK(parse_attention("attention:block=32,sparsity=bsr,causal=br,dtype=f16,d=96") ==
+          make_spec(96, DType::f16, Causal::bottom_right, Sparsity::block_sparse, 32));
+  }
+  SECTION("a digest is 16 hex digits, either case, leading zeros kept") {
+    const AttentionSpec s = parse_attention("attention:d=128,sparsity=baked,block=64,pattern=00000000DeadBeef");
+    CHECK(s.pattern_digest == 0xdeadbeefull);
+    CHECK_THAT(key(s), Contains("pattern=00000000deadbeef"));
+    CHECK(parse_attention("attention:d=128,sparsity=baked,block=64,pattern=ffffffffffffffff").pattern_digest ==
+          ~0ull);
+  }
+}
+
+TEST_CASE("canonical() clears the block size and digest where they do not apply", "[attention][spec]") {
+  SECTION("dense: both cleared, even a block size no sparse spec could have") {
+    const AttentionSpec c = canonical(make_spec(64, DType::f16, Causal::top_left, Sparsity::dense, 48, 0x1234));
+    CHECK(c.block_size == 0);
+    CHECK(c.pattern_digest == 0);
+    CHECK(c.head_dim == 64);
+    CHECK(c.causal == Causal::top_left);
+  }
+  SECTION("bsr: the digest cleared, the block size kept") {
+    const AttentionSpec c = canonical(make_spec(64, DType::f16, Causal::none, Sparsity::block_sparse, 32, 0x1234));
+    CHECK(c.block_size == 32);
+    CHECK(c.pattern_digest == 0);
+  }
+  SECTION("baked: both kept") {
+    const AttentionSpec c = canonical(make_spec(64, DType::f16, Causal::none, Sparsity::baked, 128, 0x1234));
+    CHECK(c.block_size == 128);
+    CHECK(c.pattern_digest == 0x1234);
+  }
+  SECTION("specs equal after canonical() have the same key") {
+    CHECK(key(make_spec(32, DType::bf16, Causal::none, Sparsity::dense, 64, 7)) ==
+          key(make_spec(32, DType::bf16, Causal::none, Sparsity::dense, 0, 0)));
+  }
+}
+
+TEST_CASE("bad attention specs are refused with a message naming the field and value", "[attention][spec]") {
+  SECTION("head_dim") {
+    CHECK_THROWS_AS(parse_attention("attention:d=80"), InvalidSpec);
+    CHECK_THROWS_WITH(parse_attention("attention:d=80"), Contains("head_dim = 80"));
+    CHECK_THROWS_WITH(canonical(make_spec(80, DType::bf16, Causal::none, Sparsity::dense, 0)),
+                      Contains("head_dim = 80"));
+    CHECK_THROWS_WITH(parse_attention("attention:d=sixty"), Contains("'d'") && Contains("sixty"));
+  }
+  SECTION("dtype") {
+    CHECK_THROWS_AS(parse_attention("attention:d=64,dtype=f32"), InvalidSpec);
+    CHECK_THROWS_WITH(parse_attention("attention:d=64,dtype=f32"), Contains("dtype = f32"));
+    CHECK_THROWS_WITH(key(make_spec(64, DType::f32, Causal::none, Sparsity::dense, 0)), Contains("dtype = f32"));
+  }
+  SECTION("block size") {
+    CHECK_THROWS_AS(parse_attention("attention:d=64,sparsity=bsr,block=48"), InvalidSpec);
+    CHECK_THROWS_WITH(parse_attention("attention:d=64,sparsity=bsr,block=48"), Contains("block_size = 48"));
+    CHECK_THROWS_WITH(parse_attention("attention:d=64,sparsity=baked,block=256,pattern=0000000000000001"),
+                      Contains("block_size = 256"));
+    CHECK_THROWS_WITH(canonical(make_spec(64, DType::f16, Causal::none, Sparsity::block_sparse, 0)),
+                      Contains("block_size = 0"));
+    CHECK_THROWS_WITH(parse_attention("attention:d=64,sparsity=bsr"), Contains("'block'"));
+  }
+  SECTION("unknown fields and values") {
+    CHECK_THROWS_AS(parse_attention("attention:d=64,colour=red"), InvalidSpec);
+    CHECK_THROWS_WITH(parse_attention("attention:d=64,colour=red"), Contains("colour"));
+    // Fields of other sparsities are not silently dropped.
+    CHECK_THROWS_WITH(parse_attention("attention:d=64,block=64"), Contains("'block'"));
+    CHECK_THROWS_WITH(parse_attention("attention:d=64,sparsity=bsr,block=64,pattern=0000000000000001"),
+                      Contains("'pattern'"));
+    CHECK_THROWS_WITH(parse_attention("attention:d=64,causal=diag"), Contains("causal") && Contains("diag"));
+    CHECK_THROWS_WITH(parse_attention("attention:d=64,sparsity=csr"), Contains("sparsity") && Contains("csr"));
+    CHECK_THROWS_WITH(parse_attention("attention:d=64,pass=both"), Contains("pass") && Contains("both"));
+    CHECK_THROWS_WITH(parse_attention("rownorm:d=64"), Contains("not an attention spec"));
+    CHECK_THROWS_WITH(parse_attention("attention:dtype=f16"), Contains("'d'"));
+  }
+  SECTION("pattern digest") {
+    const std::string prefix = "attention:d=64,sparsity=baked,block=64,pattern=";
+    for (const char* bad : {"xyz", "123456789abcdef", "123456789abcdef01", "123456789abcdefg", "0000000000000000x"}) {
+      CAPTURE(bad);
+      CHECK_THROWS_AS(parse_attention(prefix + bad), InvalidSpec);
+      CHECK_THROWS_WITH(parse_attention(prefix + bad), Contains("pattern") && Contains(bad));
+    }
+    CHECK_THROWS_WITH(parse_attention("attention:d=64,sparsity=baked,block=64"), Contains("'pattern'"));
+  }
+}
+
+// A digest is "16 hexadecimal digits" (attention_spec.h): text that only strtoull accepts names no
+// digest. Accepting it gives one kernel several key texts.
+TEST_CASE("a pattern digest with a sign, a 0x prefix or blanks is refused", "[attention][spec]") {
+  const std::string prefix = "attention:d=64,sparsity=baked,block=64,pattern=";
+  for (const char* bad : {"0x00000000000001", "+00000000000001f", "-000000000000001", " 00000000000001f"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(parse_attention(prefix + bad), InvalidSpec);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 2. Tilings
+// ---------------------------------------------------------------------------------------------------
+
+TEST_CASE("attention config key text round-trips", "[attention][config]") {
+  for (int warps : {0, 4, 8})
+    for (int mt : {0, 1, 2})
+      for (int bn : {0, 16, 32, 64, 128})
+        for (int stages : {0, 2, 3})
+          for (int qreg : {-1, 0, 1}) {
+            const AttentionConfig c{warps, mt, bn, stages, qreg};
+            const std::string text = fmt::format("warps={},mt={},bn={},stages={},qreg={}", warps, mt, bn, stages, qreg);
+            CAPTURE(text);
+            CHECK(key(c) == text);
+            CHECK(parse_attention_config(text) == c);
+          }
+  CHECK(parse_attention_config("bn=32,stages=3,mt=1,warps=8") == AttentionConfig{8, 1, 32, 3, -1});
+  CHECK_THROWS_WITH(parse_attention_config("warps=4,mt=1,bn=64,stages=2,colour=2"), Contains("colour"));
+  CHECK_THROWS_WITH(parse_attention_config("warps=4,mt=1,bn=64"), Contains("stages"));
+}
+
+TEST_CASE("resolve() fills every unset field and the result is a valid tiling for every spec", "[attention][config]") {
+  for (int d : kHeadDims)
+    for (Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right})
+      for (Sparsity sparsity : {Sparsity::dense, Sparsity::block_sparse, Sparsity::baked})
+        for (int bs : kBlockSizes) {
+          const AttentionSpec spec = make_spec(d, DType::bf16, causal, sparsity, bs, 1);
+          CAPTURE(key(spec));
+          const AttentionConfig c = resolve(spec, {});
+          CHECK((c.warps == 4 || c.warps == 8));
+          CHECK((c.m_tiles == 1 || c.m_tiles == 2));
+          CHECK((c.block_n == 16 || c.block_n == 32 || c.block_n == 64 || c.block_n == 128));
+          CHECK((c.stages == 2 || c.stages == 3));
+          CHECK((c.q_in_registers == 0 || c.q_in_registers == 1));
+          CHECK(c.block_m() == 16 * c.m_tiles * c.warps);
+          CHECK(resolve(spec, c) == c);  // a resolved config is a fixed point
+          CHECK(parse_attention_config(key(c)) == c);
+        }
+}
+
+TEST_CASE("resolve() keeps the fields that are set", "[attention][config]") {
+  const AttentionSpec spec = make_spec(64, DType::f16, Causal::none, Sparsity::dense, 0);
+  const AttentionConfig c = resolve(spec, {8, 0, 128, 0, -1});
+  CHECK(c.warps == 8);
+  CHECK(c.block_n == 128);
+  CHECK(c.m_tiles != 0);
+  CHECK(c.stages != 0);
+  CHECK(c.q_in_registers != -1);
+}
+
+TEST_CASE("resolve() refuses bad tilings, naming the field", "[attention][config]") {
+  const AttentionSpec d64 = make_spec(64, DType::f16, Causal::none, Sparsity::dense, 0);
+  CHECK_THROWS_AS(resolve(d64, {3, 0, 0, 0, -1}), InvalidArgument);
+  CHECK_THROWS_WITH(resolve(d64, {3, 0, 0, 0, -1}), Contains("warps = 3"));
+  CHECK_THROWS_WITH(resolve(d64, {0, 3, 0, 0, -1}), Contains("mt = 3"));
+  CHECK_THROWS_WITH(resolve(d64, {0, 0, 48, 0, -1}), Contains("bn = 48"));
+  CHECK_THROWS_WITH(resolve(d64, {0, 0, 0, 4, -1}), Contains("stages = 4"));
+  CHECK_THROWS_WITH(resolve(d64, {0, 0, 0, 0, 2}), Contains("qreg = 2"));
+  SECTION("too much shared memory") {
+    const AttentionSpec d256 = make_spec(256, DType::bf16, Causal::none, Sparsity::dense, 0);
+    CHECK_THROWS_AS(resolve(d256, {8, 2, 128, 3, 0}), InvalidArgument);
+    CHECK_THROWS_WITH(resolve(d256, {8, 2, 128, 3, 0}), Contains("shared memory"));
+    // Q tile + stages * (K + V) tiles of padded rows: (256 + 2*3*128) * (256 + 8) * 2 bytes, far over 227 KB;
+    // the same tiling at d = 32 needs (256 + 768) * 40 * 2 = 80 KB and is fine.
+    CHECK_NOTHROW(resolve(make_spec(32, DType::bf16, Causal::none, Sparsity::dense, 0), {8, 2, 128, 3, 0}));
+  }
+  SECTION("more than 64 pattern blocks in one tile") {
+    // A 256 x 128 tile over 16 x 16 blocks holds 16 * 8 = 128 of them: the mask is one 64-bit word.
+    const AttentionSpec bs16 = make_spec(64, DType::f16, Causal::none, Sparsity::block_sparse, 16);
+    CHECK_THROWS_AS(resolve(bs16, {8, 2, 128, 2, 0}), InvalidArgument);
+    CHECK_THROWS_WITH(resolve(bs16, {8, 2, 128, 2, 0}), Contains("pattern blocks") && Contains("64"));
+    // 256 x 64 over 16 x 16 is 64 blocks: fits. The same tile over 32 x 32 blocks holds 16.
+    CHECK_NOTHROW(resolve(bs16, {8, 2, 64, 2, 0}));
+    CHECK_NOTHROW(resolve(make_spec(64, DType::f16, Causal::none, Sparsity::block_sparse, 32), {8, 2, 128, 2, 0}));
+    // Dense kernels have no tile mask: any tile shape that fits shared memory goes.
+    CHECK_NOTHROW(resolve(d64, {8, 2, 128, 2, 0}));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 3. The block-sparse tile schedule, element by element
+// ---------------------------------------------------------------------------------------------------
+
+namespace {
+
+struct NamedPattern {
+  std::string what;
+  BlockPattern pattern;
+};
+
+// Patterns of every kind the builders make, with element lengths that end inside a block, shared by
+// every head (heads 1) and per head (heads 3). Sizes keep the element-by-element check to ~ a second.
+std::vector<NamedPattern> schedule_patterns(std::mt19937_64& rng, int bs) {
+  const int max_blocks = bs == 16 ? 20 : bs == 32 ? 12 : bs == 64 ? 8 : 6;
+  auto length = [&] {  // elements: 1 .. max_blocks blocks, the last one usually partial
+    const std::int64_t blocks = 1 + std::int64_t(rng() % max_blocks);
+    return (blocks - 1) * bs + 1 + std::int64_t(rng() % bs);
+  };
+  std::vector<NamedPattern> out;
+  for (int heads : {1, 3}) {
+    std::int64_t sq = length(), sk = length();
+    const std::uint64_t seed = rng();
+    const double density = double(rng() % 1001) / 1000.0;
+    out.push_back({fmt::format("random(density {}, seed {})", density, seed),
+                   patterns::random(bs, sq, sk, density, seed, heads)});
+    sq = length(), sk = length();
+    const int local = int(rng() % 3), global = int(rng() % 2), random_blocks = int(rng() % 3);
+    out.push_back({fmt::format("bigbird({}, {}, {}, seed {})", local, global, random_blocks, seed),
+                   patterns::bigbird(bs, sq, sk, local, global, random_blocks, seed, heads)});
+    sq = length(), sk = length();
+    out.push_back({"causal top-left", patterns::causal(bs, sq, sk, CausalAlign::top_left, heads)});
+    sq = length(), sk = length();
+    out.push_back({"causal bottom-right", patterns::causal(bs, sq, sk, CausalAlign::bottom_right, heads)});
+    // Any mask at all: empty rows, full rows, holes next to active blocks.
+    const std::int64_t rows = 1 + std::int64_t(rng() % max_blocks), cols = 1 + std::int64_t(rng() % max_blocks);
+    std::vector<std::uint8_t> mask(std::size_t(heads * rows * cols));
+    const unsigned fill = unsigned(rng() % 4);  // a quarter .. all of the blocks
+    for (auto& m : mask) m = (rng() % 4) <= fill;
+    out.push_back({"random block mask", BlockPattern::from_block_mask(bs, heads, rows, cols, mask)});
+  }
+  out.push_back({"dense", patterns::dense(bs, 3 * bs - 5, 5 * bs + 1, 2)});
+  out.push_back({"empty", patterns::random(bs, 2 * bs, 4 * bs, 0.0, 1, 1)});
+  return out;
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Checks the schedule's structure, then every (head, query, key) element of the pattern's blocks:
+// the pattern allows it iff its item lists its key tile with the element's bit (or the whole tile).
+// The bit is (row_local / group_rows) * (block_n / group_cols) + col_local / group_cols, with group sides
+// min(block size, tile side), as the kernel's mask_tile reads it.
+void check_schedule(const BlockPattern& p, int block_m, int block_n) {
+  const attention::TileSchedule s = attention::build_tile_schedule(p, block_m, block_n);
+  const int bs = p.block_size();
+  const std::int64_t query_rows = p.block_rows() * bs, keys = p.block_cols() * bs;
+  const std::int64_t q_tiles = ceil_div(query_rows, block_m), key_tiles = ceil_div(keys, block_n);
+  const std::int64_t items = p.heads() * q_tiles;
+
+  REQUIRE(s.pattern_heads == p.heads());
+  REQUIRE(s.q_tiles == q_tiles);
+  REQUIRE(s.item_tile_begin.size() == std::size_t(items + 1));
+  REQUIRE(s.item_tile_begin.front() == 0);
+  REQUIRE(s.item_tile_begin.back() == std::int64_t(s.tile_index.size()));
+  REQUIRE(s.tile_mask.size() == s.tile_index.size());
+  REQUIRE(s.tiles() == std::int64_t(s.tile_index.size()));
+  for (std::int64_t item = 0; item < items; ++item) {
+    const std::int32_t begin = s.item_tile_begin[item], end = s.item_tile_begin[item + 1];
+    REQUIRE(begin <= end);
+    for (std::int32_t t = begin; t < end; ++t) {
+      REQUIRE(s.tile_index[t] >= 0);
+      REQUIRE(s.tile_index[t] < key_tiles);
+      if (t > begin) REQUIRE(s.tile_index[t - 1] < s.tile_index[t]);  // ascending, no repeats
+    }
+  }
+
+  // The launch order: a permutation of the items, heaviest first.
+  REQUIRE(s.item_order.size() == std::size_t(items));
+  std::vector<std::int32_t> sorted = s.item_order;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::int32_t> all(items);
+  std::iota(all.begin(), all.end(), 0);
+  CHECK(sorted == all);
+  auto count = [&](std::int32_t item) { return s.item_tile_begin[item + 1] - s.item_tile_begin[item]; };
+  for (std::size_t r = 1; r < s.item_order.size(); ++r) {
+    CAPTURE(r);
+    REQUIRE(count(s.item_order[r - 1]) >= count(s.item_order[r]));
+  }
+
+  // The pattern expanded from active(), one byte per block.
+  std::vector<std::uint8_t> active(std::size_t(p.heads() * p.block_rows() * p.block_cols()));
+  for (int h = 0; h < p.heads(); ++h)
+    for (std::int64_t r = 0; r < p.block_rows(); ++r)
+      for (std::int64_t c = 0; c < p.block_cols(); ++c)
+        active[(h * p.block_rows() + r) * p.block_cols() + c] = p.active(h, r, c);
+
+  const int group_rows = std::min(bs, block_m), group_cols = std::min(bs, block_n);
+  const int groups_per_tile_row = block_n / group_cols;
+  std::int64_t mismatches = 0;
+  std::string first_mismatch;
+  std::vector<std::int32_t> position(key_tiles);  // key tile -> its index in tile_index, or -1
+  std::vector<std::uint8_t> tile_used(s.tile_index.size(), 0);
+  for (int h = 0; h < p.heads(); ++h)
+    for (std::int64_t i = 0; i < query_rows; ++i) {
+      const std::int64_t item = h * q_tiles + i / block_m;
+      if (i % block_m == 0) {
+        std::fill(position.begin(), position.end(), -1);
+        for (std::int32_t t = s.item_tile_begin[item]; t < s.item_tile_begin[item + 1]; ++t)
+          position[s.tile_index[t]] = t;
+      }
+      const int row_local = int(i % block_m);
+      const std::uint8_t* block_row = &active[(h * p.block_rows() + i / bs) * p.block_cols()];
+      for (std::int64_t j = 0; j < keys; ++j) {
+        const bool allowed = block_row[j / bs] != 0;
+        const std::int32_t at = position[j / block_n];
+        bool listed = false;
+        if (at >= 0) {
+          const int col_local = int(j % block_n);
+          const int bit = (row_local / group_rows) * groups_per_tile_row + col_local / group_cols;
+          listed = s.tile_mask[at] == sjit_kernels::kWholeTile || ((s.tile_mask[at] >> bit) & 1u);
+          if (allowed) tile_used[at] = 1;
+        }
+        if (allowed != listed && mismatches++ == 0)
+          first_mismatch = fmt::format("head {} query {} key {}: pattern {}, schedule {}", h, i, j,
+                                       allowed ? "allows" : "refuses", listed ? "computes" : "skips");
+      }
+    }
+  CAPTURE(first_mismatch);
+  CHECK(mismatches == 0);
+  // Nothing wasted: every listed tile holds an element the pattern allows.
+  CHECK(std::count(tile_used.begin(), tile_used.end(), 0) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("the tile schedule computes exactly the elements the pattern allows", "[attention][schedule]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  int shapes_checked = 0;
+  for (int bs : kBlockSizes)
+    for (const NamedPattern& np : schedule_patterns(rng, bs))
+      for (int block_m : {64, 128, 256})
+        for (int block_n : {16, 32, 64, 128}) {
+          const int groups = (block_m / std::min(bs, block_m)) * (block_n / std::min(bs, block_n));
+          if (groups > 64) continue;  // resolve() refuses these tiles
+          CAPTURE(bs, np.what, np.pattern.heads(), np.pattern.block_rows(), np.pattern.block_cols(), block_m, block_n);
+          check_schedule(np.pattern, block_m, block_n);
+          ++shapes_checked;
+        }
+  CHECK(shapes_checked > 300);
+}
+
+TEST_CASE("the tile schedule of small hand-made patterns", "[attention][schedule]") {
+  SECTION("a 128-block pattern over 64 x 32 tiles: each active block is 2 x 4 whole tiles") {
+    // Blocks (0,1) and (1,0) of a 2 x 2 pattern.
+    const std::uint8_t mask[] = {0, 1, 1, 0};
+    const BlockPattern p = BlockPattern::from_block_mask(128, 1, 2, 2, mask);
+    const attention::TileSchedule s = attention::build_tile_schedule(p, 64, 32);
+    CHECK(s.q_tiles == 4);
+    CHECK(s.item_tile_begin == std::vector<std::int32_t>{0, 4, 8, 12, 16});
+    CHECK(s.tile_index == std::vector<std::int32_t>{4, 5, 6, 7, 4, 5, 6, 7, 0, 1, 2, 3, 0, 1, 2, 3});
+    for (std::uint64_t m : s.tile_mask) CHECK(m == sjit_kernels::kWholeTile);
+  }
+  SECTION("a 16-block pattern inside one 64 x 32 tile: one bit per block, row-major over the 4 x 2 groups") {
+    // 4 x 2 blocks, the diagonal ones active: (0,0) -> bit 0, (1,1) -> bit 3.
+    const std::uint8_t mask[] = {1, 0, 0, 1, 0, 0, 0, 0};
+    const BlockPattern p = BlockPattern::from_block_mask(16, 1, 4, 2, mask);
+    const attention::TileSchedule s = attention::build_tile_schedule(p, 64, 32);
+    CHECK(s.tile_index == std::vector<std::int32_t>{0});
+    CHECK(s.tile_mask == std::vector<std::uint64_t>{0b1001});
+  }
+  SECTION("an empty row lists no tile and comes last in the launch order") {
+    const std::uint8_t mask[] = {0, 0, 1, 1};
+    const BlockPattern p = BlockPattern::from_block_mask(64, 1, 2, 2, mask);
+    const attention::TileSchedule s = attention::build_tile_schedule(p, 64, 64);
+    CHECK(s.item_tile_begin == std::vector<std::int32_t>{0, 0, 2});
+    CHECK(s.item_order == std::vector<std::int32_t>{1, 0});
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 4. FLOP counts
+// ---------------------------------------------------------------------------------------------------
+
+namespace {
+
+// 4 * D * batch * |{(head, i, j) : attention_allows}|, the pattern expanded element by element.
+double brute_force_flops(const AttentionSpec& spec, const AttentionForwardArgs& a) {
+  reference::AttentionProblem p;
+  p.batch = a.batch, p.heads_q = a.heads_q, p.heads_kv = a.heads_kv, p.seq_q = a.seq_q, p.seq_k = a.seq_k;
+  p.head_dim = spec.head_dim;
+  p.causal = spec.causal != Causal::none;
+  p.causal_bottom_right = spec.causal == Causal::bottom_right;
+  if (a.pattern != nullptr) {
+    const BlockPattern& pattern = *a.pattern;
+    p.filter = [&pattern](std::int64_t h, std::int64_t i, std::int64_t j) {
+      const int bs = pattern.block_size();
+      return pattern.active(pattern.heads() == 1 ? 0 : int(h), i / bs, j / bs);
+    };
+  }
+  std::int64_t allowed = 0;
+  for (std::int64_t h = 0; h < a.heads_q; ++h)
+    for (std::int64_t i = 0; i < a.seq_q; ++i)
+      for (std::int64_t j = 0; j < a.seq_k; ++j) allowed += reference::attention_allows(p, h, i, j);
+  return 4.0 * spec.head_dim * double(a.batch) * double(allowed);
+}
+
+AttentionForwardArgs shape(std::int64_t batch, std::int64_t heads_q, std::int64_t seq_q, std::int64_t seq_k,
+                           const BlockPattern* pattern = nullptr) {
+  AttentionForwardArgs a;
+  a.batch = batch, a.heads_q = heads_q, a.heads_kv = 1, a.seq_q = seq_q, a.seq_k = seq_k;
+  a.pattern = pattern;
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("attention_forward_flops counts 4 D flops per allowed (query, key) pair", "[attention][flops]") {
+  SECTION("dense: 4 D B H Sq Sk") {
+    const AttentionSpec spec = make_spec(64, DType::bf16, Causal::none, Sparsity::dense, 0);
+    const AttentionForwardArgs a = shape(3, 2, 37, 53);
+    CHECK(attention_forward_flops(spec, a) == 4.0 * 64 * 3 * 2 * 37 * 53);
+    CHECK(attention_forward_flops(spec, a) == brute_force_flops(spec, a));
+  }
+  SECTION("causal, both alignments, square and not, queries longer than keys") {
+    for (Causal causal : {Causal::top_left, Causal::bottom_right})
+      for (auto [sq, sk] : std::vector<std::pair<int, int>>{{64, 64}, {37, 91}, {91, 37}, {1, 100}, {100, 1}}) {
+        const AttentionSpec spec = make_spec(128, DType::f16, causal, Sparsity::dense, 0);
+        const AttentionForwardArgs a = shape(2, 3, sq, sk);
+        CAPTURE(key(spec), sq, sk);
+        CHECK(attention_forward_flops(spec, a) == brute_force_flops(spec, a));
+      }
+    // Top-left, square: half the matrix plus the diagonal.
+    const AttentionSpec tl = make_spec(32, DType::f16, Causal::top_left, Sparsity::dense, 0);
+    CHECK(attention_forward_flops(tl, shape(1, 1, 10, 10)) == 4.0 * 32 * 55);
+  }
+  SECTION("block-sparse, shared and per-head patterns, with and without causality") {
+    std::mt19937_64 rng(test::fresh_seed());
+    for (int bs : {16, 32, 64})
+      for (int heads : {1, 3})
+        for (Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right}) {
+          const std::int64_t sq = 1 + std::int64_t(rng() % (5 * bs)), sk = 1 + std::int64_t(rng() % (5 * bs));
+          const std::uint64_t seed = rng();
+          const BlockPattern pattern = rng() % 2 ? patterns::random(bs, sq, sk, 0.5, seed, heads)
+                                                 : patterns::bigbird(bs, sq, sk, 1, 1, 1, seed, heads);
+          const AttentionSpec spec = make_spec(64, DType::bf16, causal, Sparsity::block_sparse, bs);
+          const AttentionForwardArgs a = shape(2, 3, sq, sk, &pattern);
+          CAPTURE(key(spec), sq, sk, heads, seed);
+          CHECK(attention_forward_flops(spec, a) == brute_force_flops(spec, a));
+        }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 5. Argument checks before any GPU work
+// ---------------------------------------------------------------------------------------------------
+
+namespace {
+
+void* fake(std::uintptr_t address) { return reinterpret_cast<void*>(address); }
+
+// Valid arguments at fake, far-apart, 16-byte-aligned addresses: B=2, Hq=4, Hkv=2, Sq=100, Sk=130, D=64.
+// Each tensor is at most 2*4*130*64*2 bytes = 0x20800, well under the 1 MiB between them.
+AttentionForwardArgs fake_args() {
+  AttentionForwardArgs a;
+  a.q = fake(0x100000);
+  a.k = fake(0x200000);
+  a.v = fake(0x300000);
+  a.o = fake(0x400000);
+  a.batch = 2, a.heads_q = 4, a.heads_kv = 2, a.seq_q = 100, a.seq_k = 130;
+  return a;
+}
+
+// forward() with arguments that pass every check: here, without a GPU, the device is what fails.
+// With a GPU the fake pointers must not reach a kernel, so there is nothing to run.
+void check_accepted(Attention& attention, const AttentionForwardArgs& a) {
+  if (gpu_available()) return;
+  try {
+    attention.forward(a);
+    FAIL("forward() without a GPU returned instead of throwing NoDevice");
+  } catch (const InvalidArgument& e) {
+    FAIL(fmt::format("valid arguments were refused: {}", e.what()));
+  } catch (const Error&) {
+    SUCCEED();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Attention::forward refuses bad arguments before any GPU work, naming the argument", "[attention][args]") {
+  const AttentionSpec dense = make_spec(64, DType::f16, Causal::none, Sparsity::dense, 0);
+  Attention attention(dense);
+  check_accepted(attention, fake_args());
+
+  auto refused = [&](Attention& att, const AttentionForwardArgs& a, const std::string& text) {
+    CAPTURE(text);
+    CHECK_THROWS_AS(att.forward(a), InvalidArgument);
+    CHECK_THROWS_WITH(att.forward(a), Contains(text));
+  };
+  SECTION("null pointers") {
+    for (const char* which : {"q", "k", "v", "o"}) {
+      AttentionForwardArgs a = fake_args();
+      if (which[0] == 'q') a.q = nullptr;
+      if (which[0] == 'k') a.k = nullptr;
+      if (which[0] == 'v') a.v = nullptr;
+      if (which[0] == 'o') a.o = nullptr;
+      refused(attention, a, fmt::format("{} is null", which));
+    }
+  }
+  SECTION("misaligned pointers") {
+    AttentionForwardArgs a = fake_args();
+    a.k = fake(0x200008);
+    refused(attention, a, "k = 0x200008");
+    a = fake_args();
+    a.o = fake(0x400002);
+    refused(attention, a, "o = 0x400002");
+    a = fake_args();
+    a.lse = static_cast<float*>(fake(0x500002));
+    refused(attention, a, "lse");
+  }
+  SECTION("query heads not a multiple of key/value heads") {
+    AttentionForwardArgs a = fake_args();
+    a.heads_q = 6, a.heads_kv = 4;
+    refused(attention, a, "heads_q = 6");
+    CHECK_THROWS_WITH(attention.forward(a), Contains("heads_kv = 4"));
+  }
+  SECTION("strides") {
+    AttentionForwardArgs a = fake_args();
+    a.q_strides = {4 * 100 * 100, 100 * 100, 100};
+    refused(attention, a, "q row stride = 100");
+    a = fake_args();
+    a.v_strides = {2 * 130 * 64, 130 * 64 + 4, 64};
+    refused(attention, a, "v head stride");
+    a = fake_args();
+    a.k_strides = {2 * 130 * 64, 130 * 64, 32};  // rows of 64 elements 32 apart
+    refused(attention, a, "k row stride = 32");
+  }
+  SECTION("sizes out of range") {
+    AttentionForwardArgs a = fake_args();
+    a.seq_q = -1;
+    refused(attention, a, "seq_q = -1");
+    a = fake_args();
+    a.seq_k = -5;
+    refused(attention, a, "seq_k = -5");
+    a = fake_args();
+    a.batch = -2;
+    refused(attention, a, "batch = -2");
+    a = fake_args();
+    a.heads_q = 0;
+    refused(attention, a, "heads_q = 0");
+  }
+  SECTION("scale") {
+    AttentionForwardArgs a = fake_args();
+    a.scale = std::numeric_limits<float>::quiet_NaN();
+    refused(attention, a, "scale = nan");
+    a.scale = -0.5f;
+    refused(attention, a, "scale = -0.5");
+    a.scale = std::numeric_limits<float>::infinity();
+    refused(attention, a, "scale = inf");
+  }
+  SECTION("o overlapping k or v") {
+    AttentionForwardArgs a = fake_args();
+    a.o = fake(0x200000 + 0x1000);
+    refused(attention, a, "o overlaps k");
+    a.o = fake(0x300000 - 0x100);  // ends inside v
+    refused(attention, a, "o overlaps v");
+    a.o = fake(0x100000);  // o may alias q: every tile reads its q rows before writing them
+    check_accepted(attention, a);
+  }
+  SECTION("a pattern given to a dense spec") {
+    const BlockPattern p = patterns::dense(64, 100, 130);
+    AttentionForwardArgs a = fake_args();
+    a.pattern = &p;
+    refused(attention, a, "pattern");
+    CHECK_THROWS_WITH(attention.forward(a), Contains("dense"));
+  }
+}
+
+TEST_CASE("Attention::forward checks the pattern against the spec and the shapes", "[attention][args]") {
+  const AttentionSpec bsr = make_spec(64, DType::bf16, Causal::none, Sparsity::block_sparse, 32);
+  Attention attention(bsr);
+  auto refused = [&](const AttentionForwardArgs& a, const std::string& text) {
+    CAPTURE(text);
+    CHECK_THROWS_AS(attention.forward(a), InvalidArgument);
+    CHECK_THROWS_WITH(attention.forward(a), Contains(text));
+  };
+  // Sq = 100, Sk = 130 with 32-blocks: 4 x 5 blocks.
+  const BlockPattern good = patterns::random(32, 100, 130, 0.5, 7, 4);
+  AttentionForwardArgs a = fake_args();
+  a.pattern = &good;
+  check_accepted(attention, a);
+  const BlockPattern shared = patterns::random(32, 100, 130, 0.5, 7, 1);
+  a.pattern = &shared;
+  check_accepted(attention, a);
+
+  SECTION("no pattern") {
+    a.pattern = nullptr;
+    refused(a, "pattern");
+  }
+  SECTION("wrong block size") {
+    const BlockPattern p = patterns::random(64, 100, 130, 0.5, 7, 1);
+    a.pattern = &p;
+    refused(a, "block size 64");
+  }
+  SECTION("wrong block shape") {
+    const BlockPattern rows = patterns::random(32, 129, 130, 0.5, 7, 1);  // 5 x 5
+    a.pattern = &rows;
+    refused(a, "5 x 5");
+    const BlockPattern cols = patterns::random(32, 100, 128, 0.5, 7, 1);  // 4 x 4
+    a.pattern = &cols;
+    refused(a, "4 x 4");
+  }
+  SECTION("head count neither 1 nor heads_q") {
+    const BlockPattern p = patterns::random(32, 100, 130, 0.5, 7, 2);  // heads_kv, not heads_q
+    a.pattern = &p;
+    refused(a, "2 heads");
+  }
+}
+
+TEST_CASE("a baked Attention takes its own pattern or none, and no other", "[attention][args]") {
+  // Sq = 100, Sk = 130 with 64-blocks: 2 x 3 blocks.
+  const std::uint8_t baked_mask[] = {1, 0, 1, 0, 1, 0}, other_mask[] = {1, 1, 0, 0, 1, 0};
+  const BlockPattern baked = BlockPattern::from_block_mask(64, 1, 2, 3, baked_mask);
+  Attention attention(make_spec(64, DType::f16, Causal::none, Sparsity::dense, 0), baked);
+  CHECK(attention.spec().sparsity == Sparsity::baked);
+  CHECK(attention.spec().block_size == 64);
+  CHECK(attention.spec().pattern_digest == baked.digest());
+
+  AttentionForwardArgs a = fake_args();
+  check_accepted(attention, a);  // null: the baked pattern
+  const BlockPattern same = baked;
+  a.pattern = &same;
+  check_accepted(attention, a);
+  const BlockPattern other = BlockPattern::from_block_mask(64, 1, 2, 3, other_mask);
+  REQUIRE(!(other == baked));
+  a.pattern = &other;
+  CHECK_THROWS_AS(attention.forward(a), InvalidArgument);
+  CHECK_THROWS_WITH(attention.forward(a), Contains("pattern") && Contains(fmt::format("{:016x}", other.digest())));
+  SECTION("and its shape is checked against the sequence lengths") {
+    a = fake_args();
+    a.seq_k = 300;
+    CHECK_THROWS_WITH(attention.forward(a), Contains("seq_k = 300"));
+  }
+}
+
+TEST_CASE("an empty batch or query set returns before touching the GPU", "[attention][args]") {
+  const BlockPattern p = patterns::random(32, 100, 130, 0.5, 7, 1);
+  for (Sparsity sparsity : {Sparsity::dense, Sparsity::block_sparse}) {
+    Attention attention(make_spec(64, DType::f16, Causal::top_left, sparsity, 32));
+    AttentionForwardArgs a = fake_args();
+    if (sparsity == Sparsity::block_sparse) a.pattern = &p;
+    CAPTURE(key(attention.spec()));
+    a.batch = 0;
+    CHECK_NOTHROW(attention.forward(a));
+    a = fake_args();
+    a.seq_q = 0;
+    a.pattern = nullptr;  // no query: not even the pattern is needed
+    CHECK_NOTHROW(attention.forward(a));
+  }
+  // The checks still run first: an empty batch with a null q is refused.
+  Attention attention(make_spec(64, DType::f16, Causal::none, Sparsity::dense, 0));
+  AttentionForwardArgs a = fake_args();
+  a.batch = 0;
+  a.q = nullptr;
+  CHECK_THROWS_WITH(attention.forward(a), Contains("q is null"));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 6. NVRTC compiles (no GPU needed)
+// ---------------------------------------------------------------------------------------------------
+
+namespace {
+
+// The process cache turned off while this lives, so that every compile runs NVRTC and reports its usage.
+struct CacheOff {
+  CacheSettings saved = cache_settings();
+  CacheOff() { set_cache_settings({saved.dir, CacheMode::off, saved.max_bytes}); }
+  ~CacheOff() { set_cache_settings(saved); }
+};
+
+}  // namespace
+
+TEST_CASE("the generated attention unit is an include and a Cfg struct", "[attention][codegen]") {
+  const std::string src = source_for_key("attention:d=128,dtype=bf16");
+  CHECK_THAT(src, Contains("#include \"sparsejit/attention_forward.cuh\""));
+  CHECK_THAT(src, Contains("struct Cfg"));
+  CHECK_THAT(src, Contains("using T = __nv_bfloat16;"));
+  CHECK_THAT(src, Contains("head_dim = 128;"));
+  CHECK_THAT(src, !Contains("__global__"));
+  CHECK(std::count(src.begin(), src.end(), '\n') < 25);
+  CHECK_THAT(source_for_key("attention:d=64,dtype=f16,sparsity=bsr,block=32|warps=8,mt=1,bn=16,stages=3,qreg=1"),
+             Contains("using T = __half;") && Contains("warps = 8;") && Contains("block_n = 16;") &&
+                 Contains("stages = 3;") && Contains("pattern_block = 32;"));
+}
+
+TEST_CASE("a baked key cannot be compiled from its text alone", "[attention][codegen]") {
+  const std::string baked = "attention:d=64,dtype=f16,sparsity=baked,block=64,pattern=0123456789abcdef";
+  CHECK_THROWS_AS(source_for_key(baked), InvalidSpec);
+  CHECK_THROWS_WITH(source_for_key(baked), Contains("baked") && Contains("BlockPattern"));
+  CHECK_THROWS_AS(compile_key(baked, "sm_90a"), InvalidSpec);
+}
+
+TEST_CASE("attention kernels compile with NVRTC for sm_90a and sm_80", "[attention][codegen][nvrtc]") {
+  CacheOff no_cache;
+  struct Job {
+    std::string key, arch;
+  };
+  const std::vector<Job> jobs = {
+      {"attention:d=128,dtype=bf16", "sm_90a"},
+      {"attention:d=64,dtype=f16,causal=br,sparsity=bsr,block=32", "sm_90a"},
+      {"attention:d=64,dtype=f16,causal=br,sparsity=bsr,block=32", "sm_80"},
+      {"attention:d=256,causal=tl", "sm_80"},
+  };
+  // Two at a time: CI has two cores.
+  for (std::size_t first = 0; first < jobs.size(); first += 2) {
+    std::vector<std::future<CompiledKernel>> compiled;
+    for (std::size_t i = first; i < std::min(first + 2, jobs.size()); ++i)
+      compiled.push_back(std::async(std::launch::async, [job = jobs[i]] { return compile_key(job.key, job.arch); }));
+    for (std::size_t n = 0; n < compiled.size(); ++n) {
+      const Job& job = jobs[first + n];
+      CAPTURE(job.key, job.arch);
+      const CompiledKernel k = compiled[n].get();
+      CHECK_FALSE(k.from_cache);
+      CHECK(k.arch == job.arch);
+      CHECK(k.binary.size() > 1000);
+      CHECK(k.binary.compare(0, 4, "\x7f" "ELF") == 0);  // a CUBIN is an ELF file
+      CHECK(k.usage.registers > 0);
+      if (job.key.find("d=64") != std::string::npos) CHECK(k.usage.spill_store_bytes == 0);
+    }
+  }
+}

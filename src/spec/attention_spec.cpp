@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "sparsejit/error.h"
 #include "spec/key_text.h"
 
@@ -77,14 +79,13 @@ AttentionSpec parse_attention(std::string_view text) {
   else throw InvalidSpec(fmt::format("attention: pass '{}' is unknown: use fwd or bwd", pass));
   if (s.sparsity == Sparsity::baked) {
     const std::string digest = spec::take(kt, "pattern");
-    std::size_t used = 0;
-    try {
-      s.pattern_digest = std::stoull(digest, &used, 16);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (digest.size() != 16 || used != 16)
+    // Exactly 16 hex digits: no sign, prefix or blanks, so that one kernel has one key text.
+    const bool hex = digest.size() == 16 && std::all_of(digest.begin(), digest.end(), [](char c) {
+      return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    });
+    if (!hex)
       throw InvalidSpec(fmt::format("attention: pattern '{}' is not a digest: 16 hexadecimal digits expected", digest));
+    s.pattern_digest = std::stoull(digest, nullptr, 16);
   }
   spec::reject_leftovers(kt, "d, dtype, causal, sparsity, block (bsr and baked), pass, pattern (baked)");
   return canonical(s);

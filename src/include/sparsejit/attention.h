@@ -51,7 +51,8 @@ struct AttentionForwardArgs {
   float* lse = nullptr;     // optional [B, Hq, Sq] contiguous: natural-log log-sum-exp, -inf for empty rows
   std::int64_t batch = 1, heads_q = 1, heads_kv = 1, seq_q = 0, seq_k = 0;
   // Zero strides mean contiguous [B, H, S, D]. Every stride must be a multiple of 8 elements and every
-  // pointer 16-byte aligned (the kernels move 16-byte chunks).
+  // pointer 16-byte aligned (the kernels move 16-byte chunks). o must not share memory with k or v:
+  // the check compares address ranges, so o inside a packed [B, S, 3, H, D] qkv buffer is refused.
   Strides q_strides, k_strides, v_strides, o_strides;
   float scale = 0.0f;       // 0 means 1 / sqrt(head_dim)
   // block_sparse: the pattern (its block size must be the spec's; shape ceil(Sq/bs) x ceil(Sk/bs);
@@ -109,8 +110,9 @@ class Attention {
 void attention_forward(const AttentionSpec& spec, const AttentionForwardArgs& args, Stream stream = nullptr);
 void attention_backward(const AttentionSpec& spec, const AttentionBackwardArgs& args, Stream stream = nullptr);
 
-// FLOPs of a forward over the active blocks: 4 * D * (number of (query, key) pairs computed), counting
-// whole pattern blocks and halving the diagonal blocks of a causal mask as FlashAttention's counts do.
+// FLOPs of a forward over what the mask allows: 4 * D * batch * the number of (head, query, key) triples
+// the pattern, causality and the sequence ends allow (so a causal dense forward counts about half).
+// A bsr or baked spec without args.pattern counts as dense.
 double attention_forward_flops(const AttentionSpec& spec, const AttentionForwardArgs& args);
 
 }  // namespace sjit

@@ -131,12 +131,14 @@ Runner add_bench(CLI::App& app) {
   rownorm->add_option("--warmup", o->warmup, "Untimed runs first");
   Runner jit = add_bench_jit(*bench);
   Runner attention = add_bench_attention(*bench);
+  Runner e23 = add_bench_e23(*bench);
   return [=] {
     if (rownorm->parsed()) {
       o->kinds = split_commas(*kinds);
       return run_rownorm(*o);
     }
     if (const int result = attention(); result != -1) return result;
+    if (const int result = e23(); result != -1) return result;
     return jit();
   };
 }

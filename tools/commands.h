@@ -22,6 +22,7 @@ Runner add_cache(CLI::App& app);
 Runner add_tune(CLI::App& app);
 Runner add_bench_jit(CLI::App& bench);        // "bench jit", under the bench command
 Runner add_bench_attention(CLI::App& bench);  // "bench attention"
+Runner add_bench_e23(CLI::App& bench);        // "bench e23"
 
 // "softmax", "sparsemax", "entmax15", "entmax:1.25" -> a spec with that kind (n and dtype filled by caller).
 RowNormSpec kind_from_name(const std::string& name, int n, DType dtype, Pass pass = Pass::forward);

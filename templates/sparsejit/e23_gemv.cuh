@@ -1,0 +1,147 @@
+// The two D x D products of an E23 step for a group of batch rows: out[b][r] = sum_k W[r][k] x_b[k],
+// for the 16 rows r of one row tile and the up to 32 batch rows b of one batch group. For B rows this
+// is the GEMM [B, D] x [D, D]^T cut into (row tile, batch group) tiles; each tile belongs to one CTA.
+//
+// Inside the CTA the K dimension (D) is split over the warps in 16-wide k-steps; the partial sums meet
+// in shared memory. Every warp loads its whole share of W straight into registers, so a tile costs one
+// round of L2 latency rather than one per k-chunk: a step is latency-bound, not bandwidth-bound.
+//
+// bf16/f16 (Cfg::tensor_cores): mma.sync m16n8k16 with A = 16 rows of W and B = x, 8 batch rows per
+// n-tile. The fp32 operand x is split into hi + lo, both in T, and both are multiplied: the product
+// then sees x to about 16 significant bits instead of 8, so the state is effectively fp32 and only W
+// itself is rounded (as given). f32: plain FMAs, x staged through shared memory per k-step.
+#pragma once
+
+#include "sparsejit/element.cuh"
+#include "sparsejit/mma.cuh"
+
+namespace sjit_kernels {
+
+inline constexpr int kGemvTileRows = 16;
+inline constexpr int kGemvTileBatches = 32;
+inline constexpr int kGemvTileOutputs = kGemvTileRows * kGemvTileBatches;
+
+template <class T> __device__ __forceinline__ float2 unpack2(unsigned bits);
+template <> __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(unsigned bits) {
+  return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&bits));
+}
+template <> __device__ __forceinline__ float2 unpack2<__half>(unsigned bits) {
+  return __half22float2(*reinterpret_cast<__half2*>(&bits));
+}
+
+// Two consecutive elements of W (k even) as one 32-bit register of T pairs.
+template <class T>
+__device__ __forceinline__ unsigned load_weight_pair(const T* __restrict__ w, int index) {
+  return __ldg(reinterpret_cast<const unsigned*>(w + index));
+}
+
+// Tensor cores. Each warp accumulates 16 rows x 32 batches for its k-steps into red[warp][row * 32 + batch].
+// Operand: float2 x(int b, int k), the fp32 values x_b[k], x_b[k + 1].
+template <class T, int D, int WARPS, class Operand>
+__device__ __forceinline__ void gemv_tile_partial_mma(const T* __restrict__ w, const Operand& x, int row0, int batch0,
+                                                     int batch, float* red) {
+  constexpr int k_steps = (D + 15) / 16;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  float acc[4][4] = {};
+  const int row_a = row0 + g, row_b = row0 + g + 8;
+  const int tiles_used = min(4, (batch - batch0 + 7) / 8);  // warp-uniform
+#pragma unroll 4
+  for (int ks = warp; ks < k_steps; ks += WARPS) {
+    const int k0 = ks * 16;
+    const bool upper = k0 + 8 < D;  // D % 16 == 8: the last k-step has only its lower half
+    unsigned a[4];
+    a[0] = row_a < D ? load_weight_pair(w, row_a * D + k0 + 2 * t) : 0u;
+    a[1] = row_b < D ? load_weight_pair(w, row_b * D + k0 + 2 * t) : 0u;
+    a[2] = row_a < D && upper ? load_weight_pair(w, row_a * D + k0 + 8 + 2 * t) : 0u;
+    a[3] = row_b < D && upper ? load_weight_pair(w, row_b * D + k0 + 8 + 2 * t) : 0u;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      if (nt >= tiles_used) break;
+      const int b = batch0 + nt * 8 + g;
+      const float2 lo_k = b < batch ? x(b, k0 + 2 * t) : make_float2(0.f, 0.f);
+      const float2 hi_k = b < batch && upper ? x(b, k0 + 8 + 2 * t) : make_float2(0.f, 0.f);
+      const unsigned b0 = pack2<T>(lo_k.x, lo_k.y), b1 = pack2<T>(hi_k.x, hi_k.y);
+      const float2 r0 = unpack2<T>(b0), r1 = unpack2<T>(b1);
+      const unsigned b0_rest = pack2<T>(lo_k.x - r0.x, lo_k.y - r0.y);
+      const unsigned b1_rest = pack2<T>(hi_k.x - r1.x, hi_k.y - r1.y);
+      mma_16x8x16<T>(acc[nt], a, b0, b1);
+      mma_16x8x16<T>(acc[nt], a, b0_rest, b1_rest);
+    }
+  }
+  float* mine = red + warp * kGemvTileOutputs;
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+    const int col = nt * 8 + 2 * t;
+    mine[g * kGemvTileBatches + col] = acc[nt][0];
+    mine[g * kGemvTileBatches + col + 1] = acc[nt][1];
+    mine[(g + 8) * kGemvTileBatches + col] = acc[nt][2];
+    mine[(g + 8) * kGemvTileBatches + col + 1] = acc[nt][3];
+  }
+}
+
+// FMAs. Lane l owns row l % 16 and the batch half l / 16 (16 accumulators). Per k-step the warp stages
+// x for 16 k and 32 batches in `stage` (512 floats of its own), each value computed once.
+template <class T, int D, int WARPS, class Operand>
+__device__ __forceinline__ void gemv_tile_partial_fma(const T* __restrict__ w, const Operand& x, int row0, int batch0,
+                                                     int batch, float* red, float* stage) {
+  constexpr int k_steps = (D + 15) / 16;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = row0 + lane % 16, half = lane / 16;
+  float* my_stage = stage + warp * kGemvTileOutputs;  // [k 16][batch 32]
+  float acc[16] = {};
+  for (int ks = warp; ks < k_steps; ks += WARPS) {
+    const int k0 = ks * 16;
+    // Lane l stages k pair l % 8 of batches l / 8 + 4 j: each load covers 64 contiguous bytes of 4 rows.
+    const int kp = 2 * (lane % 8);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int bl = lane / 8 + 4 * j, b = batch0 + bl;
+      const float2 v = b < batch && k0 + kp < D ? x(b, k0 + kp) : make_float2(0.f, 0.f);
+      my_stage[kp * kGemvTileBatches + bl] = v.x;
+      my_stage[(kp + 1) * kGemvTileBatches + bl] = v.y;
+    }
+    __syncwarp();
+    constexpr int wvec = 16 / int(sizeof(T));  // one 16-byte packet of W at a time
+    float wk[16];
+#pragma unroll
+    for (int kk = 0; kk < 16; kk += wvec) {
+      float packet[wvec];
+      if (row < D && k0 + kk < D) load_packet<T, wvec>(w + row * D + k0 + kk, packet);
+      else
+#pragma unroll
+        for (int e = 0; e < wvec; ++e) packet[e] = 0.f;
+#pragma unroll
+      for (int e = 0; e < wvec; ++e) wk[kk + e] = packet[e];
+    }
+#pragma unroll
+    for (int kk = 0; kk < 16; ++kk)
+#pragma unroll
+      for (int j = 0; j < 16; ++j) acc[j] += wk[kk] * my_stage[kk * kGemvTileBatches + half * 16 + j];
+    __syncwarp();
+  }
+  float* mine = red + warp * kGemvTileOutputs;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) mine[(lane % 16) * kGemvTileBatches + half * 16 + j] = acc[j];
+}
+
+// The whole tile: partial products per warp, then their sum handed to epilogue(b, r, value) for every
+// row r < D and batch b < batch of the tile. Shared memory: WARPS * 512 floats at red (and as many at
+// stage for the FMA path). Starts and ends with the CTA in step (it holds __syncthreads).
+template <class Cfg, class Operand, class Epilogue>
+__device__ __forceinline__ void gemv_tile(const typename Cfg::T* __restrict__ w, const Operand& x, int row0, int batch0,
+                                          int batch, float* red, float* stage, Epilogue epilogue) {
+  constexpr int warps = Cfg::threads / 32;
+  if constexpr (Cfg::tensor_cores) gemv_tile_partial_mma<typename Cfg::T, Cfg::dim, warps>(w, x, row0, batch0, batch, red);
+  else gemv_tile_partial_fma<typename Cfg::T, Cfg::dim, warps>(w, x, row0, batch0, batch, red, stage);
+  __syncthreads();
+  for (int o = threadIdx.x; o < kGemvTileOutputs; o += Cfg::threads) {
+    const int bl = o / kGemvTileRows, rl = o % kGemvTileRows;  // consecutive threads: consecutive rows
+    float sum = 0.f;
+#pragma unroll
+    for (int wi = 0; wi < warps; ++wi) sum += red[wi * kGemvTileOutputs + rl * kGemvTileBatches + bl];
+    if (row0 + rl < Cfg::dim && batch0 + bl < batch) epilogue(batch0 + bl, row0 + rl, sum);
+  }
+  __syncthreads();
+}
+
+}  // namespace sjit_kernels

@@ -1,0 +1,124 @@
+// The tape side of an E23 step for one batch row, done by one CTA: scores against every slot, the
+// attention weights (the row normalizers of rownorm.cuh, run by one warp), the read value, the write.
+//
+// Slots are spread over the warps (warp j scores slots j, j + warps, ...: a whole dot product per warp,
+// no cross-warp reduction); the read value and the write are spread over the dimensions. Sparsity: a
+// slot with read weight 0 is not read for v, and a slot with write weight 0 is neither read for the
+// blend nor stored.
+#pragma once
+
+#include "sparsejit/element.cuh"
+#include "sparsejit/rownorm.cuh"
+
+namespace sjit_kernels {
+
+__device__ __forceinline__ float4 load_state4(const float* p) { return __ldcg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ void store_state4(float* p, float4 v) { __stcg(reinterpret_cast<float4*>(p), v); }
+__device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
+__device__ __forceinline__ float4 blend4(float4 m, float4 w, float b) {  // (1 - b) m + b w
+  const float keep = 1.0f - b;
+  return make_float4(keep * m.x + b * w.x, keep * m.y + b * w.y, keep * m.z + b * w.z, keep * m.w + b * w.w);
+}
+
+template <class T>
+__device__ __forceinline__ float4 load_input4(const T* p) {
+  float v[4];
+  load_packet<T, 4>(p, v);
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+template <class T>
+__device__ __forceinline__ void store_output4(T* p, float4 v) {
+  const float f[4] = {v.x, v.y, v.z, v.w};
+  store_packet<T, 4>(p, f);
+}
+
+// tanh(x) = 1 - 2 / (exp(2x) + 1): five instructions, relative error about 1e-6 (absolute 1e-7 near 0).
+// Every place that needs h_{t+1} computes it with this same function from the same fp32 inputs, so all
+// of them see the same bits.
+__device__ __forceinline__ float fast_tanh(float x) {
+  return 1.0f - __fdividef(2.0f, __expf(2.0f * x) + 1.0f);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// The normalizer of the spec, as a rownorm config for a row of N scores held by one warp.
+template <class Cfg>
+struct SlotNormCfg {
+  using T = float;
+  static constexpr int kind = Cfg::kind;
+  static constexpr float alpha = Cfg::alpha;
+  static constexpr int n = Cfg::n_slots;
+  static constexpr int threads_per_row = 32, vec = 1, block_threads = 32;
+  static constexpr bool row_in_smem = false, wrong_result_for_tests = false;
+};
+
+// Called by one whole warp: scores[0, N) in shared memory become the normalized weights. Returns the
+// support size (the same in every lane).
+template <class Cfg>
+__device__ __forceinline__ int normalize_slots(float* scores) {
+  using NormCfg = SlotNormCfg<Cfg>;
+  const int lane = threadIdx.x % 32;
+  typename RowNormTraits<NormCfg>::Slice row(nullptr, lane);
+  constexpr int sweeps = decltype(row)::sweeps;
+#pragma unroll
+  for (int s = 0; s < sweeps; ++s) {
+    const int i = s * 32 + lane;
+    row.v[s][0] = i < Cfg::n_slots ? scores[i] : -infinity();
+  }
+  float unused_scratch[1];
+  int turn = 0;
+  const int support = normalize_row<NormCfg>(row, 1.0f, true, unused_scratch, turn);
+  __syncwarp();
+#pragma unroll
+  for (int s = 0; s < sweeps; ++s) {
+    const int i = s * 32 + lane;
+    if (i < Cfg::n_slots) scores[i] = row.v[s][0];
+  }
+  return support;
+}
+
+// scores[i] = scale * <M_i, x> for every slot, x in shared memory. With `apply_write`, each slot is first
+// moved to (1 - b_i) M_i + b_i w (the pending write of the previous step) and stored back; with `from`
+// set (the first step), slots come from m0 in T and are all stored to the fp32 tape.
+template <class Cfg>
+__device__ __forceinline__ void score_slots(float* tape, const typename Cfg::T* from, const float* x,
+                                            const float* write_weights, const float* write_value, float* scores) {
+  constexpr int D = Cfg::dim, warps = Cfg::threads / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int i = warp; i < Cfg::n_slots; i += warps) {
+    float* slot = tape + i * D;
+    const float bi = write_weights != nullptr ? write_weights[i] : 0.0f;
+    float dot = 0.0f;
+    for (int k = 4 * lane; k < D; k += 128) {
+      float4 m = from != nullptr ? load_input4(from + i * D + k) : load_state4(slot + k);
+      if (bi > 0.0f) m = blend4(m, *reinterpret_cast<const float4*>(write_value + k), bi);
+      if (from != nullptr || bi > 0.0f) store_state4(slot + k, m);
+      dot += dot4(m, *reinterpret_cast<const float4*>(x + k));
+    }
+    dot = warp_sum(dot);
+    if (lane == 0) scores[i] = Cfg::scale * dot;
+  }
+}
+
+// out = sum_i a_i M_i over the slots with a_i > 0, spread over the CTA's threads by dimension.
+template <class Cfg>
+__device__ __forceinline__ void read_value(const float* tape, const float* weights, float* out) {
+  constexpr int D = Cfg::dim;
+  for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = 0; i < Cfg::n_slots; ++i) {
+      const float ai = weights[i];
+      if (ai > 0.0f) {
+        const float4 m = load_state4(tape + i * D + k);
+        acc.x += ai * m.x, acc.y += ai * m.y, acc.z += ai * m.z, acc.w += ai * m.w;
+      }
+    }
+    store_state4(out + k, acc);
+  }
+}
+
+}  // namespace sjit_kernels

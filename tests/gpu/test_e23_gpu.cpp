@@ -1,0 +1,243 @@
+// The E23 forward on the GPU against the float64 reference, on fresh random inputs: every normalizer,
+// every dtype, slots 1..64, dims 8..1024, 1 to 64 steps, batches over several 32-row groups. Outputs
+// are poisoned (0xFF bytes: NaN) before each run, so an element the kernel forgets fails the check.
+//
+// The precision contract (docs/e23.md): the state stays fp32 on chip and in the workspace; only the
+// inputs (given in T) and the outputs (rounded to T once) are T. So the reference runs on the inputs
+// as the GPU reads them (rounded to T) and the tolerance is fp32 drift plus one rounding to T:
+// relative to the row's scale max(1, max |want|), 1e-4 for f32, 2e-3 for f16, 1e-2 for bf16.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "sparsejit/e23.h"
+#include "sparsejit/e23_reference.h"
+#include "sparsejit/sparsejit.h"
+#include "support/test_support.h"
+
+using namespace sjit;
+
+namespace {
+
+struct Case {
+  E23Spec spec;
+  std::int64_t batch = 1, steps = 1;
+  std::string name() const { return fmt::format("{} batch {} steps {}", key(spec), batch, steps); }
+};
+
+struct Inputs {
+  std::vector<float> u, h0, m0, w_h, w_w;  // already rounded to the dtype
+};
+
+struct Outputs {
+  std::vector<float> y, h_final, m_final, read_support, write_support;
+};
+
+// A contractive recurrence (W entries N(0, 0.9^2 / D): spectral radius about 0.9) so that fp32 and
+// float64 stay close over 64 steps; tape entries wide enough that sparsemax and entmax leave slots out.
+Inputs draw(const Case& c, std::mt19937_64& rng) {
+  const int d = c.spec.dim, n = c.spec.n_slots;
+  const DType dt = c.spec.dtype;
+  const float w_scale = 0.9f / std::sqrt(float(d));
+  Inputs in;
+  in.u = test::quantized(dt, test::random_rows(rng, c.steps * c.batch, d, 0.5f));
+  in.h0 = test::quantized(dt, test::random_rows(rng, c.batch, d, 0.5f));
+  in.m0 = test::quantized(dt, test::random_rows(rng, c.batch * n, d, 1.5f));
+  in.w_h = test::quantized(dt, test::random_rows(rng, d, d, w_scale));
+  in.w_w = test::quantized(dt, test::random_rows(rng, d, d, 2.0f * w_scale));
+  return in;
+}
+
+DeviceBuffer upload(DType dtype, const std::vector<float>& values) {
+  const auto bytes = test::to_bytes(dtype, values);
+  DeviceBuffer buffer(std::max<std::size_t>(bytes.size(), 16));
+  buffer.upload(bytes.data(), bytes.size());
+  return buffer;
+}
+
+DeviceBuffer poisoned(std::size_t bytes) {
+  DeviceBuffer buffer(std::max<std::size_t>(bytes, 16));
+  buffer.fill_bytes(0xFF);
+  return buffer;
+}
+
+std::vector<float> download(DType dtype, const DeviceBuffer& buffer, std::size_t elements) {
+  std::vector<unsigned char> bytes(elements * size_of(dtype));
+  buffer.download(bytes.data(), bytes.size());
+  return test::from_bytes(dtype, bytes);
+}
+
+Outputs run_gpu(const Case& c, E23& cell, const Inputs& in) {
+  const DType dt = c.spec.dtype;
+  const std::size_t e = size_of(dt), bd = std::size_t(c.batch * c.spec.dim), bnd = bd * c.spec.n_slots;
+  DeviceBuffer u = upload(dt, in.u), h0 = upload(dt, in.h0), m0 = upload(dt, in.m0), w_h = upload(dt, in.w_h),
+               w_w = upload(dt, in.w_w);
+  DeviceBuffer y = poisoned(c.steps * bd * e), h_final = poisoned(bd * e), m_final = poisoned(bnd * e);
+  DeviceBuffer read_support = poisoned(c.steps * 4), write_support = poisoned(c.steps * 4);
+  E23ForwardArgs a;
+  a.u = u.data(), a.h0 = h0.data(), a.m0 = m0.data(), a.w_h = w_h.data(), a.w_w = w_w.data();
+  a.y = y.data(), a.h_final = h_final.data(), a.m_final = m_final.data();
+  a.read_support = read_support.as<float>(), a.write_support = write_support.as<float>();
+  a.batch = c.batch, a.steps = c.steps, a.dim = c.spec.dim, a.n_slots = c.spec.n_slots;
+  cell.forward_sequence(a);
+  synchronize();
+  Outputs out;
+  out.y = download(dt, y, c.steps * bd);
+  out.h_final = download(dt, h_final, bd);
+  out.m_final = download(dt, m_final, bnd);
+  out.read_support = download(DType::f32, read_support, c.steps);
+  out.write_support = download(DType::f32, write_support, c.steps);
+  return out;
+}
+
+reference::E23Sequence run_reference(const Case& c, const Inputs& in) {
+  auto d = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  const auto u = d(in.u), h0 = d(in.h0), m0 = d(in.m0), w_h = d(in.w_h), w_w = d(in.w_w);
+  return reference::e23_forward(c.spec, c.batch, c.steps, u, h0, m0, {w_h, w_w});
+}
+
+double tolerance(DType dtype) { return dtype == DType::f32 ? 1e-4 : dtype == DType::f16 ? 2e-3 : 1e-2; }
+
+// Every row of `row_len` elements within tolerance * max(1, max |want| in the row).
+void expect_rows(const Case& c, const char* what, const std::vector<float>& got, const std::vector<double>& want,
+                 int row_len) {
+  REQUIRE(got.size() == want.size());
+  const double tol = tolerance(c.spec.dtype);
+  for (std::size_t row = 0; row * row_len < want.size(); ++row) {
+    double scale = 1.0;
+    for (int k = 0; k < row_len; ++k) scale = std::max(scale, std::abs(want[row * row_len + k]));
+    for (int k = 0; k < row_len; ++k) {
+      const std::size_t i = row * row_len + k;
+      if (!(std::abs(got[i] - want[i]) <= tol * scale))
+        FAIL(fmt::format("{}: {}[row {}][{}] = {:.7g}, want {:.7g} (tolerance {:.2g})", c.name(), what, row, k,
+                         got[i], want[i], tol * scale));
+    }
+  }
+}
+
+void check_case(const Case& c, std::mt19937_64& rng) {
+  INFO(c.name());
+  const Inputs in = draw(c, rng);
+  E23 cell(c.spec);
+  const Outputs got = run_gpu(c, cell, in);
+  const reference::E23Sequence want = run_reference(c, in);
+  expect_rows(c, "y", got.y, want.y, c.spec.dim);
+  expect_rows(c, "h_final", got.h_final, want.h_final, c.spec.dim);
+  expect_rows(c, "m_final", got.m_final, want.m_final, c.spec.dim);
+  // Support sizes: a weight that sits within rounding of the threshold may be in or out, so allow one
+  // slot of one batch row per step either way; anything more is a real difference.
+  for (std::int64_t t = 0; t < c.steps; ++t) {
+    CAPTURE(t);
+    CHECK(std::abs(got.read_support[t] - want.read_support[t]) <= 1.0 / c.batch + 1e-6);
+    CHECK(std::abs(got.write_support[t] - want.write_support[t]) <= 1.0 / c.batch + 1e-6);
+  }
+  SUCCEED();
+}
+
+E23Spec spec_of(NormKind kind, float alpha, int n, int d, DType dtype) { return e23_spec(kind, alpha, n, d, dtype); }
+
+}  // namespace
+
+TEST_CASE("E23 forward matches the float64 reference for every normalizer and dtype", "[gpu][e23]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (const DType dt : {DType::f32, DType::bf16, DType::f16})
+    for (const auto& [kind, alpha] : {std::pair{NormKind::softmax, 1.0f}, std::pair{NormKind::sparsemax, 2.0f},
+                                      std::pair{NormKind::entmax, 1.5f}, std::pair{NormKind::entmax, 1.25f}})
+      check_case({spec_of(kind, alpha, 8, 256, dt), 3, 5}, rng);
+}
+
+TEST_CASE("E23 forward: slots 1 to 64", "[gpu][e23]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (const int n : {1, 8, 16, 33, 64}) {
+    check_case({spec_of(NormKind::entmax, 1.5f, n, 256, DType::bf16), 4, 5}, rng);
+    check_case({spec_of(NormKind::sparsemax, 2.0f, n, 256, DType::f32), 2, 5}, rng);
+  }
+}
+
+TEST_CASE("E23 forward: dims 8 to 1024, including dims that are not multiples of 16", "[gpu][e23]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (const int d : {8, 256, 520, 1024}) {
+    check_case({spec_of(NormKind::sparsemax, 2.0f, 16, d, DType::f32), 2, 5}, rng);
+    check_case({spec_of(NormKind::entmax, 1.5f, 16, d, DType::bf16), 3, 5}, rng);
+  }
+}
+
+TEST_CASE("E23 forward: 1, 5 and 64 steps; batches of one to three 32-row groups", "[gpu][e23]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  SECTION("one step") { check_case({spec_of(NormKind::entmax, 1.5f, 8, 512, DType::bf16), 4, 1}, rng); }
+  SECTION("64 steps, bf16, the goal shape") {
+    check_case({spec_of(NormKind::entmax, 1.5f, 8, 512, DType::bf16), 4, 64}, rng);
+  }
+  SECTION("64 steps, f32, odd sizes") { check_case({spec_of(NormKind::softmax, 1.0f, 33, 520, DType::f32), 5, 64}, rng); }
+  SECTION("37 batch rows (two groups), f16") {
+    check_case({spec_of(NormKind::entmax, 1.5f, 33, 520, DType::f16), 37, 5}, rng);
+  }
+  SECTION("70 batch rows (three groups), bf16, softmax") {
+    check_case({spec_of(NormKind::softmax, 1.0f, 16, 256, DType::bf16), 70, 3}, rng);
+  }
+}
+
+TEST_CASE("E23 step: two steps chained through h_final and m_final equal a two-step sequence", "[gpu][e23]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const Case c{spec_of(NormKind::entmax, 1.5f, 16, 256, DType::f32), 3, 2};
+  const Inputs in = draw(c, rng);
+  const int d = c.spec.dim;
+  const std::size_t bd = std::size_t(c.batch * d), bnd = bd * c.spec.n_slots;
+  E23 cell(c.spec);
+  DeviceBuffer u = upload(DType::f32, in.u), h0 = upload(DType::f32, in.h0), m0 = upload(DType::f32, in.m0),
+               w_h = upload(DType::f32, in.w_h), w_w = upload(DType::f32, in.w_w);
+  DeviceBuffer y = poisoned(2 * bd * 4), h1 = poisoned(bd * 4), m1 = poisoned(bnd * 4), h2 = poisoned(bd * 4),
+               m2 = poisoned(bnd * 4);
+  E23ForwardArgs a;
+  a.u = u.data(), a.h0 = h0.data(), a.m0 = m0.data(), a.w_h = w_h.data(), a.w_w = w_w.data();
+  a.y = y.data(), a.h_final = h1.data(), a.m_final = m1.data(), a.batch = c.batch, a.steps = 1;
+  cell.step(a);
+  a.u = u.as<float>() + bd, a.h0 = h1.data(), a.m0 = m1.data(), a.y = y.as<float>() + bd;
+  a.h_final = h2.data(), a.m_final = m2.data();
+  cell.step(a);
+  synchronize();
+  const auto want = run_reference(c, in);
+  expect_rows(c, "y", download(DType::f32, y, 2 * bd), want.y, d);
+  expect_rows(c, "h_final", download(DType::f32, h2, bd), want.h_final, d);
+  expect_rows(c, "m_final", download(DType::f32, m2, bnd), want.m_final, d);
+}
+
+TEST_CASE("E23 forward: a caller's workspace, no optional outputs, zero steps", "[gpu][e23]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const Case c{spec_of(NormKind::sparsemax, 2.0f, 8, 64, DType::bf16), 2, 3};
+  const Inputs in = draw(c, rng);
+  const std::size_t bd = std::size_t(c.batch * c.spec.dim), bnd = bd * c.spec.n_slots;
+  E23 cell(c.spec);
+  DeviceBuffer u = upload(DType::bf16, in.u), h0 = upload(DType::bf16, in.h0), m0 = upload(DType::bf16, in.m0),
+               w_h = upload(DType::bf16, in.w_h), w_w = upload(DType::bf16, in.w_w);
+  DeviceBuffer y = poisoned(c.steps * bd * 2), workspace(cell.workspace_bytes(c.batch));
+  E23ForwardArgs a;
+  a.u = u.data(), a.h0 = h0.data(), a.m0 = m0.data(), a.w_h = w_h.data(), a.w_w = w_w.data(), a.y = y.data();
+  a.batch = c.batch, a.steps = c.steps, a.workspace = workspace.data();
+  cell.forward_sequence(a);
+  synchronize();
+  expect_rows(c, "y", download(DType::bf16, y, c.steps * bd), run_reference(c, in).y, c.spec.dim);
+
+  SECTION("zero steps copy the initial state") {
+    DeviceBuffer h_final = poisoned(bd * 2), m_final = poisoned(bnd * 2);
+    a.steps = 0, a.h_final = h_final.data(), a.m_final = m_final.data();
+    cell.forward_sequence(a);
+    synchronize();
+    CHECK(download(DType::bf16, h_final, bd) == in.h0);
+    CHECK(download(DType::bf16, m_final, bnd) == in.m0);
+  }
+}

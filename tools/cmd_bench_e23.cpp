@@ -1,0 +1,126 @@
+// sjit bench e23: the fused E23 forward, time per step, and how far it is from its floors.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <random>
+
+#include "commands.h"
+#include "sparsejit/e23.h"
+
+namespace sjit::tool {
+namespace {
+
+struct E23BenchOptions {
+  std::int64_t batch = 4, steps = 64;
+  int slots = 8, dim = 512;
+  std::string kinds = "entmax15";
+  std::string dtype = "bf16";
+  int iterations = 50, warmup = 5;
+};
+
+// H100 SXM figures the floors are quoted against: HBM3 bandwidth, dense bf16/f16 tensor rate
+// (wgmma; mma.sync reaches about two thirds), fp32 FMA rate.
+constexpr double kHbmBytesPerS = 3.35e12;
+constexpr double kTensorFlopsPerS = 989e12;
+constexpr double kFp32FlopsPerS = 67e12;
+
+DeviceBuffer random_tensor(std::int64_t elements, float scale, DType dtype, std::mt19937_64& rng) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> values(static_cast<std::size_t>(elements));
+  for (float& x : values) x = dist(rng);
+  std::vector<unsigned char> bytes(values.size() * size_of(dtype));
+  encode(dtype, values, bytes.data());
+  DeviceBuffer buffer(std::max<std::size_t>(bytes.size(), 16));
+  buffer.upload(bytes.data(), bytes.size());
+  return buffer;
+}
+
+int run_e23(const E23BenchOptions& o) {
+  if (!gpu_available()) throw NoDevice("sjit bench needs a GPU: " + system_info().no_gpu_reason);
+  const DeviceInfo dev = current_device();
+  const DType dtype = parse_dtype(o.dtype);
+  const std::int64_t b = o.batch, t = o.steps, n = o.slots, d = o.dim;
+  const std::size_t e = size_of(dtype);
+
+  std::mt19937_64 rng(2026);
+  const float w_scale = 0.9f / std::sqrt(float(d));
+  DeviceBuffer u = random_tensor(t * b * d, 0.5f, dtype, rng), h0 = random_tensor(b * d, 0.5f, dtype, rng);
+  DeviceBuffer m0 = random_tensor(b * n * d, 1.5f, dtype, rng);
+  DeviceBuffer w_h = random_tensor(d * d, w_scale, dtype, rng), w_w = random_tensor(d * d, 2 * w_scale, dtype, rng);
+  DeviceBuffer y(std::size_t(t * b * d) * e), h_final(std::size_t(b * d) * e), m_final(std::size_t(b * n * d) * e);
+  DeviceBuffer read_support(std::size_t(t) * 4), write_support(std::size_t(t) * 4);
+  E23ForwardArgs args;
+  args.u = u.data(), args.h0 = h0.data(), args.m0 = m0.data(), args.w_h = w_h.data(), args.w_w = w_w.data();
+  args.y = y.data(), args.h_final = h_final.data(), args.m_final = m_final.data();
+  args.batch = b, args.steps = t;
+
+  // Floors per step. Bytes: both weight matrices (read from L2 or HBM every step) and the fp32 state the
+  // step must touch at least once (the tape read and written, h, u and y); over HBM bandwidth. FLOPs:
+  // the two products (2 * 2 * B * D^2) and the tape (three passes of 2 * B * N * D) over the tensor rate
+  // (bf16/f16) or the fp32 FMA rate (f32).
+  const double bytes = 2.0 * d * d * e + double(b) * (2.0 * n * d * 4 + 4.0 * d * 4 + 2.0 * d * e);
+  const double flops = 4.0 * b * d * d + 6.0 * b * n * d;
+  const double bytes_us = bytes / kHbmBytesPerS * 1e6;
+  const double flops_us = flops / (dtype == DType::f32 ? kFp32FlopsPerS : kTensorFlopsPerS) * 1e6;
+
+  fmt::print("device {} ({} SMs); B={} N={} D={} T={} {}; median of {} runs of the whole sequence\n", dev.name,
+             dev.multiprocessors, b, n, d, t, name(dtype), o.iterations);
+  Table table({"kind", "CTAs", "us/launch", "us/step", "floor bytes", "floor FLOPs", "x floor", "read supp",
+               "write supp"});
+  double first_us = 0;
+  for (const std::string& kind : split_commas(o.kinds)) {
+    const RowNormSpec norm = kind_from_name(kind, int(n), dtype);
+    E23 cell(e23_spec(norm.kind, norm.alpha, int(n), int(d), dtype));
+    cell.prepare(b);
+    EventTimer timer;
+    for (int i = 0; i < o.warmup; ++i) cell.forward_sequence(args);
+    synchronize();
+    std::vector<double> us;
+    for (int i = 0; i < o.iterations; ++i) {
+      timer.start();
+      cell.forward_sequence(args);
+      us.push_back(timer.stop_ms() * 1000.0);
+    }
+    std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
+    const double launch_us = us[us.size() / 2], step_us = launch_us / double(t);
+    if (first_us == 0) first_us = step_us;
+    // Supports of one more run, for the table.
+    args.read_support = read_support.as<float>(), args.write_support = write_support.as<float>();
+    cell.forward_sequence(args);
+    synchronize();
+    args.read_support = args.write_support = nullptr;
+    std::vector<float> rs(static_cast<std::size_t>(t)), ws(static_cast<std::size_t>(t));
+    read_support.download(rs.data(), rs.size() * 4);
+    write_support.download(ws.data(), ws.size() * 4);
+    double mean_read = 0, mean_write = 0;
+    for (std::int64_t i = 0; i < t; ++i) mean_read += rs[i] / double(t), mean_write += ws[i] / double(t);
+    table.add({kind, std::to_string(cell.grid_size(b)), fmt::format("{:.1f}", launch_us), fmt::format("{:.2f}", step_us),
+               fmt::format("{:.3f} us", bytes_us), fmt::format("{:.3f} us", flops_us),
+               fmt::format("{:.0f}x", step_us / std::max(bytes_us, flops_us)), fmt::format("{:.2f}", mean_read),
+               fmt::format("{:.2f}", mean_write)});
+  }
+  table.print();
+  fmt::print("us/step = time of one launch of all {} steps / {}. Floors per step: {:.0f} KB of weights and state "
+             "over {:.2f} TB/s; {:.1f} MFLOP over {:.0f} TFLOP/s.\n",
+             t, t, bytes / 1024, kHbmBytesPerS / 1e12, flops / 1e6,
+             (dtype == DType::f32 ? kFp32FlopsPerS : kTensorFlopsPerS) / 1e12);
+  return 0;
+}
+
+}  // namespace
+
+Runner add_bench_e23(CLI::App& bench) {
+  auto* cmd = bench.add_subcommand("e23", "E23 cell forward over a sequence: us/step and the floors");
+  auto o = std::make_shared<E23BenchOptions>();
+  cmd->add_option("--batch", o->batch, "Batch rows (default 4)");
+  cmd->add_option("--slots", o->slots, "Tape slots N (default 8)");
+  cmd->add_option("--dim", o->dim, "State width D (default 512)");
+  cmd->add_option("--steps", o->steps, "Steps per launch (default 64)");
+  cmd->add_option("--kind", o->kinds, "softmax | sparsemax | entmax15 | entmax:ALPHA, comma-separated to compare");
+  cmd->add_option("--dtype", o->dtype, "bf16 | f16 | f32");
+  cmd->add_option("--iters", o->iterations, "Timed runs (median reported)");
+  cmd->add_option("--warmup", o->warmup, "Untimed runs first");
+  return [=] { return cmd->parsed() ? run_e23(*o) : -1; };
+}
+
+}  // namespace sjit::tool

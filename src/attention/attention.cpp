@@ -35,6 +35,8 @@ struct DeviceSchedule {
 
 std::size_t round_up_8(std::size_t bytes) { return (bytes + 7) / 8 * 8; }
 
+bool every_block_active(const BlockPattern& p) { return p.nnz() == std::int64_t(p.heads()) * p.block_rows() * p.block_cols(); }
+
 std::unique_ptr<DeviceSchedule> upload(const attention::TileSchedule& s, CUcontext context, std::uint64_t digest) {
   auto d = std::make_unique<DeviceSchedule>();
   d->context = context;
@@ -79,6 +81,20 @@ struct Attention::State {
 
   std::mutex mutex;
   std::vector<std::shared_ptr<const jit::LoadedKernel>> kernels;  // one per context
+  // The dense kernels of the same head dim, dtype and causality: a pattern with every block active
+  // runs there, since the schedule would only add work (measured 4-10% on the H100).
+  std::unique_ptr<Attention> dense_twin;
+
+  Attention& dense() {
+    std::lock_guard lock(mutex);
+    if (!dense_twin) {
+      AttentionSpec d = spec;
+      d.sparsity = Sparsity::dense;
+      d.pass = Pass::forward;
+      dense_twin = std::make_unique<Attention>(d);
+    }
+    return *dense_twin;
+  }
   // Device schedules of the patterns seen last, most recent first. A pattern is named by its digest
   // (XXH3-64 over its content) together with the context.
   std::list<std::unique_ptr<DeviceSchedule>> schedules;
@@ -225,6 +241,11 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   const AttentionForwardArgs a =
       attention::checked_forward_args(spec, in, state_->baked ? &*state_->baked : nullptr);
   if (a.batch == 0 || a.seq_q == 0) return;
+  if (spec.sparsity != Sparsity::dense && every_block_active(*a.pattern)) {
+    AttentionForwardArgs dense_args = a;
+    dense_args.pattern = nullptr;
+    return state_->dense().forward(dense_args, stream);
+  }
 
   const jit::Target target = jit::current_target();
   const jit::LoadedKernel& kernel = state_->kernel(target);
@@ -271,6 +292,11 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   const AttentionBackwardArgs a =
       attention::checked_backward_args(spec, in, state_->baked ? &*state_->baked : nullptr);
   if (a.batch == 0 || (a.seq_q == 0 && a.seq_k == 0)) return;
+  if (spec.sparsity != Sparsity::dense && every_block_active(*a.pattern)) {
+    AttentionBackwardArgs dense_args = a;
+    dense_args.pattern = nullptr;
+    return state_->dense().backward(dense_args, stream);
+  }
 
   const jit::Target target = jit::current_target();
   const State::BackwardKernels& kernels = state_->backward(target);

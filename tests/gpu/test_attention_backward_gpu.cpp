@@ -8,6 +8,7 @@
 
 #include "sparsejit/attention_reference.h"
 #include "sparsejit/sparsejit.h"
+#include "support/attention_support.h"
 #include "support/test_support.h"
 
 using namespace sjit;
@@ -29,12 +30,7 @@ struct Gradients {
   std::vector<float> dq, dk, dv;
 };
 
-DeviceBuffer upload(DType dtype, const std::vector<float>& values) {
-  const auto bytes = test::to_bytes(dtype, values);
-  DeviceBuffer buffer(std::max<std::size_t>(bytes.size(), 16));
-  buffer.upload(bytes.data(), bytes.size());
-  return buffer;
-}
+using test::upload;
 
 std::vector<float> download(DType dtype, const DeviceBuffer& buffer, std::size_t elements) {
   std::vector<unsigned char> bytes(elements * size_of(dtype));
@@ -84,17 +80,8 @@ Gradients run_gpu(const Problem& c, Attention& attention, const Inputs& in, cons
 }
 
 reference::AttentionGradients run_reference(const Problem& c, const Inputs& in, const BlockPattern* pattern) {
-  reference::AttentionProblem p;
-  p.batch = c.batch, p.heads_q = c.heads_q, p.heads_kv = c.heads_kv, p.seq_q = c.seq_q, p.seq_k = c.seq_k;
-  p.head_dim = c.spec.head_dim;
-  p.causal = c.spec.causal != Causal::none;
-  p.causal_bottom_right = c.spec.causal == Causal::bottom_right;
-  if (pattern != nullptr) {
-    const int bs = pattern->block_size();
-    p.filter = [pattern, bs](std::int64_t head, std::int64_t i, std::int64_t j) {
-      return pattern->active(pattern->heads() == 1 ? 0 : int(head), i / bs, j / bs);
-    };
-  }
+  const reference::AttentionProblem p =
+      test::reference_problem(c.spec, c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_k, pattern);
   auto d = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
   return reference::attention_backward(p, d(in.q), d(in.k), d(in.v), d(in.d_o));
 }

@@ -9,6 +9,7 @@
 
 #include "sparsejit/attention_reference.h"
 #include "sparsejit/sparsejit.h"
+#include "support/attention_support.h"
 #include "support/test_support.h"
 
 using namespace sjit;
@@ -54,12 +55,7 @@ std::vector<float> from_layout(const std::vector<float>& dev, std::int64_t b, st
   return out;
 }
 
-DeviceBuffer upload(DType dtype, const std::vector<float>& values) {
-  const auto bytes = test::to_bytes(dtype, values);
-  DeviceBuffer buffer(std::max<std::size_t>(bytes.size(), 16));
-  buffer.upload(bytes.data(), bytes.size());
-  return buffer;
-}
+using test::upload;
 
 // Runs the GPU forward on q, k, v (quantized values, [B, H, S, D]) with a fresh NaN-poisoned output.
 Result run_gpu(const Case& c, Attention& attention, const std::vector<float>& q, const std::vector<float>& k,
@@ -97,17 +93,8 @@ Result run_gpu(const Case& c, Attention& attention, const std::vector<float>& q,
 
 reference::AttentionOutput run_reference(const Case& c, const std::vector<float>& q, const std::vector<float>& k,
                                          const std::vector<float>& v, const BlockPattern* pattern) {
-  reference::AttentionProblem p;
-  p.batch = c.batch, p.heads_q = c.heads_q, p.heads_kv = c.heads_kv, p.seq_q = c.seq_q, p.seq_k = c.seq_k;
-  p.head_dim = c.spec.head_dim;
-  p.causal = c.spec.causal != Causal::none;
-  p.causal_bottom_right = c.spec.causal == Causal::bottom_right;
-  if (pattern != nullptr) {
-    const int bs = pattern->block_size();
-    p.filter = [pattern, bs](std::int64_t head, std::int64_t i, std::int64_t j) {
-      return pattern->active(pattern->heads() == 1 ? 0 : int(head), i / bs, j / bs);
-    };
-  }
+  const reference::AttentionProblem p =
+      test::reference_problem(c.spec, c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_k, pattern);
   const std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end());
   return reference::attention_forward(p, qd, kd, vd);
 }

@@ -1,0 +1,33 @@
+#include "support/attention_support.h"
+
+#include <algorithm>
+
+#include "support/test_support.h"
+
+namespace sjit::test {
+
+reference::AttentionProblem reference_problem(const AttentionSpec& spec, std::int64_t batch, std::int64_t heads_q,
+                                              std::int64_t heads_kv, std::int64_t seq_q, std::int64_t seq_k,
+                                              const BlockPattern* pattern) {
+  reference::AttentionProblem p;
+  p.batch = batch, p.heads_q = heads_q, p.heads_kv = heads_kv, p.seq_q = seq_q, p.seq_k = seq_k;
+  p.head_dim = spec.head_dim;
+  p.causal = spec.causal != Causal::none;
+  p.causal_bottom_right = spec.causal == Causal::bottom_right;
+  if (pattern != nullptr) {
+    const int bs = pattern->block_size();
+    p.filter = [pattern, bs](std::int64_t head, std::int64_t i, std::int64_t j) {
+      return pattern->active(pattern->heads() == 1 ? 0 : int(head), i / bs, j / bs);
+    };
+  }
+  return p;
+}
+
+DeviceBuffer upload(DType dtype, const std::vector<float>& values) {
+  const auto bytes = to_bytes(dtype, values);
+  DeviceBuffer buffer(std::max<std::size_t>(bytes.size(), 16));
+  buffer.upload(bytes.data(), bytes.size());
+  return buffer;
+}
+
+}  // namespace sjit::test

@@ -45,27 +45,43 @@ __device__ __forceinline__ void gemv_tile_partial_mma(const T* __restrict__ w, c
   float acc[4][4] = {};
   const int row_a = row0 + g, row_b = row0 + g + 8;
   const int tiles_used = min(4, (batch - batch0 + 7) / 8);  // warp-uniform
-#pragma unroll 4
-  for (int ks = warp; ks < k_steps; ks += WARPS) {
-    const int k0 = ks * 16;
-    const bool upper = k0 + 8 < D;  // D % 16 == 8: the last k-step has only its lower half
-    unsigned a[4];
-    a[0] = row_a < D ? load_weight_pair(w, row_a * D + k0 + 2 * t) : 0u;
-    a[1] = row_b < D ? load_weight_pair(w, row_b * D + k0 + 2 * t) : 0u;
-    a[2] = row_a < D && upper ? load_weight_pair(w, row_a * D + k0 + 8 + 2 * t) : 0u;
-    a[3] = row_b < D && upper ? load_weight_pair(w, row_b * D + k0 + 8 + 2 * t) : 0u;
+  // Loads for kChunk k-steps are issued before any of their products: one L2 round trip per chunk
+  // instead of one per k-step (the mma asm statements would otherwise pin each step's loads in place).
+  constexpr int kChunk = 4;
+  for (int first = warp; first < k_steps; first += WARPS * kChunk) {
+    unsigned a[kChunk][4];
+    float2 x_lo[kChunk][4], x_hi[kChunk][4];
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      if (nt >= tiles_used) break;
-      const int b = batch0 + nt * 8 + g;
-      const float2 lo_k = b < batch ? x(b, k0 + 2 * t) : make_float2(0.f, 0.f);
-      const float2 hi_k = b < batch && upper ? x(b, k0 + 8 + 2 * t) : make_float2(0.f, 0.f);
-      const unsigned b0 = pack2<T>(lo_k.x, lo_k.y), b1 = pack2<T>(hi_k.x, hi_k.y);
-      const float2 r0 = unpack2<T>(b0), r1 = unpack2<T>(b1);
-      const unsigned b0_rest = pack2<T>(lo_k.x - r0.x, lo_k.y - r0.y);
-      const unsigned b1_rest = pack2<T>(hi_k.x - r1.x, hi_k.y - r1.y);
-      mma_16x8x16<T>(acc[nt], a, b0, b1);
-      mma_16x8x16<T>(acc[nt], a, b0_rest, b1_rest);
+    for (int c = 0; c < kChunk; ++c) {
+      const int ks = first + c * WARPS, k0 = ks * 16;
+      const bool valid = ks < k_steps;
+      const bool upper = valid && k0 + 8 < D;  // D % 16 == 8: the last k-step has only its lower half
+      a[c][0] = valid && row_a < D ? load_weight_pair(w, row_a * D + k0 + 2 * t) : 0u;
+      a[c][1] = valid && row_b < D ? load_weight_pair(w, row_b * D + k0 + 2 * t) : 0u;
+      a[c][2] = upper && row_a < D ? load_weight_pair(w, row_a * D + k0 + 8 + 2 * t) : 0u;
+      a[c][3] = upper && row_b < D ? load_weight_pair(w, row_b * D + k0 + 8 + 2 * t) : 0u;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int b = batch0 + nt * 8 + g;
+        const bool used = nt < tiles_used && b < batch;
+        x_lo[c][nt] = used && valid ? x(b, k0 + 2 * t) : make_float2(0.f, 0.f);
+        x_hi[c][nt] = used && upper ? x(b, k0 + 8 + 2 * t) : make_float2(0.f, 0.f);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < kChunk; ++c) {
+      if (first + c * WARPS >= k_steps) break;  // warp-uniform
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        if (nt >= tiles_used) break;
+        const float2 lo_k = x_lo[c][nt], hi_k = x_hi[c][nt];
+        const unsigned b0 = pack2<T>(lo_k.x, lo_k.y), b1 = pack2<T>(hi_k.x, hi_k.y);
+        const float2 r0 = unpack2<T>(b0), r1 = unpack2<T>(b1);
+        const unsigned b0_rest = pack2<T>(lo_k.x - r0.x, lo_k.y - r0.y);
+        const unsigned b1_rest = pack2<T>(hi_k.x - r1.x, hi_k.y - r1.y);
+        mma_16x8x16<T>(acc[nt], a[c], b0, b1);
+        mma_16x8x16<T>(acc[nt], a[c], b0_rest, b1_rest);
+      }
     }
   }
   float* mine = red + warp * kGemvTileOutputs;

@@ -35,18 +35,23 @@ struct Outputs {
   std::vector<float> y, h_final, m_final, read_support, write_support;
 };
 
-// A contractive recurrence (W entries N(0, 0.9^2 / D): spectral radius about 0.9) so that fp32 and
-// float64 stay close over 64 steps; tape entries wide enough that sparsemax and entmax leave slots out.
+// Inputs wide enough that sparsemax and entmax leave slots out. Over many steps those draws make the
+// cell chaotic (in float64, a 1e-6 relative change of h0 grows to O(1) differences in y by step 24), and
+// no finite-precision implementation can follow the reference there; sequences longer than 8 steps
+// use a contractive regime instead (W entries N(0, 0.5^2 / D), tape N(0, 1)), where a perturbation of
+// h0 shrinks from step to step.
 Inputs draw(const Case& c, std::mt19937_64& rng) {
   const int d = c.spec.dim, n = c.spec.n_slots;
   const DType dt = c.spec.dtype;
-  const float w_scale = 0.9f / std::sqrt(float(d));
+  const bool long_run = c.steps > 8;
+  const float w_h_scale = (long_run ? 0.5f : 0.9f) / std::sqrt(float(d));
+  const float w_w_scale = (long_run ? 0.5f : 1.8f) / std::sqrt(float(d));
   Inputs in;
   in.u = test::quantized(dt, test::random_rows(rng, c.steps * c.batch, d, 0.5f));
   in.h0 = test::quantized(dt, test::random_rows(rng, c.batch, d, 0.5f));
-  in.m0 = test::quantized(dt, test::random_rows(rng, c.batch * n, d, 1.5f));
-  in.w_h = test::quantized(dt, test::random_rows(rng, d, d, w_scale));
-  in.w_w = test::quantized(dt, test::random_rows(rng, d, d, 2.0f * w_scale));
+  in.m0 = test::quantized(dt, test::random_rows(rng, c.batch * n, d, long_run ? 1.0f : 1.5f));
+  in.w_h = test::quantized(dt, test::random_rows(rng, d, d, w_h_scale));
+  in.w_w = test::quantized(dt, test::random_rows(rng, d, d, w_w_scale));
   return in;
 }
 

@@ -89,6 +89,7 @@ __device__ __forceinline__ void score_slots(float* tape, const typename Cfg::T* 
                                             const float* write_weights, const float* write_value, float* scores) {
   constexpr int D = Cfg::dim, warps = Cfg::threads / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll 2
   for (int i = warp; i < Cfg::n_slots; i += warps) {
     float* slot = tape + i * D;
     const float bi = write_weights != nullptr ? write_weights[i] : 0.0f;
@@ -104,18 +105,25 @@ __device__ __forceinline__ void score_slots(float* tape, const typename Cfg::T* 
   }
 }
 
-// out = sum_i a_i M_i over the slots with a_i > 0, spread over the CTA's threads by dimension.
+// out = sum_i a_i M_i over the slots with a_i > 0, spread over the CTA's threads by dimension. Slots go
+// eight at a time with their loads issued together (a slot with a_i = 0 is not read at all).
 template <class Cfg>
 __device__ __forceinline__ void read_value(const float* tape, const float* weights, float* out) {
-  constexpr int D = Cfg::dim;
+  constexpr int D = Cfg::dim, kGroup = 8;
   for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int i = 0; i < Cfg::n_slots; ++i) {
-      const float ai = weights[i];
-      if (ai > 0.0f) {
-        const float4 m = load_state4(tape + i * D + k);
-        acc.x += ai * m.x, acc.y += ai * m.y, acc.z += ai * m.z, acc.w += ai * m.w;
+    for (int i0 = 0; i0 < Cfg::n_slots; i0 += kGroup) {
+      float4 m[kGroup];
+      float a[kGroup];
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) {
+        const int i = i0 + j;
+        a[j] = i < Cfg::n_slots ? weights[i] : 0.0f;
+        m[j] = a[j] > 0.0f ? load_state4(tape + i * D + k) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j)
+        acc.x += a[j] * m[j].x, acc.y += a[j] * m[j].y, acc.z += a[j] * m[j].z, acc.w += a[j] * m[j].w;
     }
     store_state4(out + k, acc);
   }

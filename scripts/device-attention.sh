@@ -3,14 +3,7 @@
 # Usage there (carrying .deps): bash scripts/device-attention.sh [tests|bench|all] [extra bench args...]
 set -uo pipefail
 what=${1:-all}; shift || true
-OUT=${OUT:-/tmp/sjit-out}; mkdir -p "$OUT"
-source .deps/unpack.sh
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-start=$(date +%s)
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 &&
-  cmake --build build-gpu -j16 --target sjit sjit_gpu_tests >"$OUT/build.log" 2>&1 ||
-  { tail -n 40 "$OUT/cmake.log" "$OUT/build.log"; exit 1; }
-echo "built in $(( $(date +%s) - start )) s"
+source scripts/device-build.sh
 if [[ $what == tests || $what == all ]]; then
   timeout 400 ./build-gpu/tests/sjit_gpu_tests '[attention]' >"$OUT/attention-tests.log" 2>&1
   echo "attention tests exit $?"; grep -E "FAILED|failed|passed|with expansion|SKIPPED|seed|error" "$OUT/attention-tests.log" | head -40

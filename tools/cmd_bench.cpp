@@ -25,17 +25,7 @@ struct BenchOptions {
 // Median time of `run` in microseconds, each run timed alone with events.
 template <class F>
 double median_us(int warmup, int iterations, F&& run) {
-  EventTimer timer;
-  for (int i = 0; i < warmup; ++i) run(i);
-  synchronize();
-  std::vector<double> us;
-  for (int i = 0; i < iterations; ++i) {
-    timer.start();
-    run(i);
-    us.push_back(timer.stop_ms() * 1000.0);
-  }
-  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
-  return us[us.size() / 2];
+  return 1000.0 * median_gpu_ms(warmup, iterations, run);
 }
 
 // Sets of buffers to rotate through so that small problems are not served from L2.

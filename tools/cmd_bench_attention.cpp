@@ -49,17 +49,7 @@ DeviceBuffer random_tensor(std::int64_t elements, DType dtype, std::mt19937_64& 
 }
 
 double median_ms(int warmup, int iterations, const std::function<void()>& run) {
-  for (int i = 0; i < warmup; ++i) run();
-  synchronize();
-  EventTimer timer;
-  std::vector<double> ms;
-  for (int i = 0; i < iterations; ++i) {
-    timer.start();
-    run();
-    ms.push_back(timer.stop_ms());
-  }
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return ms[ms.size() / 2];
+  return median_gpu_ms(warmup, iterations, [&](int) { run(); });
 }
 
 int run_attention(const AttentionBenchOptions& o) {

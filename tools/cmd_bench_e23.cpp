@@ -72,17 +72,8 @@ int run_e23(const E23BenchOptions& o) {
     const RowNormSpec norm = kind_from_name(kind, int(n), dtype);
     E23 cell(e23_spec(norm.kind, norm.alpha, int(n), int(d), dtype));
     cell.prepare(b);
-    EventTimer timer;
-    for (int i = 0; i < o.warmup; ++i) cell.forward_sequence(args);
-    synchronize();
-    std::vector<double> us;
-    for (int i = 0; i < o.iterations; ++i) {
-      timer.start();
-      cell.forward_sequence(args);
-      us.push_back(timer.stop_ms() * 1000.0);
-    }
-    std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
-    const double launch_us = us[us.size() / 2], step_us = launch_us / double(t);
+    const double launch_us = 1000.0 * median_gpu_ms(o.warmup, o.iterations, [&](int) { cell.forward_sequence(args); });
+    const double step_us = launch_us / double(t);
     if (first_us == 0) first_us = step_us;
     // Supports of one more run, for the table.
     args.read_support = read_support.as<float>(), args.write_support = write_support.as<float>();

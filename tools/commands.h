@@ -31,6 +31,10 @@ std::string short_kind_name(const RowNormSpec& spec);
 // "a,b,,c" -> {"a", "b", "c"}: the comma-separated lists of the options.
 std::vector<std::string> split_commas(const std::string& text);
 
+// Median GPU time of run(i) in milliseconds: `warmup` untimed calls, then `iterations` calls each timed
+// alone with events on the default stream.
+double median_gpu_ms(int warmup, int iterations, const std::function<void(int)>& run);
+
 // A plain table printed with aligned columns.
 class Table {
  public:

@@ -53,4 +53,18 @@ void Table::print() const {
   for (const auto& r : rows_) line(r);
 }
 
+double median_gpu_ms(int warmup, int iterations, const std::function<void(int)>& run) {
+  EventTimer timer;
+  for (int i = 0; i < warmup; ++i) run(i);
+  synchronize();
+  std::vector<double> ms;
+  for (int i = 0; i < iterations; ++i) {
+    timer.start();
+    run(i);
+    ms.push_back(timer.stop_ms());
+  }
+  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+  return ms[ms.size() / 2];
+}
+
 }  // namespace sjit::tool

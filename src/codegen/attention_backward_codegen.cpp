@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include "codegen/cuda_names.h"
+
 #include "codegen/attention_codegen.h"
 #include "sparsejit/error.h"
 #include "spec/key_text.h"
@@ -80,7 +82,7 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
       "  static constexpr int sparsity = {};\n"
       "  static constexpr int pattern_block = {};\n"
       "}};\n",
-      out.kernel_key, spec.dtype == DType::bf16 ? "__nv_bfloat16" : "__half", spec.head_dim, t.warps, t.block_cols,
+      out.kernel_key, cuda_type(spec.dtype), spec.head_dim, t.warps, t.block_cols,
       t.stages, causal, name(spec.causal), sparsity, spec.sparsity == Sparsity::dense ? 1 << 20 : spec.block_size);
   out.source_name = fmt::format("attention_backward_{}.cu", part_name(t.part));
   out.name_expression = fmt::format("sjit_kernels::attention_backward_{}<Cfg>", part_name(t.part));

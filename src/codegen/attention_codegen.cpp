@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "codegen/cuda_names.h"
+
 #include "sparsejit/error.h"
 
 namespace sjit::codegen {
@@ -93,7 +95,7 @@ KernelSource attention_source(const AttentionSpec& spec, const AttentionConfig& 
       "  static constexpr int pattern_block = {};\n"
       "{}"
       "}};\n",
-      out.kernel_key, arrays, spec.dtype == DType::bf16 ? "__nv_bfloat16" : "__half", spec.head_dim, config.warps,
+      out.kernel_key, arrays, cuda_type(spec.dtype), spec.head_dim, config.warps,
       config.m_tiles, config.block_n, config.stages, config.q_in_registers == 1 ? "true" : "false",
       causal_id(spec.causal), name(spec.causal), sparsity_id(spec.sparsity), name(spec.sparsity),
       // Dense kernels: one "block" larger than any tile, so no tile is ever split into groups.

@@ -4,28 +4,9 @@
 
 #include <fmt/format.h>
 
+#include "codegen/cuda_names.h"
+
 namespace sjit::codegen {
-namespace {
-
-std::string_view cuda_type(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return "float";
-    case DType::f16: return "__half";
-    case DType::bf16: return "__nv_bfloat16";
-  }
-  return "?";
-}
-
-int kind_id(NormKind kind) {  // sjit_kernels::NormKindId
-  switch (kind) {
-    case NormKind::softmax: return 0;
-    case NormKind::sparsemax: return 1;
-    case NormKind::entmax: return 2;
-  }
-  return -1;
-}
-
-}  // namespace
 
 bool e23_uses_tensor_cores(const E23Spec& spec) { return spec.dtype != DType::f32; }
 

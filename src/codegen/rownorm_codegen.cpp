@@ -2,28 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "codegen/cuda_names.h"
+
 namespace sjit::codegen {
-namespace {
-
-std::string_view cuda_type(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return "float";
-    case DType::f16: return "__half";
-    case DType::bf16: return "__nv_bfloat16";
-  }
-  return "?";
-}
-
-int kind_id(NormKind kind) {  // sjit_kernels::NormKindId
-  switch (kind) {
-    case NormKind::softmax: return 0;
-    case NormKind::sparsemax: return 1;
-    case NormKind::entmax: return 2;
-  }
-  return -1;
-}
-
-}  // namespace
 
 std::string rownorm_kernel_key(const RowNormSpec& spec, const RowNormConfig& config) {
   return key(spec) + "|" + key(config);

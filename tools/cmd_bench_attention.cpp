@@ -22,6 +22,7 @@ struct AttentionBenchOptions {
   bool baked = false;
   bool per_head = false;
   bool backward = false;
+  bool deterministic = false;
   std::string config;
   int iterations = 20, warmup = 3;
 };
@@ -59,6 +60,7 @@ int run_attention(const AttentionBenchOptions& o) {
   const std::int64_t heads_kv = o.heads_kv ? o.heads_kv : o.heads, seq_k = o.seq_k ? o.seq_k : o.seq;
   AttentionSpec dense;
   dense.head_dim = o.head_dim, dense.dtype = dtype, dense.causal = causal_from(o.causal);
+  dense.deterministic = o.deterministic;
   const AttentionConfig config = o.config.empty() ? AttentionConfig{} : parse_attention_config(o.config);
 
   std::mt19937_64 rng(2026);
@@ -71,9 +73,9 @@ int run_attention(const AttentionBenchOptions& o) {
   args.q = q.data(), args.k = k.data(), args.v = v.data(), args.o = out.data(), args.lse = lse.as<float>();
   args.batch = o.batch, args.heads_q = o.heads, args.heads_kv = heads_kv, args.seq_q = o.seq, args.seq_k = seq_k;
 
-  fmt::print("device {} ({} SMs); B={} Hq={} Hkv={} Sq={} Sk={} D={} {} causal={}; median of {} runs\n", dev.name,
+  fmt::print("device {} ({} SMs); B={} Hq={} Hkv={} Sq={} Sk={} D={} {} causal={}{}; median of {} runs\n", dev.name,
              dev.multiprocessors, o.batch, o.heads, heads_kv, o.seq, seq_k, o.head_dim, name(dtype), o.causal,
-             o.iterations);
+             !o.backward ? "" : o.deterministic ? "; deterministic backward" : "; backward with atomic dQ", o.iterations);
   std::vector<std::string> headers = {"kernel", "density", "blocks/row", "time", "TFLOP/s", "% of 989", "vs dense",
                                       "vs dense x density", "config"};
   if (o.backward) headers.insert(headers.end(), {"bwd", "fwd+bwd", "fwd+bwd TFLOP/s", "fwd+bwd vs dense"});
@@ -176,6 +178,7 @@ Runner add_bench_attention(CLI::App& bench) {
   cmd->add_flag("--baked", o->baked, "Also time the pattern baked into the kernel");
   cmd->add_flag("--per-head", o->per_head, "A different random pattern for every head");
   cmd->add_flag("--backward", o->backward, "Also time the backward (dQ, dK, dV) and forward + backward");
+  cmd->add_flag("--deterministic", o->deterministic, "Backward in deterministic mode (a dQ pass of its own, no atomics)");
   cmd->add_option("--config", o->config, "Tiling, e.g. warps=4,mt=2,bn=64,stages=2,qreg=0 (default: chosen)");
   cmd->add_option("--iters", o->iterations, "Timed runs (median reported)");
   cmd->add_option("--warmup", o->warmup, "Untimed runs first");

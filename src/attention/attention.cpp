@@ -146,7 +146,8 @@ struct Attention::State {
     std::shared_ptr<const jit::LoadedKernel> prep, dkdv, dq;
   };
   std::vector<BackwardKernels> backward_kernels;
-  // Per (context, stream) scratch of the backward: delta and lse2, 8 bytes a query row.
+  // Per (context, stream) scratch of the backward: delta and lse2, 8 bytes a query row, and with atomic
+  // dQ the fp32 accumulator, 4 * head_dim bytes a query row.
   struct Scratch {
     CUcontext context;
     Stream stream;
@@ -168,7 +169,7 @@ struct Attention::State {
                              [&] { return codegen::attention_backward_source(bwd, tiling); });
     };
     BackwardKernels k{target.context, get(codegen::BackwardPart::prep), get(codegen::BackwardPart::dkdv),
-                      get(codegen::BackwardPart::dq)};
+                      get(codegen::atomic_dq(spec) ? codegen::BackwardPart::dq_convert : codegen::BackwardPart::dq)};
     std::lock_guard lock(mutex);
     backward_kernels.push_back(std::move(k));
     return backward_kernels.back();
@@ -306,11 +307,15 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   const codegen::BackwardTiling q_tiling = codegen::default_backward_tiling(bwd, codegen::BackwardPart::dq);
 
   const std::int64_t rows = a.batch * a.heads_q * a.seq_q;
-  float* scratch = state_->scratch_for(target, stream, std::size_t(std::max<std::int64_t>(rows, 1)) * 8);
+  const bool atomic = codegen::atomic_dq(spec);
+  const std::int64_t accum_floats = atomic ? rows * spec.head_dim : 0;
+  float* scratch =
+      state_->scratch_for(target, stream, std::size_t(std::max<std::int64_t>(rows, 1)) * 8 + std::size_t(accum_floats) * 4);
   sjit_kernels::AttentionBackwardParams p{};
   p.q = a.q, p.k = a.k, p.v = a.v, p.o = a.o, p.d_o = a.d_o, p.lse = a.lse;
-  p.delta = scratch;
-  p.lse2 = scratch + rows;
+  p.dq_accum = atomic ? scratch : nullptr;  // first: float4 accesses need 16-byte alignment
+  p.delta = scratch + accum_floats;
+  p.lse2 = p.delta + rows;
   p.dq = a.dq, p.dk = a.dk, p.dv = a.dv;
   auto strides = [](const Strides& s, long long& b, long long& h, long long& r) { b = s.batch, h = s.head, r = s.row; };
   strides(a.q_strides, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
@@ -329,17 +334,19 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   std::int64_t kv_grid = (a.seq_k + kv_tiling.block_rows() - 1) / kv_tiling.block_rows() * a.batch * a.heads_kv;
   std::int64_t q_grid = (a.seq_q + q_tiling.block_rows() - 1) / q_tiling.block_rows() * a.batch * a.heads_q;
   if (spec.sparsity != Sparsity::dense && a.seq_q > 0 && a.seq_k > 0) {
-    const DeviceSchedule& qs =
-        state_->schedule(*a.pattern, target, q_tiling.block_rows(), q_tiling.block_cols, false);
     const DeviceSchedule& ks =
         state_->schedule(*a.pattern, target, kv_tiling.block_rows(), kv_tiling.block_cols, true);
-    p.q_item_tile_begin = qs.item_tile_begin, p.q_tile_index = qs.tile_index, p.q_tile_mask = qs.tile_mask;
-    p.q_item_order = qs.item_order, p.q_items_per_head = qs.q_tiles;
     p.k_item_tile_begin = ks.item_tile_begin, p.k_tile_index = ks.tile_index, p.k_tile_mask = ks.tile_mask;
     p.k_items_per_head = ks.q_tiles;
-    p.pattern_heads = qs.pattern_heads;
-    q_grid = std::int64_t(qs.items) * a.batch * (a.heads_q / qs.pattern_heads);
+    p.pattern_heads = ks.pattern_heads;
     kv_grid = std::int64_t(ks.q_tiles) * a.batch * a.heads_kv;
+    if (!atomic) {  // the query-major pass walks the forward's schedule
+      const DeviceSchedule& qs =
+          state_->schedule(*a.pattern, target, q_tiling.block_rows(), q_tiling.block_cols, false);
+      p.q_item_tile_begin = qs.item_tile_begin, p.q_tile_index = qs.tile_index, p.q_tile_mask = qs.tile_mask;
+      p.q_item_order = qs.item_order, p.q_items_per_head = qs.q_tiles;
+      q_grid = std::int64_t(qs.items) * a.batch * (a.heads_q / qs.pattern_heads);
+    }
   }
   if (kv_grid > 0x7fffffff || q_grid > 0x7fffffff)
     throw InvalidArgument("attention backward: the problem needs more than 2^31 - 1 blocks in one launch");
@@ -347,7 +354,11 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   if (rows > 0) jit::launch(*kernels.prep, unsigned((rows + 7) / 8), 256, cu_stream, params);
   if (kv_grid > 0) jit::launch(*kernels.dkdv, unsigned(kv_grid), unsigned(32 * kv_tiling.warps), cu_stream, params);
-  if (q_grid > 0) jit::launch(*kernels.dq, unsigned(q_grid), unsigned(32 * q_tiling.warps), cu_stream, params);
+  if (!atomic) {
+    if (q_grid > 0) jit::launch(*kernels.dq, unsigned(q_grid), unsigned(32 * q_tiling.warps), cu_stream, params);
+  } else if (rows > 0) {
+    jit::launch(*kernels.dq, unsigned((rows + 7) / 8), 256, cu_stream, params);  // dq_convert
+  }
 }
 
 void attention_backward(const AttentionSpec& spec, const AttentionBackwardArgs& args, Stream stream) {

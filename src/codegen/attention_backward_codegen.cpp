@@ -14,6 +14,7 @@ std::string_view part_name(BackwardPart part) {
     case BackwardPart::prep: return "prep";
     case BackwardPart::dkdv: return "dkdv";
     case BackwardPart::dq: return "dq";
+    case BackwardPart::dq_convert: return "dq_convert";
   }
   return "?";
 }
@@ -31,7 +32,8 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
   if (part == "prep") t.part = BackwardPart::prep;
   else if (part == "dkdv") t.part = BackwardPart::dkdv;
   else if (part == "dq") t.part = BackwardPart::dq;
-  else throw InvalidArgument(fmt::format("attention backward: part '{}' is unknown: use prep, dkdv or dq", part));
+  else if (part == "dq_convert") t.part = BackwardPart::dq_convert;
+  else throw InvalidArgument(fmt::format("attention backward: part '{}' is unknown: use prep, dkdv, dq or dq_convert", part));
   t.warps = spec::parse_int("warps", spec::take_or(kt, "warps", "8"));
   t.block_cols = spec::parse_int("cols", spec::take_or(kt, "cols", "64"));
   t.stages = spec::parse_int("stages", spec::take_or(kt, "stages", "2"));
@@ -47,6 +49,8 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
 // dK/dV: 8 warps own 128 keys (dK and dV accumulators are 2 x 64 floats a thread at d = 128) and walk
 // 64-query tiles; dQ: 4 warps own 64 queries and walk 64-key tiles, two CTAs an SM. d = 256 halves
 // the column tiles to stay inside shared memory.
+bool atomic_dq(const AttentionSpec& spec) { return !spec.deterministic && spec.head_dim < 256; }
+
 BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart part) {
   BackwardTiling t;
   t.part = part;
@@ -57,16 +61,22 @@ BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart p
 }
 
 int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTiling& t) {
-  if (t.part == BackwardPart::prep) return 0;
+  if (t.part == BackwardPart::prep || t.part == BackwardPart::dq_convert) return 0;
   const int row_bytes = (spec.head_dim + 8) * 2;
   const int tiles = (2 * t.block_rows() + 2 * t.stages * t.block_cols) * row_bytes;
-  return tiles + (t.part == BackwardPart::dkdv ? t.stages * t.block_cols * 8 : t.block_rows() * 8);
+  if (t.part == BackwardPart::dq) return tiles + t.block_rows() * 8;
+  // dK/dV: lse2 and delta rings, and with atomic dQ the dS^T tile ([rows][cols + 8] elements of T).
+  const int ds_tile = !atomic_dq(spec) ? 0 : t.block_rows() * (t.block_cols + 8) * 2;
+  return tiles + t.stages * t.block_cols * 8 + ds_tile;
 }
 
 KernelSource attention_backward_source(const AttentionSpec& spec, const BackwardTiling& t) {
   KernelSource out;
   out.kernel_key = key(spec) + "|" + key(t);
   const int sparsity = spec.sparsity == Sparsity::dense ? 0 : 1;  // baked patterns run from device memory here
+  if (atomic_dq(spec) && t.part == BackwardPart::dkdv && t.warps % (t.block_cols / 16) != 0)
+    throw InvalidArgument(fmt::format("attention backward: atomic dQ needs warps ({}) to be a multiple of cols / 16 ({})",
+                                      t.warps, t.block_cols / 16));
   const int causal = spec.causal == Causal::none ? 0 : spec.causal == Causal::top_left ? 1 : 2;
   out.source = fmt::format(
       "// {}\n"
@@ -81,9 +91,11 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
       "  static constexpr int causal = {};  // {}\n"
       "  static constexpr int sparsity = {};\n"
       "  static constexpr int pattern_block = {};\n"
+      "  static constexpr bool atomic_dq = {};\n"
       "}};\n",
       out.kernel_key, cuda_type(spec.dtype), spec.head_dim, t.warps, t.block_cols,
-      t.stages, causal, name(spec.causal), sparsity, spec.sparsity == Sparsity::dense ? 1 << 20 : spec.block_size);
+      t.stages, causal, name(spec.causal), sparsity, spec.sparsity == Sparsity::dense ? 1 << 20 : spec.block_size,
+      atomic_dq(spec) ? "true" : "false");
   out.source_name = fmt::format("attention_backward_{}.cu", part_name(t.part));
   out.name_expression = fmt::format("sjit_kernels::attention_backward_{}<Cfg>", part_name(t.part));
   out.dynamic_shared_bytes = attention_backward_shared_bytes(spec, t);

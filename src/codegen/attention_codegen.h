@@ -21,8 +21,14 @@ int attention_forward_shared_bytes(const AttentionSpec& spec, const AttentionCon
 
 namespace sjit::codegen {
 
-// The backward runs three kernels (see templates/sparsejit/attention_backward.cuh).
-enum class BackwardPart { prep, dkdv, dq };
+// The backward runs three kernels (see templates/sparsejit/attention_backward.cuh): prep, dkdv, and
+// dq (deterministic specs) or dq_convert (atomic dQ).
+enum class BackwardPart { prep, dkdv, dq, dq_convert };
+
+// Whether the backward of `spec` sums dQ with atomics inside the dK/dV pass: unless the spec asks for
+// determinism, and never at head_dim 256, where the dK and dV accumulators (256 floats a thread)
+// leave no registers for the dQ product (it spills kilobytes a thread).
+bool atomic_dq(const AttentionSpec& spec);
 
 struct BackwardTiling {
   BackwardPart part = BackwardPart::prep;

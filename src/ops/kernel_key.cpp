@@ -28,7 +28,7 @@ codegen::KernelSource source_for_key(std::string_view kernel_key) {
     if (spec.pass == Pass::backward) {
       if (config_text.empty())
         throw InvalidSpec(fmt::format("kernel key '{}': an attention backward key names its part after '|' "
-                                      "(part=prep, dkdv or dq)", kernel_key));
+                                      "(part=prep, dkdv, dq or dq_convert)", kernel_key));
       return codegen::attention_backward_source(spec, codegen::parse_backward_tiling(config_text));
     }
     const AttentionConfig config =

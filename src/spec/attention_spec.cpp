@@ -52,6 +52,7 @@ std::string key(const AttentionSpec& in) {
                                  name(s.causal), name(s.sparsity));
   if (s.sparsity != Sparsity::dense) text += fmt::format(",block={}", s.block_size);
   text += fmt::format(",pass={}", name(s.pass));
+  if (s.deterministic) text += ",det=1";
   if (s.sparsity == Sparsity::baked) text += fmt::format(",pattern={:016x}", s.pattern_digest);
   return text;
 }
@@ -77,6 +78,10 @@ AttentionSpec parse_attention(std::string_view text) {
   if (pass == "fwd") s.pass = Pass::forward;
   else if (pass == "bwd") s.pass = Pass::backward;
   else throw InvalidSpec(fmt::format("attention: pass '{}' is unknown: use fwd or bwd", pass));
+  const std::string det = spec::take_or(kt, "det", "0");
+  if (det != "0" && det != "1")
+    throw InvalidSpec(fmt::format("attention: det '{}' is not allowed: use 1 (deterministic backward) or 0", det));
+  s.deterministic = det == "1";
   if (s.sparsity == Sparsity::baked) {
     const std::string digest = spec::take(kt, "pattern");
     // Exactly 16 hex digits: no sign, prefix or blanks, so that one kernel has one key text.
@@ -87,7 +92,7 @@ AttentionSpec parse_attention(std::string_view text) {
       throw InvalidSpec(fmt::format("attention: pattern '{}' is not a digest: 16 hexadecimal digits expected", digest));
     s.pattern_digest = std::stoull(digest, nullptr, 16);
   }
-  spec::reject_leftovers(kt, "d, dtype, causal, sparsity, block (bsr and baked), pass, pattern (baked)");
+  spec::reject_leftovers(kt, "d, dtype, causal, sparsity, block (bsr and baked), pass, det, pattern (baked)");
   return canonical(s);
 }
 

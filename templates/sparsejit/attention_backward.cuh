@@ -1,12 +1,16 @@
-// Attention backward (FlashAttention-2, Dao 2023, Algorithm 2), split into three kernels so that no
-// accumulation needs atomics and every result is deterministic:
-//   prep:  delta_i = rowsum(dO_i * O_i) and lse2_i = lse_i * log2(e) (+inf for a row that saw no key)
+// Attention backward (FlashAttention-2, Dao 2023, Algorithm 2) in three kernels:
+//   prep:  delta_i = rowsum(dO_i * O_i) and lse2_i = lse_i * log2(e) (+inf for a row that saw no key);
+//          with atomic dQ it also zeroes the row's fp32 dQ accumulator
 //   dkdv:  one CTA per key tile: walks the query tiles that see it (the transposed pattern) and
 //          accumulates dV += P^T dO and dK += scale * dS^T Q in registers, over every query head of
-//          the K/V head's group (grouped-query attention sums there)
-//   dq:    one CTA per query tile: walks its key tiles (the forward's schedule) and accumulates
-//          dQ += scale * dS K in registers
+//          the K/V head's group (grouped-query attention sums there). With atomic dQ (Cfg::atomic_dq)
+//          it also adds dS K for each query tile to the fp32 accumulator with atomics.
+//   dq:    deterministic: one CTA per query tile walks its key tiles (the forward's schedule) and
+//          accumulates dQ += scale * dS K in registers, recomputing P and dP (no atomics anywhere, the
+//          same inputs give the same bits). Atomic: dQ = scale * accumulator, rounded to T.
 // with P = exp2(S * scale * log2(e) - lse2) recomputed from Q and K, dP = dO V^T, dS = P * (dP - delta).
+// Atomic dQ does five tile products a (query tile, key tile) pair instead of seven; the price is a
+// [B, Hq, Sq, D] fp32 accumulator and a summation order that varies between runs.
 //
 // As in the forward, the tiles a CTA visits are a list known before any load, so an inactive tile is
 // never loaded, waited for or synchronized on; element masks run only on tiles that need them.
@@ -97,7 +101,7 @@ struct PrepCfgCheck {
   static_assert(D % 8 == 0 && D / 8 <= 32, "one lane per 8 elements of a row");
 };
 
-// delta_i = sum_d dO_id * O_id and lse2_i: one warp per row.
+// delta_i = sum_d dO_id * O_id and lse2_i (and a zeroed dQ accumulator row): one warp per row.
 template <class Cfg>
 __global__ void __launch_bounds__(256) attention_backward_prep(const AttentionBackwardParams p) {
   using T = typename Cfg::T;
@@ -123,6 +127,10 @@ __global__ void __launch_bounds__(256) attention_backward_prep(const AttentionBa
   }
 #pragma unroll
   for (int m = 16; m >= 1; m /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, m);
+  if constexpr (Cfg::atomic_dq) {
+    float4* acc = reinterpret_cast<float4*>(p.dq_accum + row * Cfg::head_dim);
+    for (int c = lane; c < Cfg::head_dim / 4; c += 32) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
   if (lane == 0) {
     p.delta[row] = dot;
     const float lse = p.lse[row];
@@ -131,7 +139,80 @@ __global__ void __launch_bounds__(256) attention_backward_prep(const AttentionBa
   }
 }
 
-// dK and dV of one key tile.
+// dQ += dS K for one query tile, from inside the dK/dV pass. The warps hold dS^T by key rows; they
+// meet in shared memory as a [keys][queries] tile, then each warp multiplies 16 queries by all the
+// CTA's keys for a slice of the head dims and adds the product to the fp32 accumulator with atomics
+// (the CTAs of the other key tiles add to the same rows).
+template <class Cfg, class Tr = BackwardTraits<Cfg>>
+struct AtomicDq {
+  static constexpr int q_mtiles = Tr::block_n / 16;
+  static constexpr int dim_slices = Tr::warps / q_mtiles;  // warps sharing one 16-query tile
+  static constexpr int dims = Tr::head_dim / dim_slices;
+  static constexpr int row_elems = Tr::block_n + 8;       // padded like every tile: conflict-free
+  static constexpr int tile_elems = Tr::block_rows * row_elems;
+  static constexpr int kChunk = dims % 32 == 0 ? 32 : 16;
+  static_assert(Tr::warps % q_mtiles == 0 && dims % 16 == 0,
+                "atomic dQ: warps must be a multiple of block_cols / 16, splitting head_dim into 16s");
+
+  // The warp's dS^T fragment (its 16 keys x the tile's queries) into ds_t[key][query], as T.
+  static __device__ __forceinline__ void stage(const float (&ds)[1][Tr::n_tiles][4], typename Tr::T* ds_t,
+                                               int warp_row0) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int nt = 0; nt < Tr::n_tiles; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = warp_row0 + lane / 4 + h * 8, c = nt * 8 + 2 * (lane % 4);
+        *reinterpret_cast<unsigned*>(ds_t + r * row_elems + c) = pack2<typename Tr::T>(ds[0][nt][2 * h], ds[0][nt][2 * h + 1]);
+      }
+  }
+
+  // accum[query0 + q][d] += sum_key dS[q][key] K[key][d] for the warp's queries and dims.
+  static __device__ __forceinline__ void add(const typename Tr::T* ds_t, const typename Tr::T* k_tile, float* accum,
+                                             int query0, int seq_q) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int q_row0 = (warp % q_mtiles) * 16;
+    // 32 dims at a time: the dK and dV accumulators already hold most of the registers.
+#pragma unroll 1
+    for (int dim0 = (warp / q_mtiles) * dims; dim0 < (warp / q_mtiles + 1) * dims; dim0 += kChunk) {
+      float acc[kChunk / 8][4];
+#pragma unroll
+      for (int nt = 0; nt < kChunk / 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < Tr::block_rows / 16; ++kk) {
+        // A = dS (queries x keys): the stored [key][query] tile read transposed. Matrix j holds
+        // queries q_row0 + (j & 1) * 8 and keys kk * 16 + (j >> 1) * 8.
+        unsigned a[4];
+        const int j = lane / 8, r = lane % 8;
+        ldmatrix_x4_trans(a, smem_address(ds_t + (kk * 16 + (j >> 1) * 8 + r) * row_elems + q_row0 + (j & 1) * 8));
+#pragma unroll
+        for (int dp = 0; dp < kChunk / 16; ++dp) {
+          unsigned b[4];
+          load_v_fragments<Tr::head_dim>(b, k_tile, kk * 16, dim0 + dp * 16);
+          mma_16x8x16<typename Tr::T>(acc[2 * dp], a, b[0], b[1]);
+          mma_16x8x16<typename Tr::T>(acc[2 * dp + 1], a, b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int q = query0 + q_row0 + lane / 4 + h * 8;
+        if (q >= seq_q) continue;
+        float* row = accum + static_cast<long long>(q) * Tr::head_dim + dim0 + 2 * (lane % 4);
+#pragma unroll
+        for (int nt = 0; nt < kChunk / 8; ++nt) {
+#if __CUDA_ARCH__ >= 900
+          atomicAdd(reinterpret_cast<float2*>(row + nt * 8), make_float2(acc[nt][2 * h], acc[nt][2 * h + 1]));
+#else
+          atomicAdd(row + nt * 8, acc[nt][2 * h]);
+          atomicAdd(row + nt * 8 + 1, acc[nt][2 * h + 1]);
+#endif
+        }
+      }
+    }
+  }
+};
+
+// dK and dV of one key tile (and, with atomic dQ, its share of dQ).
 template <class Cfg>
 __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backward_dkdv(const AttentionBackwardParams p) {
   using Tr = BackwardTraits<Cfg>;
@@ -144,6 +225,7 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backwa
   T* do_ring = q_ring + stages * Tr::other_tile_elems;
   float* lse2_ring = reinterpret_cast<float*>(do_ring + stages * Tr::other_tile_elems);
   float* delta_ring = lse2_ring + stages * C;
+  T* ds_t = reinterpret_cast<T*>(delta_ring + stages * C);  // atomic dQ only: AtomicDq<Cfg>::tile_elems
   __shared__ int group_start[Tr::max_group + 1];  // flat position of each query head's first tile
   __shared__ int group_first[Tr::max_group];      // its first q tile (dense) or list position (sparse)
 
@@ -261,6 +343,13 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backwa
 #pragma unroll
       for (int e = 0; e < 4; ++e) ds[0][nt][e] = s[0][nt][e] * (ds[0][nt][e] - delta[nt * 8 + 2 * (lane % 4) + e % 2]);
     accumulate_values<Tr>(dk, ds, q_slot);  // dK += dS^T Q (scaled at the end)
+    if constexpr (Cfg::atomic_dq) {
+      // The ring slots are not touched: the next iteration's barrier comes before ds_t is rewritten.
+      AtomicDq<Cfg>::stage(ds, ds_t, warp_row0);
+      __syncthreads();
+      const long long row_base = (static_cast<long long>(batch) * p.heads_q + t.head_q) * p.seq_q;
+      AtomicDq<Cfg>::add(ds_t, k_tile, p.dq_accum + row_base * Tr::head_dim, q0, p.seq_q);
+    }
   }
 
   cp_async_wait<0>();
@@ -390,6 +479,30 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backwa
   __syncthreads();
   T* dq_out = static_cast<T*>(p.dq) + batch * p.dq_batch_stride + head_q * p.dq_head_stride;
   store_rows<Tr>(dq, p.scale, q_rows, dq_out, p.dq_row_stride, q0, p.seq_q, warp_row0);
+}
+
+// Atomic dQ: dq = scale * accumulator, rounded to T. One warp per row.
+template <class Cfg>
+__global__ void __launch_bounds__(256) attention_backward_dq_convert(const AttentionBackwardParams p) {
+  using T = typename Cfg::T;
+  constexpr int chunks = Cfg::head_dim / 8;
+  (void)PrepCfgCheck<Cfg::head_dim>{};
+  const long long row = static_cast<long long>(blockIdx.x) * 8 + threadIdx.x / 32;
+  const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.seq_q;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows || lane >= chunks) return;
+  const int i = static_cast<int>(row % p.seq_q);
+  const int head = static_cast<int>(row / p.seq_q % p.heads_q);
+  const int batch = static_cast<int>(row / p.seq_q / p.heads_q);
+  const float4* acc = reinterpret_cast<const float4*>(p.dq_accum + row * Cfg::head_dim + lane * 8);
+  const float4 lo = acc[0], hi = acc[1];
+  uint4 packed;
+  packed.x = pack2<T>(lo.x * p.scale, lo.y * p.scale);
+  packed.y = pack2<T>(lo.z * p.scale, lo.w * p.scale);
+  packed.z = pack2<T>(hi.x * p.scale, hi.y * p.scale);
+  packed.w = pack2<T>(hi.z * p.scale, hi.w * p.scale);
+  T* dq = static_cast<T*>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride + i * p.dq_row_stride;
+  *reinterpret_cast<uint4*>(dq + lane * 8) = packed;
 }
 
 }  // namespace sjit_kernels

@@ -47,6 +47,7 @@ struct AttentionBackwardParams {
   float* delta;      // [B, Hq, Sq] scratch, written by the pre-pass
   float* lse2;       // [B, Hq, Sq] scratch: lse * log2(e), +inf for a row that saw no key
   void* dq;
+  float* dq_accum;   // atomic dQ only: [B, Hq, Sq, head_dim] fp32 scratch, zeroed by the pre-pass
   void* dk;
   void* dv;
   long long q_batch_stride, q_head_stride, q_row_stride;

@@ -120,6 +120,11 @@ AttentionSpec spec_of(int d, DType dtype, Causal causal, Sparsity sparsity = Spa
   return s;
 }
 
+AttentionSpec deterministic(AttentionSpec s) {
+  s.deterministic = true;
+  return s;
+}
+
 }  // namespace
 
 TEST_CASE("dense attention gradients match the float64 reference", "[gpu][attention][backward]") {
@@ -137,6 +142,21 @@ TEST_CASE("dense attention gradients match the float64 reference", "[gpu][attent
   check_problem({spec_of(128, DType::bf16, Causal::none), 1, 1, 1, 1, 1}, rng);
 }
 
+TEST_CASE("deterministic-mode gradients match the float64 reference", "[gpu][attention][backward]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (const int d : {32, 64, 128, 256})
+    for (const Causal causal : {Causal::none, Causal::bottom_right}) {
+      Problem c{deterministic(spec_of(d, d == 64 ? DType::f16 : DType::bf16, causal)), 2, 4, 2, 333, 197};
+      check_problem(c, rng);
+    }
+  for (const int bs : {16, 64, 128})
+    check_problem({deterministic(spec_of(128, DType::bf16, Causal::top_left, Sparsity::block_sparse, bs)), 1, 4, 2, 523,
+                   517, 0.3},
+                  rng);
+}
+
 TEST_CASE("block-sparse attention gradients match the reference for every block size", "[gpu][attention][backward]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
@@ -150,6 +170,7 @@ TEST_CASE("block-sparse attention gradients match the reference for every block 
                           bs),
                   1, 4, 2, 523, 517, density};
         c.per_head_pattern = variant % 4 == 1;
+        c.spec.deterministic = variant % 5 == 0;
         check_problem(c, rng);
       }
   // A baked pattern's backward.
@@ -169,11 +190,12 @@ TEST_CASE("with no active block every gradient is exactly 0 and nothing is NaN",
     for (float x : *g) REQUIRE(x == 0.0f);
 }
 
-TEST_CASE("the backward is deterministic: the same inputs give the same bits", "[gpu][attention][backward]") {
+TEST_CASE("a deterministic backward gives the same bits for the same inputs", "[gpu][attention][backward]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  const Problem c{spec_of(128, DType::bf16, Causal::top_left, Sparsity::block_sparse, 64), 2, 8, 2, 700, 700, 0.5};
+  const Problem c{deterministic(spec_of(128, DType::bf16, Causal::top_left, Sparsity::block_sparse, 64)), 2, 8, 2, 700,
+                  700, 0.5};
   const Inputs in = random_inputs(c, rng);
   const BlockPattern pattern = patterns::random(64, c.seq_q, c.seq_k, 0.5, rng(), 8);
   Attention attention(c.spec);

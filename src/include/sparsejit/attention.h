@@ -94,8 +94,9 @@ class Attention {
   void prepare(const BlockPattern& pattern);
 
   void forward(const AttentionForwardArgs& args, Stream stream = nullptr);
-  // Gradients of the forward with the same spec, pattern and scale. Deterministic: no atomics, the same
-  // inputs give the same bits. Scratch of 8 bytes per query row is kept per stream between calls.
+  // Gradients of the forward with the same spec, pattern and scale. spec.deterministic chooses how dQ
+  // is summed (see AttentionSpec). Scratch is kept per stream between calls: 8 bytes per query row,
+  // plus 4 * head_dim with atomic dQ.
   void backward(const AttentionBackwardArgs& args, Stream stream = nullptr);
 
   const AttentionSpec& spec() const;

@@ -27,6 +27,10 @@ struct AttentionSpec {
   int block_size = 0;               // pattern block size (16, 32, 64, 128); 0 for dense
   std::uint64_t pattern_digest = 0; // baked only: BlockPattern::digest() of the baked pattern
   Pass pass = Pass::forward;
+  // Backward only. false: dQ is accumulated with fp32 atomics inside the dK/dV pass (one pass over the
+  // tiles, the fastest; the summation order, and so the last bits of dQ, vary from run to run).
+  // true: dQ has a pass of its own that owns its rows (no atomics: the same inputs give the same bits).
+  bool deterministic = false;
 
   friend bool operator==(const AttentionSpec&, const AttentionSpec&) = default;
 };
@@ -35,8 +39,8 @@ struct AttentionSpec {
 // the canonical form (block_size and digest cleared where they do not apply).
 AttentionSpec canonical(const AttentionSpec& spec);
 
-// "attention:d=128,dtype=bf16,causal=none,sparsity=bsr,block=64,pass=fwd"; baked specs end with
-// ",pattern=<16 hex digits>". parse_attention is the inverse.
+// "attention:d=128,dtype=bf16,causal=none,sparsity=bsr,block=64,pass=fwd"; a deterministic spec adds
+// ",det=1" and a baked one ends with ",pattern=<16 hex digits>". parse_attention is the inverse.
 std::string key(const AttentionSpec& spec);
 AttentionSpec parse_attention(std::string_view text);
 

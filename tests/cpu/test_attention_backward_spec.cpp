@@ -1,0 +1,114 @@
+// Attention backward on the host side: the deterministic option in the spec's key text, which dQ
+// summation each spec gets, the generated units of the backward parts, and their NVRTC compiles.
+#include <catch2/catch.hpp>
+
+#include <future>
+#include <string>
+#include <vector>
+
+#include "codegen/attention_codegen.h"
+#include "sparsejit/sparsejit.h"
+
+using namespace sjit;
+using Catch::Matchers::Contains;
+
+namespace {
+
+AttentionSpec backward_spec(int head_dim, bool deterministic) {
+  AttentionSpec s;
+  s.head_dim = head_dim;
+  s.pass = Pass::backward;
+  s.deterministic = deterministic;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("the deterministic option: key text, default, round trip and refusals", "[attention][backward][spec]") {
+  CHECK_FALSE(AttentionSpec{}.deterministic);  // atomic dQ unless asked
+  CHECK(key(backward_spec(128, true)) == "attention:d=128,dtype=bf16,causal=none,sparsity=dense,pass=bwd,det=1");
+  CHECK(key(backward_spec(128, false)) == "attention:d=128,dtype=bf16,causal=none,sparsity=dense,pass=bwd");
+  CHECK(parse_attention("attention:d=128,pass=bwd,det=1") == backward_spec(128, true));
+  CHECK(parse_attention("attention:d=128,pass=bwd,det=0") == backward_spec(128, false));
+  CHECK(parse_attention("attention:d=128,pass=bwd") == backward_spec(128, false));
+
+  AttentionSpec baked = backward_spec(64, true);
+  baked.sparsity = Sparsity::baked;
+  baked.block_size = 64;
+  baked.pattern_digest = 0x0123456789abcdefull;
+  CHECK(key(baked) == "attention:d=64,dtype=bf16,causal=none,sparsity=baked,block=64,pass=bwd,det=1,"
+                      "pattern=0123456789abcdef");
+  CHECK(parse_attention(key(baked)) == baked);
+
+  for (const char* bad : {"2", "yes", "true"}) {
+    CAPTURE(bad);
+    const std::string text = std::string("attention:d=64,det=") + bad;
+    CHECK_THROWS_AS(parse_attention(text), InvalidSpec);
+    CHECK_THROWS_WITH(parse_attention(text), Contains("det") && Contains("use 1"));
+  }
+}
+
+TEST_CASE("one forward kernel serves both settings of the backward option", "[attention][backward][codegen]") {
+  const AttentionConfig config = resolve(AttentionSpec{}, {});
+  AttentionSpec det = AttentionSpec{};
+  det.deterministic = true;
+  CHECK(codegen::attention_kernel_key(det, config) == codegen::attention_kernel_key(AttentionSpec{}, config));
+  CHECK_THAT(codegen::attention_kernel_key(det, config), !Contains("det="));
+}
+
+TEST_CASE("which specs sum dQ with atomics, and what their units say", "[attention][backward][codegen]") {
+  for (const int d : {32, 64, 96, 128}) {
+    CAPTURE(d);
+    CHECK(codegen::atomic_dq(backward_spec(d, false)));
+    CHECK_FALSE(codegen::atomic_dq(backward_spec(d, true)));
+  }
+  // d = 256 keeps the deterministic dQ pass: the dK/dV accumulators leave no registers for it.
+  CHECK_FALSE(codegen::atomic_dq(backward_spec(256, false)));
+
+  using codegen::BackwardPart;
+  const AttentionSpec atomic = backward_spec(128, false), det = backward_spec(128, true);
+  const codegen::BackwardTiling dkdv = codegen::default_backward_tiling(atomic, BackwardPart::dkdv);
+  CHECK_THAT(codegen::attention_backward_source(atomic, dkdv).source, Contains("atomic_dq = true;"));
+  CHECK_THAT(codegen::attention_backward_source(det, dkdv).source, Contains("atomic_dq = false;"));
+  // The dS^T tile: block_rows x (block_cols + 8) 16-bit elements more shared memory.
+  CHECK(codegen::attention_backward_shared_bytes(atomic, dkdv) - codegen::attention_backward_shared_bytes(det, dkdv) ==
+        dkdv.block_rows() * (dkdv.block_cols + 8) * 2);
+  codegen::BackwardTiling convert = dkdv;
+  convert.part = BackwardPart::dq_convert;
+  CHECK(codegen::attention_backward_source(atomic, convert).name_expression ==
+        "sjit_kernels::attention_backward_dq_convert<Cfg>");
+  CHECK(codegen::parse_backward_tiling(codegen::key(convert)).part == BackwardPart::dq_convert);
+
+  // Atomic dQ splits a query tile's 16-row mma tiles over the warps: 4 warps cannot cover 128 columns.
+  codegen::BackwardTiling narrow = dkdv;
+  narrow.warps = 4;
+  narrow.block_cols = 128;
+  CHECK_THROWS_WITH(codegen::attention_backward_source(atomic, narrow), Contains("warps (4)") && Contains("cols / 16 (8)"));
+  CHECK_NOTHROW(codegen::attention_backward_source(det, narrow));
+}
+
+TEST_CASE("the backward kernels of both modes compile with NVRTC without spills at d = 64",
+          "[attention][backward][codegen][nvrtc]") {
+  const CacheSettings saved = cache_settings();
+  set_cache_settings({saved.dir, CacheMode::off, saved.max_bytes});
+  const std::string spec = "attention:d=64,dtype=f16,causal=tl,sparsity=bsr,block=64,pass=bwd";
+  const std::vector<std::string> keys = {
+      spec + "|part=prep,warps=8,cols=64,stages=2",      spec + "|part=dkdv,warps=8,cols=64,stages=2",
+      spec + "|part=dq_convert,warps=8,cols=64,stages=2", spec + ",det=1|part=dkdv,warps=8,cols=64,stages=2",
+      spec + ",det=1|part=dq,warps=4,cols=64,stages=2",
+  };
+  // Two at a time: CI has two cores.
+  for (std::size_t first = 0; first < keys.size(); first += 2) {
+    std::vector<std::future<CompiledKernel>> compiled;
+    for (std::size_t i = first; i < std::min(first + 2, keys.size()); ++i)
+      compiled.push_back(std::async(std::launch::async, [k = keys[i]] { return compile_key(k, "sm_90a"); }));
+    for (std::size_t n = 0; n < compiled.size(); ++n) {
+      CAPTURE(keys[first + n]);
+      const CompiledKernel k = compiled[n].get();
+      CHECK(k.binary.compare(0, 4, "\x7f" "ELF") == 0);
+      CHECK(k.usage.registers > 0);
+      CHECK(k.usage.spill_store_bytes == 0);
+    }
+  }
+  set_cache_settings(saved);
+}

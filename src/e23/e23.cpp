@@ -23,38 +23,77 @@ std::int64_t items_per_phase(const E23Spec& spec, std::int64_t batch) {
   return batch + std::int64_t((spec.dim + 15) / 16) * ((batch + 31) / 32);
 }
 
+// One of the two kernels (forward or backward), loaded for one context.
+struct LoadedE23Kernel {
+  std::shared_ptr<const jit::LoadedKernel> kernel;
+  int resident_ctas = 0;  // CTAs that fit on the whole device at once
+};
+
+LoadedE23Kernel load_e23_kernel(const jit::Target& target, const E23Spec& spec, bool backward) {
+  LoadedE23Kernel out;
+  out.kernel = backward ? jit::get_kernel(target, codegen::e23_backward_kernel_key(spec),
+                                          [&] { return codegen::e23_backward_source(spec); })
+                        : jit::get_kernel(target, codegen::e23_kernel_key(spec), [&] { return codegen::e23_source(spec); });
+  int per_sm = 0;
+  SJIT_CU(runtime::driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, out.kernel->function, codegen::kE23Threads, std::size_t(out.kernel->dynamic_shared_bytes)));
+  if (per_sm < 1)
+    throw InvalidArgument(fmt::format("e23: the {} kernel for '{}' cannot run on this device (no CTA fits on an SM)",
+                                      backward ? "backward" : "forward", key(spec)));
+  out.resident_ctas = per_sm * target.device->multiprocessors;
+  return out;
+}
+
+// Makes sure `buffer` holds at least `bytes` (never allocating under graph capture) and returns it.
+unsigned char* own_workspace(DeviceBuffer& buffer, std::size_t bytes, Stream stream, const char* prepare_call) {
+  if (buffer.bytes() < bytes) {
+    if (stream_is_capturing(stream))
+      throw InvalidArgument(fmt::format("e23: the workspace must be allocated before capture: call {} first or pass "
+                                        "args.workspace", prepare_call));
+    buffer = DeviceBuffer(bytes);
+  }
+  return buffer.as<unsigned char>();
+}
+
 }  // namespace
 
 struct E23::State {
   E23Spec spec;
   std::mutex mutex;
   struct PerContext {
-    std::shared_ptr<const jit::LoadedKernel> kernel;
-    int resident_ctas = 0;  // CTAs that fit on the whole device at once
-    DeviceBuffer workspace;
+    LoadedE23Kernel forward, backward;  // backward loaded on first use
+    DeviceBuffer workspace, backward_workspace;
   };
   std::vector<std::pair<CUcontext, std::unique_ptr<PerContext>>> contexts;
 
-  PerContext& on(const jit::Target& target) {
+  PerContext& on(const jit::Target& target, bool need_backward = false) {
+    PerContext* found = nullptr;
     {
       std::lock_guard lock(mutex);
       for (auto& [context, per] : contexts)
-        if (context == target.context) return *per;
+        if (context == target.context) found = per.get();
     }
-    auto per = std::make_unique<PerContext>();
-    per->kernel = jit::get_kernel(target, codegen::e23_kernel_key(spec), [&] { return codegen::e23_source(spec); });
-    int per_sm = 0;
-    SJIT_CU(runtime::driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, per->kernel->function, codegen::kE23Threads, std::size_t(per->kernel->dynamic_shared_bytes)));
-    if (per_sm < 1)
-      throw InvalidArgument(fmt::format("e23: the kernel for '{}' cannot run on this device (no CTA fits on an SM)",
-                                        key(spec)));
-    per->resident_ctas = per_sm * target.device->multiprocessors;
-    std::lock_guard lock(mutex);
-    for (auto& [context, existing] : contexts)
-      if (context == target.context) return *existing;
-    contexts.emplace_back(target.context, std::move(per));
-    return *contexts.back().second;
+    if (found == nullptr) {
+      auto per = std::make_unique<PerContext>();
+      per->forward = load_e23_kernel(target, spec, false);
+      std::lock_guard lock(mutex);
+      for (auto& [context, existing] : contexts)
+        if (context == target.context) found = existing.get();
+      if (found == nullptr) {
+        contexts.emplace_back(target.context, std::move(per));
+        found = contexts.back().second.get();
+      }
+    }
+    if (need_backward) {
+      {
+        std::lock_guard lock(mutex);
+        if (found->backward.kernel) return *found;
+      }
+      LoadedE23Kernel backward = load_e23_kernel(target, spec, true);
+      std::lock_guard lock(mutex);
+      if (!found->backward.kernel) found->backward = std::move(backward);
+    }
+    return *found;
   }
 };
 
@@ -79,7 +118,35 @@ void E23::prepare(std::int64_t batch) {
 
 int E23::grid_size(std::int64_t batch) {
   const State::PerContext& per = state_->on(jit::current_target());
-  return int(std::min<std::int64_t>(items_per_phase(state_->spec, batch), per.resident_ctas));
+  return int(std::min<std::int64_t>(items_per_phase(state_->spec, batch), per.forward.resident_ctas));
+}
+
+int E23::backward_grid_size(std::int64_t batch) {
+  const State::PerContext& per = state_->on(jit::current_target(), true);
+  return int(std::min<std::int64_t>(items_per_phase(state_->spec, batch), per.backward.resident_ctas));
+}
+
+std::int64_t E23::checkpoint_interval(std::int64_t steps, std::int64_t checkpoint_every) {
+  return e23::checkpoint_interval(steps, checkpoint_every);
+}
+
+std::size_t E23::saved_bytes(std::int64_t batch, std::int64_t steps, std::int64_t checkpoint_every) const {
+  if (batch < 0 || steps < 0)
+    throw InvalidArgument(fmt::format("e23: batch = {}, steps = {} are not allowed: both must be >= 0", batch, steps));
+  return e23::saved_layout(state_->spec, batch, steps, checkpoint_interval(steps, checkpoint_every)).total;
+}
+
+std::size_t E23::backward_workspace_bytes(std::int64_t batch, std::int64_t steps, std::int64_t checkpoint_every) const {
+  if (batch < 0 || steps < 0)
+    throw InvalidArgument(fmt::format("e23: batch = {}, steps = {} are not allowed: both must be >= 0", batch, steps));
+  return e23::backward_layout(state_->spec, batch, steps, checkpoint_interval(steps, checkpoint_every)).total;
+}
+
+void E23::prepare_backward(std::int64_t batch, std::int64_t steps, std::int64_t checkpoint_every) {
+  State::PerContext& per = state_->on(jit::current_target(), true);
+  const std::size_t bytes = backward_workspace_bytes(batch, steps, checkpoint_every);
+  std::lock_guard lock(state_->mutex);
+  if (batch > 0 && per.backward_workspace.bytes() < bytes) per.backward_workspace = DeviceBuffer(bytes);
 }
 
 void E23::step(const E23ForwardArgs& args, Stream stream) {
@@ -100,19 +167,12 @@ void E23::forward_sequence(const E23ForwardArgs& a, Stream stream) {
     return;
   }
 
-  const jit::Target target = jit::current_target();
-  State::PerContext& per = state_->on(target);
+  State::PerContext& per = state_->on(jit::current_target());
   const e23::WorkspaceLayout layout = e23::workspace_layout(spec, a.batch);
   unsigned char* workspace = static_cast<unsigned char*>(a.workspace);
   if (workspace == nullptr) {
     std::lock_guard lock(state_->mutex);
-    if (per.workspace.bytes() < layout.total) {
-      if (stream_is_capturing(stream))
-        throw InvalidArgument(fmt::format("e23: the workspace for batch = {} must be allocated before capture: call "
-                                          "prepare({}) first or pass args.workspace", a.batch, a.batch));
-      per.workspace = DeviceBuffer(layout.total);
-    }
-    workspace = per.workspace.as<unsigned char>();
+    workspace = own_workspace(per.workspace, layout.total, stream, "prepare(batch)");
   }
 
   sjit_kernels::E23ForwardParams p{};
@@ -126,6 +186,14 @@ void E23::forward_sequence(const E23ForwardArgs& a, Stream stream) {
   p.w = reinterpret_cast<float*>(workspace + layout.w);
   p.m = reinterpret_cast<float*>(workspace + layout.m);
   p.b = reinterpret_cast<float*>(workspace + layout.b);
+  p.checkpoint_every = int(checkpoint_interval(a.steps, a.checkpoint_every));
+  if (a.saved != nullptr) {
+    const e23::SavedLayout saved = e23::saved_layout(spec, a.batch, a.steps, p.checkpoint_every);
+    unsigned char* base = static_cast<unsigned char*>(a.saved);
+    p.save_h = reinterpret_cast<float*>(base + saved.h);
+    p.save_w = reinterpret_cast<float*>(base + saved.w);
+    p.save_m = reinterpret_cast<float*>(base + saved.m);
+  }
   p.batch = int(a.batch), p.steps = int(a.steps);
 
   const CUstream s = reinterpret_cast<CUstream>(stream);
@@ -134,9 +202,62 @@ void E23::forward_sequence(const E23ForwardArgs& a, Stream stream) {
   if (a.read_support) SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(a.read_support), 0, 4 * a.steps, s));
   if (a.write_support) SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(a.write_support), 0, 4 * a.steps, s));
   // Never more CTAs than can be resident at once: the grid barrier waits for all of them.
-  const unsigned grid = unsigned(std::min<std::int64_t>(items_per_phase(spec, a.batch), per.resident_ctas));
+  const unsigned grid = unsigned(std::min<std::int64_t>(items_per_phase(spec, a.batch), per.forward.resident_ctas));
   void* params[] = {&p};
-  jit::launch(*per.kernel, grid, unsigned(codegen::kE23Threads), s, params);
+  jit::launch(*per.forward.kernel, grid, unsigned(codegen::kE23Threads), s, params);
+}
+
+void E23::backward_sequence(const E23BackwardArgs& a, Stream stream) {
+  const E23Spec& spec = state_->spec;
+  e23::check_backward_args(spec, a);
+  const std::size_t elem = size_of(spec.dtype);
+  const std::size_t bd = std::size_t(a.batch) * spec.dim, bnd = bd * spec.n_slots;
+  const CUstream s = reinterpret_cast<CUstream>(stream);
+  const runtime::DriverApi& cu = runtime::driver();
+  auto zero = [&](void* p, std::size_t bytes) {
+    if (bytes > 0) SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p), 0, bytes, s));
+  };
+  if (a.batch == 0 || a.steps == 0) {  // nothing happened: the final state's gradients are the initial one's
+    zero(a.dw_h, std::size_t(spec.dim) * spec.dim * elem);
+    zero(a.dw_w, std::size_t(spec.dim) * spec.dim * elem);
+    if (a.batch == 0) return;
+    if (a.dh_final) copy_device_to_device(a.dh0, a.dh_final, bd * elem, stream);
+    else zero(a.dh0, bd * elem);
+    if (a.dm_final) copy_device_to_device(a.dm0, a.dm_final, bnd * elem, stream);
+    else zero(a.dm0, bnd * elem);
+    return;
+  }
+
+  State::PerContext& per = state_->on(jit::current_target(), true);
+  const int k = int(checkpoint_interval(a.steps, a.checkpoint_every));
+  const e23::BackwardLayout layout = e23::backward_layout(spec, a.batch, a.steps, k);
+  unsigned char* workspace = static_cast<unsigned char*>(a.workspace);
+  if (workspace == nullptr) {
+    std::lock_guard lock(state_->mutex);
+    workspace = own_workspace(per.backward_workspace, layout.total, stream, "prepare_backward(batch, steps)");
+  }
+  const e23::SavedLayout saved = e23::saved_layout(spec, a.batch, a.steps, k);
+  const unsigned char* base = static_cast<const unsigned char*>(a.saved);
+  auto ws = [&](std::size_t offset) { return reinterpret_cast<float*>(workspace + offset); };
+
+  sjit_kernels::E23BackwardParams p{};
+  p.w_h = a.w_h, p.w_w = a.w_w, p.dy = a.dy, p.dh_final = a.dh_final, p.dm_final = a.dm_final;
+  p.save_h = reinterpret_cast<const float*>(base + saved.h);
+  p.save_w = reinterpret_cast<const float*>(base + saved.w);
+  p.save_m = reinterpret_cast<const float*>(base + saved.m);
+  p.du = a.du, p.dh0 = a.dh0, p.dm0 = a.dm0, p.dw_h = a.dw_h, p.dw_w = a.dw_w;
+  p.barrier = reinterpret_cast<unsigned*>(workspace + layout.barrier);
+  p.w_h_t = workspace + layout.w_h_t, p.w_w_t = workspace + layout.w_w_t;
+  p.g_m = ws(layout.g_m), p.seg_m = ws(layout.seg_m), p.seg_a = ws(layout.seg_a), p.seg_b = ws(layout.seg_b);
+  p.g_w = ws(layout.g_w), p.g_z = ws(layout.g_z);
+  p.g_h_tape = ws(layout.g_h_tape), p.g_h_gemm = ws(layout.g_h_gemm), p.g_h_write = ws(layout.g_h_write);
+  p.checkpoint_every = k;
+  p.batch = int(a.batch), p.steps = int(a.steps);
+
+  SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p.barrier), 0, 4, s));
+  const unsigned grid = unsigned(std::min<std::int64_t>(items_per_phase(spec, a.batch), per.backward.resident_ctas));
+  void* params[] = {&p};
+  jit::launch(*per.backward.kernel, grid, unsigned(codegen::kE23Threads), s, params);
 }
 
 }  // namespace sjit

@@ -37,8 +37,10 @@ codegen::KernelSource source_for_key(std::string_view kernel_key) {
   }
   if (spec_text.rfind("e23:", 0) == 0) {
     const E23Spec spec = parse_e23(spec_text);
+    if (config_text == "pass=bwd") return codegen::e23_backward_source(spec);
     if (!config_text.empty() && config_text != "pass=fwd")
-      throw InvalidSpec(fmt::format("e23: kernel config '{}' is unknown: the only E23 kernel is 'pass=fwd'", config_text));
+      throw InvalidSpec(fmt::format("e23: kernel config '{}' is unknown: the E23 kernels are 'pass=fwd' and 'pass=bwd'",
+                                    config_text));
     return codegen::e23_source(spec);
   }
   throw InvalidSpec(fmt::format("kernel key '{}' names no known op: the ops are rownorm, attention and e23", kernel_key));

@@ -22,6 +22,8 @@
 // The write of step t is applied in phase A of step t+1 rather than in phase B, because w only exists
 // once every tile of phase B is done; folding it into the next read costs no extra pass over the tape.
 // State lives in fp32 in the workspace (L2-resident for moderate sizes); only inputs and outputs are T.
+// With save_h / save_w / save_m set, the launch also keeps what the backward needs (e23_backward.cuh):
+// every h_t and w_t in fp32, and the tape every checkpoint_every steps.
 #pragma once
 
 #include "sparsejit/e23_gemv.cuh"
@@ -93,13 +95,17 @@ __device__ void tape_read(const E23ForwardParams& p, int b, int t, float* smem) 
   for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads) {
     const float4 h = first ? load_input4(static_cast<const T*>(p.h0) + b * D + k) : load_state4(p.h + b * D + k);
     *reinterpret_cast<float4*>(x + k) = h;
+    if (first && p.save_h != nullptr) store_state4(p.save_h + b * D + k, h);
     if (!first) *reinterpret_cast<float4*>(w + k) = load_state4(p.w + b * D + k);
   }
   for (int i = threadIdx.x; i < N; i += Cfg::threads) write_weights[i] = first ? 0.0f : __ldcg(p.b + b * N + i);
   __syncthreads();
   float* tape = p.m + (long long)b * N * D;
+  float* checkpoint = p.save_m != nullptr && t % p.checkpoint_every == 0
+                          ? p.save_m + ((long long)(t / p.checkpoint_every) * p.batch + b) * N * D
+                          : nullptr;
   score_slots<Cfg>(tape, first ? static_cast<const T*>(p.m0) + (long long)b * N * D : nullptr, x,
-                   first ? nullptr : write_weights, w, scores);
+                   first ? nullptr : write_weights, w, scores, checkpoint);
   __syncthreads();
   if (threadIdx.x < 32) {
     const int support = normalize_slots<Cfg>(scores);
@@ -126,6 +132,7 @@ __device__ void tape_write_weights(const E23ForwardParams& p, int b, int t, floa
     const float4 h = make_float4(lo.x, lo.y, hi.x, hi.y);
     *reinterpret_cast<float4*>(x + k) = h;
     store_state4(p.h + b * D + k, h);
+    if (p.save_h != nullptr) store_state4(p.save_h + ((long long)(t + 1) * p.batch + b) * D + k, h);
     store_output4(y + k, h);
     if (h_final != nullptr) store_output4(h_final + k, h);
   }
@@ -194,7 +201,11 @@ __global__ void __launch_bounds__(Cfg::threads) e23_forward(const E23ForwardPara
       }
     }
     grid_sync(p.barrier);
-    auto store_w = [&](int b, int r, float sum) { __stcg(p.w + b * D + r, sum); };
+    float* save_w = p.save_w != nullptr ? p.save_w + (long long)t * batch * D : nullptr;
+    auto store_w = [&](int b, int r, float sum) {
+      __stcg(p.w + b * D + r, sum);
+      if (save_w != nullptr) __stcg(save_w + b * D + r, sum);
+    };
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
       if (item < batch) {
         tape_write_weights<Cfg>(p, item, t, smem);

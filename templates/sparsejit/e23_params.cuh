@@ -26,6 +26,45 @@ struct E23ForwardParams {
   float* w;           // [batch, D]     write value W_w h_{t+1}
   float* m;           // [batch, N, D]  tape M_t
   float* b;           // [batch, N]     write weights of the last step, applied at the start of the next
+  // Saved for the backward (all null when not saving; docs/e23.md "Backward through time on the GPU").
+  float* save_h;      // [steps + 1, batch, D]  h_0 .. h_T in fp32
+  float* save_w;      // [steps, batch, D]      write values w_t
+  float* save_m;      // [ceil(steps / K), batch, N, D]  the tape M_t at t = 0, K, 2K, ...
+  int checkpoint_every;  // K >= 1
+  int batch, steps;
+};
+
+struct E23BackwardParams {
+  // Inputs in T. dh_final and dm_final may be null (zero).
+  const void* w_h;       // [D, D]
+  const void* w_w;       // [D, D]
+  const void* dy;        // [steps, batch, D]
+  const void* dh_final;  // [batch, D]
+  const void* dm_final;  // [batch, N, D]
+  // What the forward saved (fp32, see E23ForwardParams).
+  const float* save_h;   // [steps + 1, batch, D]
+  const float* save_w;   // [steps, batch, D]
+  const float* save_m;   // [ceil(steps / K), batch, N, D]
+  // Outputs in T.
+  void* du;    // [steps, batch, D]
+  void* dh0;   // [batch, D]
+  void* dm0;   // [batch, N, D]
+  void* dw_h;  // [D, D]
+  void* dw_w;  // [D, D]
+  // Workspace, fp32 unless said.
+  unsigned* barrier;  // grid barrier counter, zeroed before launch
+  void* w_h_t;        // [D, D] in T: W_h transposed (made by the kernel's prologue)
+  void* w_w_t;        // [D, D] in T: W_w transposed
+  float* g_m;         // [batch, N, D]     g_{M_t}, carried down the steps
+  float* seg_m;       // [K, batch, N, D]  the tapes of the segment being undone, replayed from its checkpoint
+  float* seg_a;       // [K, batch, N]     their read weights a_t
+  float* seg_b;       // [K, batch, N]     and write weights b_t
+  float* g_w;         // [steps, batch, D] g_{w_t} (kept for dW_w)
+  float* g_z;         // [steps, batch, D] g_{z_t} (kept for dW_h)
+  float* g_h_tape;    // [batch, D]  the tape's part of g_{h_t}:  s M_t^T g_r (read scores)
+  float* g_h_gemm;    // [batch, D]  the recurrence's part:        W_h^T g_z_t
+  float* g_h_write;   // [batch, D]  the write scores' part of g_{h_{t+1}}: s M_t^T g_q
+  int checkpoint_every;
   int batch, steps;
 };
 

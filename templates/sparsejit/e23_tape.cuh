@@ -83,10 +83,12 @@ __device__ __forceinline__ int normalize_slots(float* scores) {
 
 // scores[i] = scale * <M_i, x> for every slot, x in shared memory. With `apply_write`, each slot is first
 // moved to (1 - b_i) M_i + b_i w (the pending write of the previous step) and stored back; with `from`
-// set (the first step), slots come from m0 in T and are all stored to the fp32 tape.
+// set (the first step), slots come from m0 in T and are all stored to the fp32 tape. With `checkpoint`
+// set, every slot (after the write) is also copied there: the tape saved for the backward.
 template <class Cfg>
 __device__ __forceinline__ void score_slots(float* tape, const typename Cfg::T* from, const float* x,
-                                            const float* write_weights, const float* write_value, float* scores) {
+                                            const float* write_weights, const float* write_value, float* scores,
+                                            float* checkpoint = nullptr) {
   constexpr int D = Cfg::dim, warps = Cfg::threads / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll 2
@@ -98,6 +100,7 @@ __device__ __forceinline__ void score_slots(float* tape, const typename Cfg::T* 
       float4 m = from != nullptr ? load_input4(from + i * D + k) : load_state4(slot + k);
       if (bi > 0.0f) m = blend4(m, *reinterpret_cast<const float4*>(write_value + k), bi);
       if (from != nullptr || bi > 0.0f) store_state4(slot + k, m);
+      if (checkpoint != nullptr) store_state4(checkpoint + i * D + k, m);
       dot += dot4(m, *reinterpret_cast<const float4*>(x + k));
     }
     dot = warp_sum(dot);

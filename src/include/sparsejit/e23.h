@@ -1,5 +1,5 @@
 // The E23 dual-memory Elman cell on the GPU (docs/e23.md): a fused forward over a sequence, one
-// persistent launch for all steps and batch rows.
+// persistent launch for all steps and batch rows, and its backward through time (another one).
 #pragma once
 
 #include <cstddef>
@@ -31,6 +31,37 @@ struct E23ForwardArgs {
   // Optional: workspace_bytes(batch) bytes of device memory, 256-byte aligned, for this call alone.
   // Null: the object's own workspace, which serializes calls on one E23 object (see forward_sequence).
   void* workspace = nullptr;
+  // Optional, for training: saved_bytes(batch, steps, checkpoint_every) bytes of device memory, 16-byte
+  // aligned, where the forward keeps what backward_sequence needs (docs/e23.md "Backward through time on
+  // the GPU": h_t and w_t of every step in fp32, the tape every K steps). Null: nothing is saved.
+  void* saved = nullptr;
+  // K, the steps between saved tapes: 0 picks ceil(sqrt(steps)). The backward must be given the same.
+  std::int64_t checkpoint_every = 0;
+};
+
+// Device pointers for the backward through time of one forward_sequence call made with args.saved set
+// (same batch, steps and checkpoint_every). Gradients of a loss L: inputs dL/dy and optionally dL/dh_final
+// and dL/dm_final; outputs dL/du, dL/dh0, dL/dm0, dL/dW_h, dL/dW_w. All in spec.dtype (rounded once at the
+// end; everything inside is fp32), row-major as in the forward, 16-byte aligned; outputs must not overlap
+// inputs or each other. dW_h and dW_w are overwritten, not accumulated into, and are deterministic.
+struct E23BackwardArgs {
+  const void* w_h = nullptr;       // [dim, dim], as given to the forward
+  const void* w_w = nullptr;       // [dim, dim]
+  const void* dy = nullptr;        // [steps, batch, dim]
+  const void* dh_final = nullptr;  // [batch, dim], optional (zero)
+  const void* dm_final = nullptr;  // [batch, n_slots, dim], optional (zero)
+  const void* saved = nullptr;     // what the forward saved: saved_bytes(batch, steps, checkpoint_every) bytes
+  void* du = nullptr;              // [steps, batch, dim]
+  void* dh0 = nullptr;             // [batch, dim]
+  void* dm0 = nullptr;             // [batch, n_slots, dim]
+  void* dw_h = nullptr;            // [dim, dim]
+  void* dw_w = nullptr;            // [dim, dim]
+  std::int64_t batch = 1, steps = 1;
+  std::int64_t dim = 0, n_slots = 0;  // optional checks against the spec, as in E23ForwardArgs
+  std::int64_t checkpoint_every = 0;  // the forward's
+  // Optional: backward_workspace_bytes(batch, steps, checkpoint_every) bytes, 256-byte aligned. Null: the
+  // object's own backward workspace (calls on one object then must not run concurrently).
+  void* workspace = nullptr;
 };
 
 // A prepared E23 cell: compiles (or finds) its kernel once, then launches with little host work.
@@ -54,8 +85,25 @@ class E23 {
   void step(const E23ForwardArgs& args, Stream stream = nullptr);
 
   std::size_t workspace_bytes(std::int64_t batch) const;
+
+  // The backward through time of a forward_sequence call that saved its state (args.saved). One
+  // persistent launch, like the forward: it replays the tape segment by segment from the checkpoints
+  // and undoes the steps from the last to the first (docs/e23.md).
+  void backward_sequence(const E23BackwardArgs& args, Stream stream = nullptr);
+  // Compiles and loads the backward kernel; with batch > 0 also allocates the own backward workspace.
+  void prepare_backward(std::int64_t batch = 0, std::int64_t steps = 0, std::int64_t checkpoint_every = 0);
+
+  // K for `steps` steps: checkpoint_every when > 0, else ceil(sqrt(steps)) (at least 1).
+  static std::int64_t checkpoint_interval(std::int64_t steps, std::int64_t checkpoint_every = 0);
+  // Bytes the forward saves for the backward (the activation memory kept between the two calls):
+  // 4 ((2 T + 1) B D + ceil(T / K) B N D), each part rounded up to 256 bytes.
+  std::size_t saved_bytes(std::int64_t batch, std::int64_t steps, std::int64_t checkpoint_every = 0) const;
+  // Bytes of the backward's workspace (needed during the backward only): 4 ((K + 1) B N D + 2 K B N +
+  // 2 T B D + 3 B D) plus both weights transposed (2 D^2 elements), each part rounded up to 256 bytes.
+  std::size_t backward_workspace_bytes(std::int64_t batch, std::int64_t steps, std::int64_t checkpoint_every = 0) const;
   // CTAs of a launch for this batch on the current device (at most what can be resident at once).
   int grid_size(std::int64_t batch);
+  int backward_grid_size(std::int64_t batch);
 
   const E23Spec& spec() const;
 

@@ -1,0 +1,398 @@
+// E23 backward through time (docs/e23.md "Backward through time" and "... on the GPU"): one persistent
+// launch undoes every step for every batch row, from t = T-1 down to 0, then forms dW_h and dW_w.
+//
+// What the forward saved (E23ForwardParams::save_*): h_0 .. h_T and w_0 .. w_{T-1} in fp32, and the
+// tape M_t every K steps. Nothing else: the read and write weights a_t, b_t and the tapes between
+// checkpoints are recomputed here. Replaying the tape needs no product (w_t is saved), so it is work of
+// the batch row's own CTA alone: no grid barrier, no weights.
+//
+// Work items are the forward's: a tape item per batch row, a product tile per 16 rows x 32 batch rows.
+// The products are the transposed ones (g_h = W_h^T g_z, g_h' += W_w^T g_w); the prologue writes W^T
+// into the workspace so the forward's tile code (e23_gemv.cuh) runs unchanged on it. Per step t:
+//
+//   phase A (step t)  tape items: undo the read of step t+1 (g_z_{t+1} -> g_M_{t+1}, the tape's part
+//                                 of g_{h_{t+1}}); when t ends a segment, replay that segment from its
+//                                 checkpoint; undo the write of step t (g_M_{t+1} -> g_w_t, g_M_t
+//                                 partly, the write scores' part of g_{h_{t+1}})
+//                     tiles:      W_h^T g_z_{t+1}           (the recurrence's part of g_{h_{t+1}})
+//   -- barrier --
+//   phase B (step t)  tiles:      g_{h_{t+1}}' = W_w^T g_w_t + dy_t + the three parts above;
+//                                 g_z_t = g' (1 - h_{t+1}^2) -> du_t
+//   -- barrier --
+//   then              tape items: undo the read of step 0 -> dm0; tiles: W_h^T g_z_0;  -- barrier --
+//                     dh0 = the two parts of g_{h_0};  dW_w = sum_t g_w_t h_{t+1}^T,
+//                     dW_h = sum_t g_z_t h_t^T (each 64 x 64 output tile summed by one CTA in a fixed
+//                     order: deterministic).
+//
+// Sparsity: the normalizer Jacobian J = diag(c) - c c^T / sum(c) is zero off the support, so undoing a
+// read or a write touches only the slots with a_i > 0 (b_i > 0); only the replay's scores see every slot.
+#pragma once
+
+#include "sparsejit/e23_forward.cuh"
+
+namespace sjit_kernels {
+
+inline constexpr int kE23OuterTile = 64;  // dW tiles: 64 x 64 outputs, 4 x 4 a thread
+inline constexpr int kE23OuterChunk = 32;  // rows (t, b) staged in shared memory at a time
+
+template <class Cfg>
+struct E23BackwardTraits {
+  using Tr = E23Traits<Cfg>;
+  static constexpr int D = Tr::D, N = Tr::N, slots_padded = Tr::slots_padded;
+  // Tape items: three [D] vectors and three [N] arrays; dW tiles: two [32][64] stages.
+  static constexpr int tape_floats = 3 * D + 3 * slots_padded;
+  static constexpr int outer_floats = 2 * kE23OuterChunk * kE23OuterTile;
+  static constexpr int shared_floats = tape_floats > Tr::shared_floats
+                                           ? (tape_floats > outer_floats ? tape_floats : outer_floats)
+                                           : (Tr::shared_floats > outer_floats ? Tr::shared_floats : outer_floats);
+};
+
+// dst[0, D) = src[0, D) (fp32), the whole CTA.
+template <class Cfg>
+__device__ __forceinline__ void load_vector(float* dst, const float* src) {
+  for (int k = 4 * threadIdx.x; k < Cfg::dim; k += 4 * Cfg::threads)
+    *reinterpret_cast<float4*>(dst + k) = load_state4(src + k);
+}
+
+// g := J(y) g with J = diag(c) - c c^T / sum(c), c_i = y_i^(2 - alpha) on the support, 0 off it
+// (softmax c = y, sparsemax c = 1 on the support). One whole warp; y and g in shared memory.
+template <class Cfg>
+__device__ __forceinline__ void jacobian_product(const float* y, float* g) {
+  constexpr int N = Cfg::n_slots;
+  const int lane = threadIdx.x % 32;
+  float sum_c = 0.f, sum_cg = 0.f;
+  for (int i = lane; i < N; i += 32) {
+    const float yi = y[i];
+    float c;
+    if constexpr (Cfg::kind == kSoftmax) c = yi;
+    else if constexpr (Cfg::kind == kSparsemax) c = yi > 0.f ? 1.f : 0.f;
+    else if constexpr (Cfg::alpha == 1.5f) c = sqrtf(fmaxf(yi, 0.f));
+    else c = yi > 0.f ? exp2f((2.f - Cfg::alpha) * __log2f(yi)) : 0.f;
+    sum_c += c;
+    sum_cg += c * g[i];
+  }
+  sum_c = warp_sum(sum_c);
+  sum_cg = warp_sum(sum_cg);
+  const float mean = sum_c > 0.f ? sum_cg / sum_c : 0.f;
+  for (int i = lane; i < N; i += 32) {
+    const float yi = y[i];
+    float c;
+    if constexpr (Cfg::kind == kSoftmax) c = yi;
+    else if constexpr (Cfg::kind == kSparsemax) c = yi > 0.f ? 1.f : 0.f;
+    else if constexpr (Cfg::alpha == 1.5f) c = sqrtf(fmaxf(yi, 0.f));
+    else c = yi > 0.f ? exp2f((2.f - Cfg::alpha) * __log2f(yi)) : 0.f;
+    g[i] = c * (g[i] - mean);
+  }
+  __syncwarp();
+}
+
+// out[i] = <rows_i, v> (or <rows_i, v - minus_i> with `minus` set) for the slots with weight[i] > 0, and 0
+// for the others; rows of D floats, v in shared memory. Warp j takes slots j, j + warps, ...
+template <class Cfg>
+__device__ __forceinline__ void slot_dots(const float* rows, const float* minus, const float* v, const float* weights,
+                                          float* out) {
+  constexpr int D = Cfg::dim, warps = Cfg::threads / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int i = warp; i < Cfg::n_slots; i += warps) {
+    if (!(weights[i] > 0.f)) {  // warp-uniform
+      if (lane == 0) out[i] = 0.f;
+      continue;
+    }
+    float dot = 0.f;
+    for (int k = 4 * lane; k < D; k += 128) {
+      float4 y = *reinterpret_cast<const float4*>(v + k);
+      if (minus != nullptr) {
+        const float4 m = load_state4(minus + i * D + k);
+        y = make_float4(y.x - m.x, y.y - m.y, y.z - m.z, y.w - m.w);
+      }
+      dot += dot4(load_state4(rows + i * D + k), y);
+    }
+    dot = warp_sum(dot);
+    if (lane == 0) out[i] = dot;
+  }
+}
+
+// Replays the segment [t0, t1) of batch row b from its checkpoint: seg_m[k] = M_{t0 + k}, seg_a[k] = a,
+// seg_b[k] = b of that step. The same arithmetic as the forward (score_slots, normalize_slots,
+// blend4), so the weights come out with the forward's bits.
+template <class Cfg>
+__device__ __forceinline__ void replay_segment(const E23BackwardParams& p, int b, int t0, int t1, float* smem) {
+  using Bt = E23BackwardTraits<Cfg>;
+  constexpr int D = Bt::D, N = Bt::N, warps = Cfg::threads / 32;
+  float* h_now = smem;            // h_t
+  float* h_next = smem + D;       // h_{t+1}
+  float* w_prev = smem + 2 * D;   // w_{t-1}
+  float* read = smem + 3 * D;     // scores, then a_t
+  float* write = read + Bt::slots_padded;          // scores, then b_t
+  float* write_prev = write + Bt::slots_padded;    // b_{t-1}
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const long long bd = (long long)p.batch * D, bnd = bd * N;
+  const float* checkpoint = p.save_m + ((long long)(t0 / p.checkpoint_every) * p.batch + b) * N * D;
+  for (int t = t0; t < t1; ++t) {
+    const int k_local = t - t0;
+    load_vector<Cfg>(h_now, p.save_h + t * bd + b * D);
+    load_vector<Cfg>(h_next, p.save_h + (t + 1) * bd + b * D);
+    __syncthreads();
+    const float* from = k_local == 0 ? checkpoint : p.seg_m + (k_local - 1) * bnd + (long long)b * N * D;
+    float* to = p.seg_m + k_local * bnd + (long long)b * N * D;
+#pragma unroll 2
+    for (int i = warp; i < N; i += warps) {
+      const float bi = k_local == 0 ? 0.0f : write_prev[i];
+      float dot_read = 0.0f, dot_write = 0.0f;
+      for (int k = 4 * lane; k < D; k += 128) {
+        float4 m = load_state4(from + i * D + k);
+        if (bi > 0.0f) m = blend4(m, *reinterpret_cast<const float4*>(w_prev + k), bi);
+        store_state4(to + i * D + k, m);
+        dot_read += dot4(m, *reinterpret_cast<const float4*>(h_now + k));
+        dot_write += dot4(m, *reinterpret_cast<const float4*>(h_next + k));
+      }
+      dot_read = warp_sum(dot_read);
+      dot_write = warp_sum(dot_write);
+      if (lane == 0) read[i] = Cfg::scale * dot_read, write[i] = Cfg::scale * dot_write;
+    }
+    __syncthreads();
+    if (warp == 0) normalize_slots<Cfg>(read);
+    if (warp == warps - 1) normalize_slots<Cfg>(write);
+    __syncthreads();
+    for (int i = threadIdx.x; i < N; i += Cfg::threads) {
+      __stcg(p.seg_a + (k_local * (long long)p.batch + b) * N + i, read[i]);
+      __stcg(p.seg_b + (k_local * (long long)p.batch + b) * N + i, write[i]);
+      write_prev[i] = write[i];
+    }
+    load_vector<Cfg>(w_prev, p.save_w + t * bd + b * D);
+    __syncthreads();
+  }
+}
+
+// Undoes the read of step t for batch row b (its tape is seg_m[t - segment start]):
+//   g_a_i = <M_i, g_z>,  g_r = J(a) g_a,  g_M_i += a_i g_z + s g_r_i h_t,  g_h_tape = s M^T g_r.
+// With `final_out` set (t = 0) the finished g_M_0 is also written there in T.
+template <class Cfg>
+__device__ __forceinline__ void undo_read(const E23BackwardParams& p, int b, int t, typename Cfg::T* final_out, float* smem) {
+  using Bt = E23BackwardTraits<Cfg>;
+  using T = typename Cfg::T;
+  constexpr int D = Bt::D, N = Bt::N;
+  float* h = smem;                // h_t
+  float* gz = smem + D;           // g_z_t
+  float* weights = smem + 3 * D;  // a_t
+  float* grads = weights + Bt::slots_padded;  // g_a, then g_r
+  const long long bd = (long long)p.batch * D, bnd = bd * N;
+  const int k_local = t % p.checkpoint_every;
+  const float* tape = p.seg_m + k_local * bnd + (long long)b * N * D;
+  float* g_m = p.g_m + (long long)b * N * D;
+  load_vector<Cfg>(h, p.save_h + t * bd + b * D);
+  load_vector<Cfg>(gz, p.g_z + t * bd + b * D);
+  for (int i = threadIdx.x; i < N; i += Cfg::threads) weights[i] = __ldcg(p.seg_a + (k_local * (long long)p.batch + b) * N + i);
+  __syncthreads();
+  slot_dots<Cfg>(tape, nullptr, gz, weights, grads);
+  __syncthreads();
+  if (threadIdx.x < 32) jacobian_product<Cfg>(weights, grads);
+  __syncthreads();
+  for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads) {
+    const float4 hk = *reinterpret_cast<const float4*>(h + k), gk = *reinterpret_cast<const float4*>(gz + k);
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = 0; i < N; ++i) {
+      const float ai = weights[i];
+      if (!(ai > 0.f) && final_out == nullptr) continue;  // uniform: off the support nothing changes
+      float4 g = load_state4(g_m + i * D + k);
+      if (ai > 0.f) {
+        const float gr = Cfg::scale * grads[i];
+        const float4 m = load_state4(tape + i * D + k);
+        g = make_float4(g.x + ai * gk.x + gr * hk.x, g.y + ai * gk.y + gr * hk.y, g.z + ai * gk.z + gr * hk.z,
+                        g.w + ai * gk.w + gr * hk.w);
+        if (final_out == nullptr) store_state4(g_m + i * D + k, g);
+        acc = make_float4(acc.x + gr * m.x, acc.y + gr * m.y, acc.z + gr * m.z, acc.w + gr * m.w);
+      }
+      if (final_out != nullptr) store_output4(final_out + i * D + k, g);
+    }
+    store_state4(p.g_h_tape + b * D + k, acc);
+  }
+  __syncthreads();
+}
+
+// Undoes the write of step t for batch row b, with g_M' = g_{M_{t+1}} in p.g_m:
+//   g_w = sum_i b_i g_M'_i,  g_b_i = <g_M'_i, w - M_i>,  g_q = J(b) g_b,
+//   g_M_i = (1 - b_i) g_M'_i + s g_q_i h_{t+1},  g_h_write = s M^T g_q.
+template <class Cfg>
+__device__ __forceinline__ void undo_write(const E23BackwardParams& p, int b, int t, float* smem) {
+  using Bt = E23BackwardTraits<Cfg>;
+  constexpr int D = Bt::D, N = Bt::N;
+  float* h = smem;                // h_{t+1}
+  float* w = smem + D;            // w_t
+  float* weights = smem + 3 * D;  // b_t
+  float* grads = weights + Bt::slots_padded;  // g_b, then g_q
+  const long long bd = (long long)p.batch * D, bnd = bd * N;
+  const int k_local = t % p.checkpoint_every;
+  const float* tape = p.seg_m + k_local * bnd + (long long)b * N * D;
+  float* g_m = p.g_m + (long long)b * N * D;
+  load_vector<Cfg>(h, p.save_h + (t + 1) * bd + b * D);
+  load_vector<Cfg>(w, p.save_w + t * bd + b * D);
+  for (int i = threadIdx.x; i < N; i += Cfg::threads) weights[i] = __ldcg(p.seg_b + (k_local * (long long)p.batch + b) * N + i);
+  __syncthreads();
+  slot_dots<Cfg>(g_m, tape, w, weights, grads);  // <g_M'_i, w - M_i>
+  __syncthreads();
+  if (threadIdx.x < 32) jacobian_product<Cfg>(weights, grads);
+  __syncthreads();
+  for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads) {
+    const float4 hk = *reinterpret_cast<const float4*>(h + k);
+    float4 gw = make_float4(0.f, 0.f, 0.f, 0.f), acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = 0; i < N; ++i) {
+      const float bi = weights[i];
+      if (!(bi > 0.f)) continue;  // uniform: off the support nothing changes
+      const float gq = Cfg::scale * grads[i], keep = 1.f - bi;
+      const float4 g = load_state4(g_m + i * D + k), m = load_state4(tape + i * D + k);
+      gw = make_float4(gw.x + bi * g.x, gw.y + bi * g.y, gw.z + bi * g.z, gw.w + bi * g.w);
+      store_state4(g_m + i * D + k, make_float4(keep * g.x + gq * hk.x, keep * g.y + gq * hk.y,
+                                                keep * g.z + gq * hk.z, keep * g.w + gq * hk.w));
+      acc = make_float4(acc.x + gq * m.x, acc.y + gq * m.y, acc.z + gq * m.z, acc.w + gq * m.w);
+    }
+    store_state4(p.g_w + t * bd + b * D + k, gw);
+    store_state4(p.g_h_write + b * D + k, acc);
+  }
+  __syncthreads();
+}
+
+// out[r][c] = sum_j g[j][r] h[j][c] over j < rows, for the 64 x 64 tile at (r0, c0); g and h are [rows, D]
+// fp32. One CTA, a fixed summation order (deterministic).
+template <class Cfg>
+__device__ __forceinline__ void outer_product_tile(const float* g, const float* h, long long rows, int r0, int c0,
+                                   typename Cfg::T* out, float* smem) {
+  constexpr int D = Cfg::dim, tile = kE23OuterTile, chunk = kE23OuterChunk;
+  static_assert(Cfg::threads == 256, "a 64 x 64 tile is 16 x 16 threads of 4 x 4");
+  float* gs = smem;                  // [chunk][64]
+  float* hs = smem + chunk * tile;   // [chunk][64]
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  float acc[4][4] = {};
+  for (long long j0 = 0; j0 < rows; j0 += chunk) {
+    for (int e = threadIdx.x; e < chunk * tile; e += Cfg::threads) {
+      const int jj = e / tile, x = e % tile;
+      const bool in = j0 + jj < rows;
+      gs[e] = in && r0 + x < D ? __ldcg(g + (j0 + jj) * D + r0 + x) : 0.f;
+      hs[e] = in && c0 + x < D ? __ldcg(h + (j0 + jj) * D + c0 + x) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int jj = 0; jj < chunk; ++jj) {
+      const float4 gv = *reinterpret_cast<const float4*>(gs + jj * tile + 4 * ty);
+      const float4 hv = *reinterpret_cast<const float4*>(hs + jj * tile + 4 * tx);
+      const float gr[4] = {gv.x, gv.y, gv.z, gv.w}, hc[4] = {hv.x, hv.y, hv.z, hv.w};
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[a][c] += gr[a] * hc[c];
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int r = r0 + 4 * ty + a, col = c0 + 4 * tx + c;
+      if (r < D && col < D) out[r * D + col] = from_float<typename Cfg::T>(acc[a][c]);
+    }
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::threads) e23_backward(const E23BackwardParams p) {
+  using Tr = E23Traits<Cfg>;
+  using T = typename Tr::T;
+  constexpr int D = Tr::D, N = Tr::N;
+  extern __shared__ float4 shared4[];
+  float* smem = reinterpret_cast<float*>(shared4);
+  float* red = smem;
+  float* stage = smem + Tr::warps * kGemvTileOutputs;
+
+  const int batch = p.batch, steps = p.steps, K = p.checkpoint_every;
+  const long long bd = (long long)batch * D;
+  const int items = batch + Tr::row_tiles * ((batch + kGemvTileBatches - 1) / kGemvTileBatches);
+  const long long thread = (long long)blockIdx.x * Cfg::threads + threadIdx.x, threads = (long long)gridDim.x * Cfg::threads;
+
+  // Prologue: W^T for the tiles, g_M_T = dm_final (or 0).
+  {
+    const T* w_h = static_cast<const T*>(p.w_h);
+    const T* w_w = static_cast<const T*>(p.w_w);
+    T* w_h_t = static_cast<T*>(p.w_h_t);
+    T* w_w_t = static_cast<T*>(p.w_w_t);
+    for (long long e = thread; e < (long long)D * D; e += threads) {
+      const int r = int(e / D), c = int(e % D);  // read row-major (coalesced), write transposed
+      w_h_t[c * D + r] = w_h[e];
+      w_w_t[c * D + r] = w_w[e];
+    }
+    const T* dm_final = static_cast<const T*>(p.dm_final);
+    for (long long e = thread; e < bd * N; e += threads) p.g_m[e] = dm_final != nullptr ? to_float(dm_final[e]) : 0.f;
+  }
+  grid_sync(p.barrier);
+
+  const T* w_h_t = static_cast<const T*>(p.w_h_t);
+  const T* w_w_t = static_cast<const T*>(p.w_w_t);
+  const T* dy = static_cast<const T*>(p.dy);
+  const T* dh_final = static_cast<const T*>(p.dh_final);
+  T* du = static_cast<T*>(p.du);
+  for (int t = steps - 1; t >= 0; --t) {
+    const bool last = t == steps - 1;
+    auto store_g_h_gemm = [&](int b, int r, float sum) { __stcg(p.g_h_gemm + b * D + r, sum); };
+    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+      if (item < batch) {
+        if (!last) undo_read<Cfg>(p, item, t + 1, nullptr, smem);
+        if (last || (t + 1) % K == 0) replay_segment<Cfg>(p, item, t / K * K, t + 1, smem);
+        undo_write<Cfg>(p, item, t, smem);
+      } else if (!last) {
+        const int tile = item - batch;
+        const int row0 = (tile % Tr::row_tiles) * kGemvTileRows, batch0 = (tile / Tr::row_tiles) * kGemvTileBatches;
+        gemv_tile<Cfg>(w_h_t, State<D>{p.g_z + (t + 1) * bd}, row0, batch0, batch, red, stage, store_g_h_gemm);
+      }
+    }
+    grid_sync(p.barrier);
+    const T* dy_t = dy + t * bd;
+    const float* h_next = p.save_h + (t + 1) * bd;
+    float* g_z = p.g_z + t * bd;
+    T* du_t = du + t * bd;
+    auto finish = [&](int b, int r, float sum) {
+      const int e = b * D + r;
+      float g = sum + to_float(dy_t[e]) + __ldcg(p.g_h_write + e);
+      if (!last) g += __ldcg(p.g_h_tape + e) + __ldcg(p.g_h_gemm + e);
+      else if (dh_final != nullptr) g += to_float(dh_final[e]);
+      const float h = __ldcg(h_next + e);
+      const float gz = g * (1.f - h * h);
+      __stcg(g_z + e, gz);
+      du_t[e] = from_float<T>(gz);
+    };
+    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+      if (item >= batch) {
+        const int tile = item - batch;
+        const int row0 = (tile % Tr::row_tiles) * kGemvTileRows, batch0 = (tile / Tr::row_tiles) * kGemvTileBatches;
+        gemv_tile<Cfg>(w_w_t, State<D>{p.g_w + t * bd}, row0, batch0, batch, red, stage, finish);
+      }
+    }
+    grid_sync(p.barrier);
+  }
+
+  // Step 0's read, and the recurrence's part of g_{h_0}.
+  {
+    auto store_g_h_gemm = [&](int b, int r, float sum) { __stcg(p.g_h_gemm + b * D + r, sum); };
+    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+      if (item < batch) {
+        undo_read<Cfg>(p, item, 0, static_cast<T*>(p.dm0) + (long long)item * N * D, smem);
+      } else {
+        const int tile = item - batch;
+        const int row0 = (tile % Tr::row_tiles) * kGemvTileRows, batch0 = (tile / Tr::row_tiles) * kGemvTileBatches;
+        gemv_tile<Cfg>(w_h_t, State<D>{p.g_z}, row0, batch0, batch, red, stage, store_g_h_gemm);
+      }
+    }
+  }
+  grid_sync(p.barrier);
+  T* dh0 = static_cast<T*>(p.dh0);
+  for (long long e = thread; e < bd; e += threads)
+    dh0[e] = from_float<T>(__ldcg(p.g_h_tape + e) + __ldcg(p.g_h_gemm + e));
+  // dW_w = sum over (t, b) of g_w_t h_{t+1}^T; dW_h = sum of g_z_t h_t^T.
+  constexpr int tiles_1d = (D + kE23OuterTile - 1) / kE23OuterTile;
+  for (int tile = blockIdx.x; tile < 2 * tiles_1d * tiles_1d; tile += gridDim.x) {
+    const bool write_side = tile < tiles_1d * tiles_1d;
+    const int local = tile % (tiles_1d * tiles_1d);
+    const int r0 = (local / tiles_1d) * kE23OuterTile, c0 = (local % tiles_1d) * kE23OuterTile;
+    if (write_side) outer_product_tile<Cfg>(p.g_w, p.save_h + bd, steps * bd, r0, c0, static_cast<T*>(p.dw_w), smem);
+    else outer_product_tile<Cfg>(p.g_z, p.save_h, steps * bd, r0, c0, static_cast<T*>(p.dw_h), smem);
+  }
+}
+
+}  // namespace sjit_kernels

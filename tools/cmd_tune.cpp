@@ -1,9 +1,11 @@
-// sjit tune OP SPEC... : time every layout of each spec on this GPU and store the winners;
-// sjit tune --show | --export FILE | --import FILE : the tuning database.
+// sjit tune OP SPEC... : time every layout of each spec on this GPU and store the winners
+// (rownorm at --rows, attention at --shape); sjit tune --show | --export FILE | --import FILE : the
+// tuning database.
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "commands.h"
@@ -32,12 +34,65 @@ void print_report(const TuneReport& r) {
              r.default_us / r.winner_us, key(r.winner), worst, r.stored ? "stored in the tuning database" : "NOT stored");
 }
 
+void print_report(const AttentionTuneReport& r) {
+  const AttentionTuneShape& s = r.shape;
+  fmt::print("\n{}  B={} Hq={} Hkv={} Sq={} Sk={}{} ({}); compiled in {:.0f} s, timed in {:.0f} s\n", key(r.spec),
+             s.batch, s.heads_q, s.heads_kv, s.seq_q, s.seq_k,
+             r.spec.sparsity == Sparsity::dense ? "" : fmt::format(" density {:.3f}", r.density), r.bucket, r.compile_s,
+             r.timing_s);
+  Table table({"config", "time", "TFLOP/s", "vs default", "note"});
+  int rejected = 0;
+  for (const AttentionTuneCandidate& c : r.candidates) {
+    const bool is_default = key(c.config) == key(r.default_config), is_winner = key(c.config) == key(r.winner);
+    if (!c.rejected.empty()) {
+      ++rejected;
+      table.add({key(c.config), "-", "-", "-", "rejected: " + c.rejected.substr(0, 110)});
+      continue;
+    }
+    const std::string note = is_winner && is_default ? "default, winner" : is_winner ? "winner" : is_default ? "default" : "";
+    table.add({key(c.config), fmt::format("{:.3f} ms", c.median_us / 1e3), fmt::format("{:.0f}", c.tflops),
+               fmt::format("{:.2f}x", r.default_us / c.median_us), note});
+  }
+  table.print();
+  fmt::print("default {} {:.3f} ms; tuned {} {:.3f} ms ({:.2f}x); {} of {} candidates timed; {}\n",
+             key(r.default_config), r.default_us / 1e3, key(r.winner), r.winner_us / 1e3, r.default_us / r.winner_us,
+             int(r.candidates.size()) - rejected, r.candidates.size(),
+             r.stored ? "stored in the tuning database" : "NOT stored");
+}
+
+// "B,Hq,Hkv,Sq,Sk" as given to --shape.
+AttentionTuneShape attention_shape(const std::vector<std::int64_t>& sizes, double density) {
+  if (sizes.size() != 5)
+    throw InvalidArgument(fmt::format("--shape takes 5 sizes B,Hq,Hkv,Sq,Sk; {} given", sizes.size()));
+  AttentionTuneShape shape;
+  shape.batch = sizes[0], shape.heads_q = sizes[1], shape.heads_kv = sizes[2], shape.seq_q = sizes[3];
+  shape.seq_k = sizes[4];
+  shape.density = density;
+  return shape;
+}
+
+// A progress bar on a terminal, else one line per step (logs).
+std::function<void(int, int, const std::string&)> progress_printer() {
+  const bool terminal = isatty(STDERR_FILENO);
+  return [terminal](int done, int total, const std::string& what) {
+    if (terminal) {
+      const int filled = 30 * done / total;
+      fmt::print(stderr, "\r[{:#<{}}{:.<{}}] {}/{} {:<56}", "", filled, "", 30 - filled, done, total, what);
+      if (done == total) fmt::print(stderr, "\n");
+    } else {
+      fmt::print(stderr, "{}/{} {}\n", done, total, what);
+    }
+  };
+}
+
+// Every entry, rownorm and attention alike (the spec's key text starts with its op).
 void show_database() {
   fmt::print("tuning database: {}\n", tuning_dir());
-  Table table({"device", "spec", "bucket", "winner", "time", "default", "default time", "measured"});
+  Table table({"device", "spec", "bucket", "winner", "time", "default", "default time", "speedup", "measured"});
   for (const TunedEntry& e : tuning_entries())
     table.add({e.device, e.spec_key, e.bucket, e.winner_config, fmt::format("{:.1f} us", e.winner_us), e.default_config,
-               fmt::format("{:.1f} us", e.default_us), e.measured_at});
+               fmt::format("{:.1f} us", e.default_us), fmt::format("{:.2f}x", e.default_us / e.winner_us),
+               e.measured_at});
   table.print();
 }
 
@@ -48,14 +103,24 @@ Runner add_tune(CLI::App& app) {
   auto op = std::make_shared<std::string>();
   auto specs = std::make_shared<std::vector<std::string>>();
   auto rows = std::make_shared<std::vector<std::int64_t>>();
+  auto shape = std::make_shared<std::vector<std::int64_t>>();
+  auto density = std::make_shared<double>(0.1);
+  auto pattern_file = std::make_shared<std::string>();
   auto budget = std::make_shared<double>(60);
+  auto iterations = std::make_shared<int>(TuneOptions{}.iterations);
   auto show = std::make_shared<bool>(false);
   auto export_file = std::make_shared<std::string>();
   auto import_file = std::make_shared<std::string>();
-  cmd->add_option("op", *op, "The op: rownorm");
-  cmd->add_option("specs", *specs, "Spec key texts, e.g. rownorm:kind=entmax,alpha=1.5,n=64");
-  cmd->add_option("--rows", *rows, "Row counts to tune for (default: 16M elements' worth)")->delimiter(',');
+  cmd->add_option("op", *op, "The op: rownorm or attention (the forward)");
+  cmd->add_option("specs", *specs,
+                  "Spec key texts, e.g. rownorm:kind=entmax,alpha=1.5,n=64 or "
+                  "attention:d=128,dtype=bf16,causal=none,sparsity=dense,pass=fwd");
+  cmd->add_option("--rows", *rows, "rownorm: row counts to tune for (default: 16M elements' worth)")->delimiter(',');
+  cmd->add_option("--shape", *shape, "attention: B,Hq,Hkv,Sq,Sk to tune at (required)")->delimiter(',');
+  cmd->add_option("--density", *density, "attention, bsr specs: density of the random pattern (default 0.1)");
+  cmd->add_option("--pattern", *pattern_file, "attention, bsr or baked specs: a pattern file (BlockPattern::save)");
   cmd->add_option("--budget-s", *budget, "Seconds of timing per spec and size");
+  cmd->add_option("--iters", *iterations, "Timed runs per candidate (the median is kept)");
   cmd->add_flag("--show", *show, "List the tuning database");
   cmd->add_option("--export", *export_file, "Write the whole database to one JSON file");
   cmd->add_option("--import", *import_file, "Read a file written by --export");
@@ -77,24 +142,28 @@ Runner add_tune(CLI::App& app) {
       fmt::print("imported {} entries into {}\n", import_tuning(text.str()), tuning_dir());
       return 0;
     }
-    if (*op != "rownorm") throw InvalidArgument(fmt::format("op '{}' cannot be tuned: the ops are rownorm", *op));
+    if (*op != "rownorm" && *op != "attention")
+      throw InvalidArgument(fmt::format("op '{}' cannot be tuned: the ops are rownorm and attention", *op));
     if (specs->empty()) throw InvalidArgument("tune needs at least one spec");
+    if (*op == "attention") {
+      AttentionTuneShape tune_shape = attention_shape(*shape, *density);
+      std::optional<BlockPattern> pattern;
+      if (!pattern_file->empty()) tune_shape.pattern = &pattern.emplace(BlockPattern::load(*pattern_file));
+      TuneOptions options;
+      options.budget_s = *budget;
+      options.iterations = *iterations;
+      options.progress = progress_printer();
+      for (const std::string& text : *specs) print_report(tune_attention(parse_attention(text), tune_shape, options));
+      return 0;
+    }
     const std::vector<std::int64_t> sizes = rows->empty() ? std::vector<std::int64_t>{0} : *rows;
-    const bool terminal = isatty(STDERR_FILENO);
     for (const std::string& text : *specs)
       for (std::int64_t r : sizes) {
         TuneOptions options;
         options.rows = r;
         options.budget_s = *budget;
-        options.progress = [&](int done, int total, const std::string& what) {
-          if (terminal) {
-            const int filled = 30 * done / total;
-            fmt::print(stderr, "\r[{:#<{}}{:.<{}}] {}/{} {:<40}", "", filled, "", 30 - filled, done, total, what);
-            if (done == total) fmt::print(stderr, "\n");
-          } else {
-            fmt::print(stderr, "tuned {}/{} {}\n", done, total, what);
-          }
-        };
+        options.iterations = *iterations;
+        options.progress = progress_printer();
         print_report(tune_rownorm(parse_rownorm(text), options));
       }
     return 0;

@@ -15,6 +15,7 @@
 #include "jit/jit.h"
 #include "sparsejit/error.h"
 #include "templates/sparsejit/attention_params.cuh"
+#include "tune/attention_tuned_configs.h"
 
 namespace sjit {
 namespace {
@@ -197,7 +198,7 @@ Attention::Attention(const AttentionSpec& spec, const AttentionConfig& config) :
                                       key(state_->spec)));
   if (state_->spec.pass != Pass::forward)
     throw InvalidArgument(fmt::format("attention: pass={} is not implemented yet", name(state_->spec.pass)));
-  state_->config = resolve(state_->spec, config);
+  state_->config = resolve(state_->spec, tuning::attention_config_for(state_->spec, config));
 }
 
 Attention::Attention(const AttentionSpec& spec, const BlockPattern& pattern, const AttentionConfig& config)
@@ -210,7 +211,7 @@ Attention::Attention(const AttentionSpec& spec, const BlockPattern& pattern, con
   if (pattern.block_size() != state_->spec.block_size)
     throw InvalidArgument(fmt::format("attention: the pattern to bake has block size {} but the spec says {}",
                                       pattern.block_size(), state_->spec.block_size));
-  state_->config = resolve(state_->spec, config);
+  state_->config = resolve(state_->spec, tuning::attention_config_for(state_->spec, config));
   state_->baked = pattern;
   state_->baked_schedule =
       attention::build_tile_schedule(pattern, state_->config.block_m(), state_->config.block_n);

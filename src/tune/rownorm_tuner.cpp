@@ -2,18 +2,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <cmath>
-#include <future>
 #include <random>
-#include <thread>
 
 #include "jit/jit.h"
 #include "sparsejit/cache.h"
 #include "sparsejit/error.h"
 #include "sparsejit/tune.h"
 #include "tune/tuned_configs.h"
+#include "tune/tuner_support.h"
 #include "tune/tuning_db.h"
 
 namespace sjit {
@@ -79,35 +76,8 @@ struct Workspace {
   }
 };
 
-// Layouts sum in different orders, so outputs differ by rounding: a tolerance of a few units in the
-// last place of the output type, relative to the row's largest value. A 1% error is far outside it.
-std::string compare_outputs(const RowNormSpec& spec, const std::vector<float>& got, const std::vector<float>& want) {
-  const double rel = spec.dtype == DType::f32 ? 1e-5 : spec.dtype == DType::f16 ? 2e-3 : 1.6e-2;
-  for (std::size_t r = 0; r * spec.n < want.size(); ++r) {
-    double row_max = 0;
-    for (int i = 0; i < spec.n; ++i) row_max = std::max(row_max, std::abs(double(want[r * spec.n + i])));
-    for (int i = 0; i < spec.n; ++i) {
-      const std::size_t k = r * spec.n + i;
-      const double diff = std::abs(double(got[k]) - double(want[k]));
-      if (!(diff <= rel * (std::abs(double(want[k])) + row_max) + 1e-30))
-        return fmt::format("wrong output: row {} element {} is {:.7g}, the default gives {:.7g}", r, i, got[k], want[k]);
-    }
-  }
-  return {};
-}
-
 double time_candidate(Workspace& w, RowNorm& op, const TuneOptions& o) {
-  for (int i = 0; i < o.warmup; ++i) w.run(op, i % w.sets);
-  synchronize();
-  EventTimer timer;
-  std::vector<double> us;
-  for (int i = 0; i < o.iterations; ++i) {
-    timer.start();
-    w.run(op, i % w.sets);
-    us.push_back(timer.stop_ms() * 1000.0);
-  }
-  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
-  return us[us.size() / 2];
+  return tuning::median_launch_us(o.warmup, o.iterations, [&](int i) { w.run(op, i % w.sets); });
 }
 
 }  // namespace
@@ -151,22 +121,13 @@ TuneReport tune_rownorm(const RowNormSpec& spec_in, const TuneOptions& o) {
 
   // Compile everything first, in parallel, through the disk cache; a failure only rejects that layout.
   std::vector<std::string> compile_errors(layouts.size());
-  {
-    std::atomic<std::size_t> next{0};
-    std::vector<std::future<void>> workers;
-    const unsigned n_workers = std::max(2u, std::thread::hardware_concurrency());
-    for (unsigned t = 0; t < n_workers; ++t)
-      workers.push_back(std::async(std::launch::async, [&] {
-        for (std::size_t i = next++; i < layouts.size(); i = next++) {
-          try {
-            compile_key(key(spec) + "|" + key(layouts[i]), dev.arch);
-          } catch (const std::exception& e) {
-            compile_errors[i] = fmt::format("compile: {}", e.what());
-          }
-        }
-      }));
-    for (auto& w : workers) w.get();
-  }
+  tuning::run_in_parallel(layouts.size(), [&](std::size_t i) {
+    try {
+      compile_key(key(spec) + "|" + key(layouts[i]), dev.arch);
+    } catch (const std::exception& e) {
+      compile_errors[i] = fmt::format("compile: {}", e.what());
+    }
+  });
 
   Workspace w(spec, report.rows, current_device().l2_bytes);
   const double bytes_moved = double(w.bytes) * (spec.pass == Pass::forward ? 2 : 3);
@@ -188,7 +149,8 @@ TuneReport tune_rownorm(const RowNormSpec& spec_in, const TuneOptions& o) {
         synchronize();
         const std::vector<float> got = w.output(0);
         if (is_default) reference = got;
-        else c.rejected = compare_outputs(spec, got, reference);
+        else if (std::string diff = tuning::compare_rows(spec.dtype, spec.n, got, reference); !diff.empty())
+          c.rejected = "wrong output: " + diff;
         if (c.rejected.empty()) {
           c.median_us = time_candidate(w, op, o);
           c.gb_per_s = bytes_moved / c.median_us / 1e3;

@@ -18,15 +18,6 @@ namespace {
 
 std::atomic<int> policy_override{-1};  // -1: read SJIT_AUTOTUNE
 
-tune::TuningDb& database() {
-  static tune::TuningDb* db = new tune::TuningDb(tune::default_tuning_dir());  // never destroyed
-  return *db;
-}
-
-tune::DeviceModel model_of(const runtime::DeviceFacts& d) { return {d.name, d.cc_major, d.cc_minor, d.multiprocessors}; }
-
-std::string iso_now() { return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(std::time(nullptr))); }
-
 // Lookups and tunings already done in this process, by database key text.
 struct Decisions {
   std::mutex mutex;
@@ -38,6 +29,32 @@ Decisions& decisions() {
 }
 
 }  // namespace
+
+namespace tuning {
+
+tune::TuningDb database() { return tune::TuningDb(tune::default_tuning_dir()); }
+
+tune::DeviceModel model_of(const runtime::DeviceFacts& d) { return {d.name, d.cc_major, d.cc_minor, d.multiprocessors}; }
+
+tune::TuningEntry measured_entry(const std::string& op, const std::string& spec_key, const std::string& bucket,
+                                 const std::string& winner, double winner_us, const std::string& default_config,
+                                 double default_us, int candidates) {
+  tune::TuningEntry e;
+  e.key = {model_of(*jit::current_target().device), op, spec_key, bucket};
+  e.winner_config = winner;
+  e.winner_us = winner_us;
+  e.default_config = default_config;
+  e.default_us = default_us;
+  e.candidates = candidates;
+  e.measured_at = fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(std::time(nullptr)));  // UTC, ISO 8601
+  e.library_version = SJIT_VERSION;
+  return e;
+}
+
+}  // namespace tuning
+
+using tuning::database;
+using tuning::model_of;
 
 AutotunePolicy autotune_policy() {
   const int forced = policy_override.load();
@@ -68,15 +85,8 @@ namespace tuning {
 
 bool store_result(const RowNormSpec& pass_spec, const std::string& bucket, const RowNormConfig& winner,
                   double winner_us, const RowNormConfig& default_config, double default_us, int candidates) {
-  tune::TuningEntry e;
-  e.key = {model_of(*jit::current_target().device), "rownorm", key(pass_spec), bucket};
-  e.winner_config = key(winner);
-  e.winner_us = winner_us;
-  e.default_config = key(default_config);
-  e.default_us = default_us;
-  e.candidates = candidates;
-  e.measured_at = iso_now();
-  e.library_version = SJIT_VERSION;
+  const tune::TuningEntry e = measured_entry("rownorm", key(pass_spec), bucket, key(winner), winner_us,
+                                             key(default_config), default_us, candidates);
   const bool stored = database().store(e);
   std::lock_guard lock(decisions().mutex);
   decisions().by_key[fmt::format("{}|{}|{}", e.key.device.name, e.key.spec_key, bucket)] = winner;

@@ -7,8 +7,19 @@
 
 #include "runtime/context.h"
 #include "sparsejit/rownorm.h"
+#include "tune/tuning_db.h"
 
 namespace sjit::tuning {
+
+// The database in the folder the environment names now (SJIT_TUNE_DIR, ...; see default_tuning_dir):
+// read on every call, so that a program (or a test) that changes SJIT_TUNE_DIR uses the new folder.
+tune::TuningDb database();
+tune::DeviceModel model_of(const runtime::DeviceFacts& device);
+
+// A result measured now on the current device, as the database stores it (config texts are key(config)).
+tune::TuningEntry measured_entry(const std::string& op, const std::string& spec_key, const std::string& bucket,
+                                 const std::string& winner, double winner_us, const std::string& default_config,
+                                 double default_us, int candidates);
 
 // For a launch that left its layout to sparsejit: the tuned layout for (device model, spec, bucket
 // of rows) from the database, or one tuned now (policy on: if missing; force: again), or nullopt for

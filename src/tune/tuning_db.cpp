@@ -100,17 +100,6 @@ bool is_entry_file_name(const std::string& name) {
   return !name.empty() && name.front() != '.' && name.ends_with(".json");
 }
 
-// ---- warnings -------------------------------------------------------------------------------------
-
-// Each subject (a bad file, an unwritable folder) is reported once per process: a long tuning job that
-// meets it again stays quiet.
-void warn_once(const std::string& subject, const std::string& message) {
-  static std::mutex mutex;
-  static std::set<std::string> warned;
-  std::lock_guard lock(mutex);
-  if (warned.insert(subject).second) fmt::print(stderr, "sparsejit: warning: tuning database: {}\n", message);
-}
-
 // ---- entries as JSON ------------------------------------------------------------------------------
 
 json key_to_json(const TuningKey& key) {
@@ -422,6 +411,15 @@ std::optional<std::string> environment_value(const char* name) {
 }  // namespace
 
 // ---- free functions -------------------------------------------------------------------------------
+
+// Each subject (a bad file, an unwritable folder) is reported once per process: a long tuning job that
+// meets it again stays quiet.
+void warn_once(const std::string& subject, const std::string& message) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::lock_guard lock(mutex);
+  if (warned.insert(subject).second) fmt::print(stderr, "sparsejit: warning: tuning database: {}\n", message);
+}
 
 std::string shape_bucket(std::int64_t rows) {
   if (rows < 1) throw InvalidArgument(fmt::format("shape_bucket: rows = {} must be at least 1", rows));

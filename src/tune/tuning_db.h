@@ -45,6 +45,10 @@ struct TuningEntry {
 // launches the same way. Returns e.g. "rows<=65536". rows must be >= 1.
 std::string shape_bucket(std::int64_t rows);
 
+// Prints "sparsejit: warning: tuning database: <message>" on stderr, once per process for each subject
+// (a file, a folder, an entry): a long job that meets the same trouble again stays quiet.
+void warn_once(const std::string& subject, const std::string& message);
+
 // SJIT_TUNE_DIR, else $XDG_DATA_HOME/sparsejit/tuning, else ~/.local/share/sparsejit/tuning.
 std::filesystem::path default_tuning_dir();
 

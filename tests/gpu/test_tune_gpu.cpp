@@ -2,9 +2,12 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
+#include "sparsejit/attention_reference.h"
 #include "sparsejit/sparsejit.h"
+#include "support/attention_support.h"
 #include "support/test_support.h"
 
 using namespace sjit;
@@ -76,4 +79,75 @@ TEST_CASE("with SJIT_AUTOTUNE=on a launch tunes once and later launches use the 
   CHECK(key(again.config_for({x.data(), y.data(), 6000})) == stored);
   CHECK(tuning_entries().size() == before + 1);
   set_autotune_policy(AutotunePolicy::off);
+}
+
+TEST_CASE("tuning an attention stores a winner no slower than the default, and a later Attention runs it correctly",
+          "[gpu][tune][attention]") {
+  AttentionSpec spec;
+  spec.head_dim = 64;
+  spec.causal = Causal::top_left;
+  AttentionTuneShape shape;
+  shape.batch = 1, shape.heads_q = 8, shape.heads_kv = 2, shape.seq_q = 1024, shape.seq_k = 1024;
+  TuneOptions options;
+  options.warmup = 2;
+  options.iterations = 10;
+  const AttentionTuneReport report = tune_attention(spec, shape, options);
+
+  CHECK(report.bucket == "sk<=1024");
+  CHECK(key(report.candidates.front().config) == key(report.default_config));
+  int timed = 0;
+  for (const AttentionTuneCandidate& c : report.candidates) {
+    CAPTURE(key(c.config), c.rejected);
+    if (!c.rejected.empty()) continue;
+    ++timed;
+    CHECK(c.median_us > 0);
+    CHECK(c.median_us >= report.winner_us);  // the winner is the fastest timed
+  }
+  CHECK(timed >= 2);
+  CHECK(report.winner_us <= report.default_us);
+  REQUIRE(report.stored);
+  const auto entries = tuning_entries();
+  const auto stored = std::find_if(entries.begin(), entries.end(), [&](const TunedEntry& e) {
+    return e.op == "attention" && e.spec_key == key(spec) && e.bucket == "sk<=1024";
+  });
+  REQUIRE(stored != entries.end());
+  CHECK(stored->winner_config == key(report.winner));
+  CHECK(stored->default_config == key(report.default_config));
+  REQUIRE(tuned_attention_config(spec, 1000).has_value());
+  CHECK(key(*tuned_attention_config(spec, 1000)) == key(report.winner));
+
+  // Built afterwards with an all-unset config, policy on: the winner, and still the right answer.
+  set_autotune_policy(AutotunePolicy::on);
+  Attention attention(spec);
+  set_autotune_policy(AutotunePolicy::off);
+  INFO("winner " << key(report.winner) << ", default " << key(report.default_config));
+  CHECK(key(attention.config()) == key(report.winner));
+
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const std::int64_t b = 2, hq = 4, hkv = 2, sq = 300, sk = 517, d = spec.head_dim;
+  const auto q = test::quantized(spec.dtype, test::random_rows(rng, b * hq * sq, int(d), 1.0f));
+  const auto k = test::quantized(spec.dtype, test::random_rows(rng, b * hkv * sk, int(d), 1.0f));
+  const auto v = test::quantized(spec.dtype, test::random_rows(rng, b * hkv * sk, int(d), 1.0f));
+  DeviceBuffer dq = test::upload(spec.dtype, q), dk = test::upload(spec.dtype, k), dv = test::upload(spec.dtype, v);
+  DeviceBuffer out(std::size_t(b * hq * sq * d) * 2);
+  out.fill_bytes(0xFF);  // NaN: an element the kernel forgets to write fails
+  AttentionForwardArgs a;
+  a.q = dq.data(), a.k = dk.data(), a.v = dv.data(), a.o = out.data();
+  a.batch = b, a.heads_q = hq, a.heads_kv = hkv, a.seq_q = sq, a.seq_k = sk;
+  attention.forward(a);
+  synchronize();
+  std::vector<unsigned char> bytes(out.bytes());
+  out.download(bytes.data(), bytes.size());
+  const std::vector<float> got = test::from_bytes(spec.dtype, bytes);
+  const reference::AttentionOutput want = reference::attention_forward(
+      test::reference_problem(spec, b, hq, hkv, sq, sk, nullptr), std::vector<double>(q.begin(), q.end()),
+      std::vector<double>(k.begin(), k.end()), std::vector<double>(v.begin(), v.end()));
+  // bf16 output: atol 2e-2, rtol 1e-2, as the attention suite.
+  std::size_t bad = 0, first_bad = 0;
+  for (std::size_t i = 0; i < want.o.size(); ++i)
+    if (!(std::abs(double(got[i]) - want.o[i]) <= 2e-2 + 1e-2 * std::abs(want.o[i])) && bad++ == 0) first_bad = i;
+  INFO("o[" << first_bad << "] = " << got[first_bad] << ", want " << want.o[first_bad]);
+  CHECK(bad == 0);
 }

@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "sparsejit/attention.h"
 #include "sparsejit/rownorm.h"
 
 namespace sjit {
@@ -36,13 +38,13 @@ struct TuneReport {
 };
 
 struct TuneOptions {
-  std::int64_t rows = 0;    // problem size timed (0: enough rows for 16M elements, at least 1)
+  std::int64_t rows = 0;    // rownorm: problem size timed (0: enough rows for 16M elements, at least 1)
   double budget_s = 60;     // stop timing new candidates after this long (the default is always timed)
   int warmup = 5, iterations = 30;
   bool store = true;        // write the winner to the tuning database
   // Called after each candidate: (done, total, what was just timed).
   std::function<void(int, int, const std::string&)> progress;
-  // Extra layouts to try besides the op's own space (tests use this for a deliberately wrong one).
+  // rownorm: extra layouts to try besides the op's own space (tests use this for a deliberately wrong one).
   std::vector<RowNormConfig> extra_candidates;
 };
 
@@ -52,6 +54,60 @@ std::vector<RowNormConfig> rownorm_candidates(const RowNormSpec& spec);
 
 // Tunes one spec (its pass decides forward or backward) on the current device. Needs a GPU.
 TuneReport tune_rownorm(const RowNormSpec& spec, const TuneOptions& options = {});
+
+// ---- attention forward -----------------------------------------------------------------------------
+
+// The problem an attention tuning times. Results are stored per key length rounded up to a power of two
+// ("sk<=8192"): tune at the batch and heads of the real workload, since they decide how full the GPU is.
+struct AttentionTuneShape {
+  std::int64_t batch = 1, heads_q = 1, heads_kv = 1, seq_q = 0, seq_k = 0;
+  // bsr specs: a random pattern of this density (patterns::random, diagonal + random key blocks), unless
+  // `pattern` is given. Below 1: a pattern with every block active runs on the dense kernels.
+  double density = 0.1;
+  // bsr: the pattern to tune on (instead of a random one); baked: required, it is the pattern baked in.
+  const BlockPattern* pattern = nullptr;
+};
+
+struct AttentionTuneCandidate {
+  AttentionConfig config;
+  double median_us = 0;     // 0 when not timed
+  double tflops = 0;        // over the (query, key) pairs the mask allows, as attention_forward_flops counts
+  std::string rejected;     // why it was not timed ("" when it was): resolve(), compile, launch, wrong output, budget
+};
+
+struct AttentionTuneReport {
+  AttentionSpec spec;       // canonical; baked: with the pattern's digest
+  AttentionTuneShape shape; // pattern: null (the pattern timed is described by density)
+  double density = 1;       // of the pattern timed (1 for dense)
+  std::string bucket;       // the shape bucket the result is stored under
+  std::string device;
+  AttentionConfig default_config, winner;
+  double default_us = 0, winner_us = 0;
+  double compile_s = 0, timing_s = 0;
+  std::vector<AttentionTuneCandidate> candidates;  // every candidate, the default first
+  bool stored = false;      // written to the tuning database
+};
+
+// The tilings the tuner tries for a spec: the heuristic default first, then every mix of warps {4, 8},
+// m_tiles {1, 2}, block_n {32, 64, 128}, stages {2, 3} and q_in_registers {0, 1} that is not the default.
+// Those resolve() refuses (shared memory, pattern blocks per tile) carry its reason in `rejected`.
+std::vector<AttentionTuneCandidate> attention_candidates(const AttentionSpec& spec);
+
+// Tunes the forward of one spec on the current device at one shape: compiles every accepted candidate
+// in parallel, runs each on the same random inputs (outputs poisoned first) and rejects one whose output
+// differs from the default's, times the rest with events (warm-up, median of options.iterations) until
+// options.budget_s is spent, and stores the fastest under op "attention", the spec's key and the bucket.
+// An Attention built later with an all-unset config uses it when the autotune policy is on or force.
+// Needs a GPU.
+AttentionTuneReport tune_attention(const AttentionSpec& spec, const AttentionTuneShape& shape,
+                                   const TuneOptions& options = {});
+
+// The stored winner for a spec on the current device whose bucket serves seq_k best (its own bucket, else
+// the nearest by powers of two; seq_k 0: the longest stored), whatever the policy; nullopt if none. For a
+// program that knows its shape: pass the result to Attention as an explicit config.
+std::optional<AttentionConfig> tuned_attention_config(const AttentionSpec& spec, std::int64_t seq_k = 0);
+
+// ---- the database ----------------------------------------------------------------------------------
 
 struct TunedEntry {
   std::string device, op, spec_key, bucket, winner_config, default_config, measured_at;

@@ -1,0 +1,156 @@
+#include "tune/attention_tuned_configs.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <charconv>
+#include <map>
+#include <mutex>
+
+#include "jit/jit.h"
+#include "sparsejit/error.h"
+#include "sparsejit/tune.h"
+#include "tune/tuned_configs.h"
+
+namespace sjit::tuning {
+namespace {
+
+constexpr std::string_view kBucketPrefix = "sk<=";
+constexpr int kLongestBucketLog2 = 31;  // seq_k is an int in the kernels' parameters
+
+// The power of two of an attention bucket's text, or -1 for another text.
+int bucket_log2(const std::string& bucket) {
+  if (!bucket.starts_with(kBucketPrefix)) return -1;
+  std::uint64_t keys = 0;
+  const char* begin = bucket.data() + kBucketPrefix.size();
+  const char* end = bucket.data() + bucket.size();
+  const auto [stop, error] = std::from_chars(begin, end, keys);
+  if (error != std::errc() || stop != end || !std::has_single_bit(keys)) return -1;
+  return std::countr_zero(keys);
+}
+
+// Lookups done in this process, by database folder, device and spec: one Attention per layer, or the
+// one-shot attention_forward() on every call, must not probe the folder each time.
+struct Remembered {
+  std::mutex mutex;
+  std::map<std::string, std::optional<AttentionConfig>> by_key;
+  std::optional<tune::DeviceModel> device_for_tests;
+};
+Remembered& remembered() {
+  static Remembered* r = new Remembered;  // never destroyed: Attention objects may outlive static teardown
+  return *r;
+}
+
+std::string remembered_key(const tune::TuningDb& db, const tune::DeviceModel& d, const AttentionSpec& spec) {
+  return fmt::format("{}|{}|{}.{}|{}|{}", db.root().string(), d.name, d.cc_major, d.cc_minor, d.multiprocessors,
+                     key(spec));
+}
+
+// The device the hook keys by: the test override, else the current device; nullopt without a GPU.
+std::optional<tune::DeviceModel> hook_device() {
+  {
+    std::lock_guard lock(remembered().mutex);
+    if (remembered().device_for_tests) return remembered().device_for_tests;
+  }
+  if (!gpu_available()) return std::nullopt;
+  try {
+    return model_of(*jit::current_target().device);
+  } catch (const NoDevice&) {
+    return std::nullopt;  // a driver but no usable device: the heuristic default, as everywhere
+  }
+}
+
+// The stored winner as a config this library accepts for the spec, or nullopt (reported once).
+std::optional<AttentionConfig> usable_config(const tune::TuningEntry& entry, const AttentionSpec& spec) {
+  try {
+    const AttentionConfig stored = parse_attention_config(entry.winner_config);
+    return resolve(spec, stored);
+  } catch (const Error& e) {
+    tune::warn_once(entry.key.spec_key + "|" + entry.key.bucket + "|" + entry.winner_config,
+                    fmt::format("the stored winner '{}' for {} ({}) is not a tiling this library accepts ({}); "
+                                "the heuristic default is used: tune again",
+                                entry.winner_config, entry.key.spec_key, entry.key.bucket, e.what()));
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::string attention_bucket(std::int64_t seq_k) {
+  if (seq_k < 1) throw InvalidArgument(fmt::format("attention_bucket: seq_k = {} must be at least 1", seq_k));
+  return fmt::format("{}{}", kBucketPrefix, std::bit_ceil(static_cast<std::uint64_t>(seq_k)));
+}
+
+std::optional<std::string> best_attention_bucket(const std::vector<std::string>& buckets, std::int64_t seq_k) {
+  const int wanted = seq_k > 0 ? bucket_log2(attention_bucket(seq_k)) : kLongestBucketLog2 + 1;
+  std::optional<std::string> best;
+  int best_log2 = -1;
+  for (const std::string& bucket : buckets) {
+    const int log2 = bucket_log2(bucket);
+    if (log2 < 0) continue;
+    const int distance = std::abs(log2 - wanted), best_distance = std::abs(best_log2 - wanted);
+    if (!best || distance < best_distance || (distance == best_distance && log2 > best_log2)) {
+      best = bucket;
+      best_log2 = log2;
+    }
+  }
+  return best;
+}
+
+std::optional<AttentionConfig> stored_attention_config(const tune::TuningDb& db, const tune::DeviceModel& device,
+                                                       const AttentionSpec& spec, std::int64_t seq_k) {
+  // Every bucket an int key length can have: 32 file probes, answered from the directory cache.
+  std::map<std::string, tune::TuningEntry> stored;
+  for (int log2 = 0; log2 <= kLongestBucketLog2; ++log2) {
+    const std::string bucket = attention_bucket(std::int64_t(1) << log2);
+    if (auto entry = db.find({device, "attention", key(spec), bucket})) stored.emplace(bucket, std::move(*entry));
+  }
+  // Best bucket first; one whose winner is no longer usable gives way to the next best.
+  while (!stored.empty()) {
+    std::vector<std::string> buckets;
+    for (const auto& [bucket, entry] : stored) buckets.push_back(bucket);
+    const std::string best = *best_attention_bucket(buckets, seq_k);
+    if (auto config = usable_config(stored.at(best), spec)) return config;
+    stored.erase(best);
+  }
+  return std::nullopt;
+}
+
+AttentionConfig attention_config_for(const AttentionSpec& spec, const AttentionConfig& config) {
+  // An explicit config always wins; with the policy off the database is not consulted (a stored winner
+  // was measured at one shape and is chosen here without knowing the shape, so using it is opted into).
+  if (config != AttentionConfig{} || autotune_policy() == AutotunePolicy::off) return config;
+  const std::optional<tune::DeviceModel> device = hook_device();
+  if (!device) return config;
+  const tune::TuningDb db = database();
+  const std::string memo = remembered_key(db, *device, spec);
+  Remembered& r = remembered();
+  {
+    std::lock_guard lock(r.mutex);
+    if (auto it = r.by_key.find(memo); it != r.by_key.end()) return it->second.value_or(config);
+  }
+  const std::optional<AttentionConfig> stored = stored_attention_config(db, *device, spec);
+  std::lock_guard lock(r.mutex);
+  r.by_key[memo] = stored;
+  return stored.value_or(config);
+}
+
+bool store_attention_result(const AttentionSpec& spec, const std::string& bucket, const AttentionConfig& winner,
+                            double winner_us, const AttentionConfig& default_config, double default_us,
+                            int candidates) {
+  tune::TuningDb db = database();
+  const tune::TuningEntry e = measured_entry("attention", key(spec), bucket, key(winner), winner_us,
+                                             key(default_config), default_us, candidates);
+  const bool stored = db.store(e);
+  std::lock_guard lock(remembered().mutex);
+  remembered().by_key.erase(remembered_key(db, e.key.device, spec));  // the next Attention looks again
+  return stored;
+}
+
+void set_attention_device_for_tests(std::optional<tune::DeviceModel> device) {
+  std::lock_guard lock(remembered().mutex);
+  remembered().device_for_tests = std::move(device);
+  remembered().by_key.clear();
+}
+
+}  // namespace sjit::tuning

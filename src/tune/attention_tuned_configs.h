@@ -1,0 +1,47 @@
+// Where an Attention meets the tuning database: the tiling a default-configured Attention uses, the
+// shape buckets of attention results, and storing a tuning's winner (docs/tuning.md, "Attention").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sparsejit/attention.h"
+#include "tune/tuning_db.h"
+
+namespace sjit::tuning {
+
+// Attention results are stored per key length rounded up to a power of two: "sk<=8192". The key length
+// sets the trip count of every CTA's loop; batch, heads and query length only add CTAs. seq_k >= 1.
+std::string attention_bucket(std::int64_t seq_k);
+
+// The stored bucket that serves a problem best, or nullopt when `buckets` holds none (texts that are not
+// attention buckets are skipped). With seq_k > 0: its own bucket, else the nearest one by powers of two,
+// a tie going to the longer keys. With seq_k == 0 (an Attention is built before any shape is known): the
+// longest keys, where a forward spends the most time.
+std::optional<std::string> best_attention_bucket(const std::vector<std::string>& buckets, std::int64_t seq_k = 0);
+
+// The stored winner for (device, spec) in `db` whose bucket best_attention_bucket picks; nullopt if none
+// is stored or usable. A winner the library no longer accepts (its text does not parse, resolve() refuses
+// it) is reported once on stderr and skipped.
+std::optional<AttentionConfig> stored_attention_config(const tune::TuningDb& db, const tune::DeviceModel& device,
+                                                       const AttentionSpec& canonical_spec, std::int64_t seq_k = 0);
+
+// The constructors' hook: the config an Attention resolves. That is `config` itself, except that an
+// all-unset config becomes the stored winner for this device and spec (the bucket picked with seq_k 0
+// above) when the autotune policy is on or force. Never tunes; touches neither the database nor the GPU
+// when the policy is off or the config is explicit. The lookup is done once per process for each
+// (database folder, device, spec); a tuning in this process renews it.
+AttentionConfig attention_config_for(const AttentionSpec& canonical_spec, const AttentionConfig& config);
+
+// Writes an attention tuning's winner for the current device; false if the folder cannot be written.
+bool store_attention_result(const AttentionSpec& canonical_spec, const std::string& bucket,
+                            const AttentionConfig& winner, double winner_us, const AttentionConfig& default_config,
+                            double default_us, int candidates);
+
+// Tests on a machine without a GPU: the device model the hook keys by instead of the current device's
+// (nullopt restores the device's). Clears the lookups remembered so far.
+void set_attention_device_for_tests(std::optional<tune::DeviceModel> device);
+
+}  // namespace sjit::tuning

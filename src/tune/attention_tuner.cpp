@@ -1,0 +1,292 @@
+// Tuning the attention forward: every tiling of the grid, timed on this device at one shape.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+
+#include "attention/attention_args.h"
+#include "jit/jit.h"
+#include "runtime/driver.h"
+#include "sparsejit/error.h"
+#include "sparsejit/tune.h"
+#include "tune/attention_tuned_configs.h"
+#include "tune/tuned_configs.h"
+#include "tune/tuner_support.h"
+
+namespace sjit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One knob of the grid: the values tried and where they go in a config. A new knob (a Hopper path, say)
+// is one more line here; attention_candidates tries every mix of all of them.
+struct GridAxis {
+  std::vector<int> values;
+  void (*set)(AttentionConfig&, int);
+};
+const std::vector<GridAxis>& grid() {
+  static const std::vector<GridAxis> axes = {
+      {{4, 8}, [](AttentionConfig& c, int v) { c.warps = v; }},
+      {{1, 2}, [](AttentionConfig& c, int v) { c.m_tiles = v; }},
+      {{32, 64, 128}, [](AttentionConfig& c, int v) { c.block_n = v; }},
+      {{2, 3}, [](AttentionConfig& c, int v) { c.stages = v; }},
+      {{0, 1}, [](AttentionConfig& c, int v) { c.q_in_registers = v; }},
+      // The Hopper kernel, once it is part of the library:
+      // {{int(AttentionPath::mma), int(AttentionPath::wgmma)}, [](AttentionConfig& c, int v) { c.path = AttentionPath(v); }},
+  };
+  return axes;
+}
+
+// Every mix of the grid's values, the first axis slowest.
+std::vector<AttentionConfig> grid_configs() {
+  std::vector<AttentionConfig> configs = {AttentionConfig{}};
+  for (const GridAxis& axis : grid()) {
+    std::vector<AttentionConfig> next;
+    for (const AttentionConfig& c : configs)
+      for (int value : axis.values) {
+        AttentionConfig d = c;
+        axis.set(d, value);
+        next.push_back(d);
+      }
+    configs = std::move(next);
+  }
+  return configs;
+}
+
+// Unit-variance values from a counter hash (splitmix64): the tuner fills hundreds of MB, and a
+// distribution object would take seconds; scores q.k*scale are then of unit variance too.
+std::vector<float> random_values(std::size_t count, std::uint64_t seed) {
+  std::vector<float> values(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    std::uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const double uniform = double(z >> 11) * 0x1.0p-53;  // [0, 1)
+    values[i] = float((2 * uniform - 1) * 1.7320508075688772);  // uniform on [-sqrt 3, sqrt 3]
+  }
+  return values;
+}
+
+DeviceBuffer random_tensor(DType dtype, std::int64_t elements, std::uint64_t seed) {
+  const std::vector<float> values = random_values(std::size_t(elements), seed);
+  std::vector<unsigned char> bytes(values.size() * size_of(dtype));
+  encode(dtype, values, bytes.data());
+  DeviceBuffer buffer(std::max<std::size_t>(bytes.size(), 16));
+  buffer.upload(bytes.data(), bytes.size());
+  return buffer;
+}
+
+// The spec an Attention would hold for this spec and pattern (baked: with the pattern's digest).
+AttentionSpec tuned_spec(const AttentionSpec& in, const AttentionTuneShape& shape) {
+  AttentionSpec spec = in;
+  if (spec.sparsity == Sparsity::baked) {
+    if (shape.pattern == nullptr)
+      throw InvalidArgument(fmt::format("tune_attention: '{}' is baked: give the pattern to bake in shape.pattern",
+                                        key(canonical(in))));
+    if (spec.block_size == 0) spec.block_size = shape.pattern->block_size();
+    spec.pattern_digest = shape.pattern->digest();
+  }
+  spec = canonical(spec);
+  if (spec.pass != Pass::forward)
+    throw InvalidArgument(fmt::format("tune_attention: '{}': only the forward (pass=fwd) is tuned", key(spec)));
+  return spec;
+}
+
+void check_shape(const AttentionTuneShape& s) {
+  auto refuse = [](std::string_view what) { throw InvalidArgument(fmt::format("tune_attention: {}", what)); };
+  if (s.batch < 1 || s.heads_q < 1 || s.heads_kv < 1 || s.seq_q < 1 || s.seq_k < 1)
+    refuse(fmt::format("shape B={} Hq={} Hkv={} Sq={} Sk={}: every size must be at least 1", s.batch, s.heads_q,
+                       s.heads_kv, s.seq_q, s.seq_k));
+  if (s.heads_q % s.heads_kv != 0) refuse(fmt::format("Hq = {} is not a multiple of Hkv = {}", s.heads_q, s.heads_kv));
+}
+
+// The random inputs, poisoned outputs and arguments of one tuning, and the pattern it runs on.
+struct Problem {
+  AttentionSpec spec;
+  std::optional<BlockPattern> own_pattern;
+  const BlockPattern* pattern = nullptr;  // null for dense
+  DeviceBuffer q, k, v, o, lse;
+  AttentionForwardArgs args;
+
+  Problem(const AttentionSpec& s, const AttentionTuneShape& shape) : spec(s) {
+    if (spec.sparsity == Sparsity::block_sparse) {
+      if (shape.pattern == nullptr) {
+        if (!(shape.density > 0 && shape.density < 1))
+          throw InvalidArgument(fmt::format("tune_attention: density = {} must be in (0, 1): at 1 every block is "
+                                            "active and the dense kernels run (tune the dense spec)", shape.density));
+        own_pattern = patterns::random(spec.block_size, shape.seq_q, shape.seq_k, shape.density, 7);
+      }
+      pattern = own_pattern ? &*own_pattern : shape.pattern;
+      const BlockPattern& p = *pattern;
+      if (p.nnz() == std::int64_t(p.heads()) * p.block_rows() * p.block_cols())
+        throw InvalidArgument("tune_attention: every block of the pattern is active, so the dense kernels run: "
+                              "tune the dense spec");
+    } else if (spec.sparsity == Sparsity::baked) {
+      pattern = shape.pattern;
+    }
+    const std::int64_t d = spec.head_dim;
+    q = random_tensor(spec.dtype, shape.batch * shape.heads_q * shape.seq_q * d, 1);
+    k = random_tensor(spec.dtype, shape.batch * shape.heads_kv * shape.seq_k * d, 2);
+    v = random_tensor(spec.dtype, shape.batch * shape.heads_kv * shape.seq_k * d, 3);
+    o = DeviceBuffer(std::size_t(shape.batch * shape.heads_q * shape.seq_q * d) * size_of(spec.dtype));
+    lse = DeviceBuffer(std::size_t(shape.batch * shape.heads_q * shape.seq_q) * 4);
+    args.q = q.data(), args.k = k.data(), args.v = v.data(), args.o = o.data(), args.lse = lse.as<float>();
+    args.batch = shape.batch, args.heads_q = shape.heads_q, args.heads_kv = shape.heads_kv;
+    args.seq_q = shape.seq_q, args.seq_k = shape.seq_k;
+    args.pattern = pattern;
+    // Every argument checked now, before minutes of compiling.
+    attention::checked_forward_args(spec, args, spec.sparsity == Sparsity::baked ? pattern : nullptr);
+  }
+
+  Attention make(const AttentionConfig& config) const {
+    return spec.sparsity == Sparsity::baked ? Attention(spec, *pattern, config) : Attention(spec, config);
+  }
+
+  // One forward into poisoned outputs; returns O (then the log-sum-exp) as floats.
+  std::vector<float> run_once(Attention& attention) {
+    o.fill_bytes(0xFF);  // NaN in f16, bf16 and f32: an element the kernel forgets to write cannot match
+    lse.fill_bytes(0xFF);
+    attention.forward(args);
+    synchronize();
+    const std::size_t o_count = o.bytes() / size_of(spec.dtype), lse_count = lse.bytes() / 4;
+    std::vector<unsigned char> raw(o.bytes());
+    o.download(raw.data(), raw.size());
+    std::vector<float> values(o_count + lse_count);
+    decode(spec.dtype, raw.data(), std::span<float>(values.data(), o_count));
+    lse.download(values.data() + o_count, lse_count * 4);
+    return values;
+  }
+
+  // "" when `got` matches the default's output `want` (O rows of head_dim, then the log-sum-exp in fp32).
+  std::string compare(const std::vector<float>& got, const std::vector<float>& want) const {
+    const std::size_t o_count = o.bytes() / size_of(spec.dtype);
+    const std::span<const float> g(got), w(want);
+    std::string diff = tuning::compare_rows(spec.dtype, spec.head_dim, g.first(o_count), w.first(o_count));
+    if (!diff.empty()) return "wrong output: O " + diff;
+    diff = tuning::compare_rows(DType::f32, std::size_t(args.seq_q), g.subspan(o_count), w.subspan(o_count));
+    return diff.empty() ? diff : "wrong output: log-sum-exp " + diff;
+  }
+};
+
+}  // namespace
+
+std::vector<AttentionTuneCandidate> attention_candidates(const AttentionSpec& spec_in) {
+  const AttentionSpec spec = canonical(spec_in);
+  const AttentionConfig fallback = resolve(spec, {});
+  std::vector<AttentionTuneCandidate> out = {{fallback}};
+  for (const AttentionConfig& c : grid_configs()) {
+    AttentionTuneCandidate candidate{c};
+    try {
+      candidate.config = resolve(spec, c);
+    } catch (const InvalidArgument& e) {
+      candidate.rejected = e.what();
+    }
+    if (key(candidate.config) != key(fallback)) out.push_back(candidate);
+  }
+  return out;
+}
+
+AttentionTuneReport tune_attention(const AttentionSpec& spec_in, const AttentionTuneShape& shape,
+                                   const TuneOptions& o) {
+  check_shape(shape);
+  const AttentionSpec spec = tuned_spec(spec_in, shape);
+  const jit::Target target = jit::current_target();
+  AttentionTuneReport report;
+  report.spec = spec;
+  report.shape = shape;
+  report.shape.pattern = nullptr;
+  report.bucket = tuning::attention_bucket(shape.seq_k);
+  report.device = target.device->name;
+  report.default_config = resolve(spec, {});
+  report.candidates = attention_candidates(spec);
+  std::vector<AttentionTuneCandidate>& candidates = report.candidates;
+
+  Problem problem(spec, shape);
+  report.density = problem.pattern ? problem.pattern->stats().density : 1.0;
+  const double flops = attention_forward_flops(spec, problem.args);
+
+  // Compile every accepted candidate first, on all cores (kernels load into this thread's context); a
+  // failure rejects only that candidate.
+  const auto compile_start = Clock::now();
+  std::vector<std::optional<Attention>> kernels(candidates.size());
+  std::vector<std::size_t> to_compile;
+  for (std::size_t i = 0; i < candidates.size(); ++i)
+    if (candidates[i].rejected.empty()) {
+      try {
+        kernels[i].emplace(problem.make(candidates[i].config));  // an explicit config: no database lookup
+        to_compile.push_back(i);
+      } catch (const InvalidArgument& e) {
+        candidates[i].rejected = e.what();  // a baked pattern with too many tiles for this tiling
+      }
+    }
+  std::mutex progress_mutex;
+  int compiled = 0;
+  tuning::run_in_parallel(to_compile.size(), [&](std::size_t n) {
+    const std::size_t i = to_compile[n];
+    try {
+      SJIT_CU(runtime::driver().cuCtxSetCurrent(target.context));
+      kernels[i]->prepare();
+    } catch (const Error& e) {
+      candidates[i].rejected = fmt::format("compile: {}", e.what());
+    }
+    std::lock_guard lock(progress_mutex);
+    ++compiled;
+    if (o.progress) o.progress(compiled, int(to_compile.size()), "compiled " + key(candidates[i].config));
+  });
+  report.compile_s = std::chrono::duration<double>(Clock::now() - compile_start).count();
+
+  std::vector<float> reference;
+  const auto start = Clock::now();
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    AttentionTuneCandidate& c = candidates[i];
+    const double elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+    if (c.rejected.empty() && i > 0 && elapsed_s > o.budget_s)
+      c.rejected = fmt::format("not timed: the {:.0f} s budget was spent", o.budget_s);
+    if (c.rejected.empty()) {
+      try {
+        const std::vector<float> got = problem.run_once(*kernels[i]);
+        if (i == 0) {
+          if (auto nan = std::find_if(got.begin(), got.end(), [](float x) { return std::isnan(x); }); nan != got.end())
+            c.rejected = fmt::format("wrong output: element {} of O and the log-sum-exp is NaN", nan - got.begin());
+          reference = got;
+        } else {
+          c.rejected = problem.compare(got, reference);
+        }
+        if (c.rejected.empty()) {
+          c.median_us = tuning::median_launch_us(o.warmup, o.iterations, [&](int) { kernels[i]->forward(problem.args); });
+          c.tflops = flops / c.median_us / 1e6;
+        }
+      } catch (const DriverError& e) {
+        c.rejected = fmt::format("launch: {}", e.what());
+      }
+    }
+    if (o.progress) o.progress(int(i + 1), int(candidates.size()), "timed " + key(c.config));
+  }
+  report.timing_s = std::chrono::duration<double>(Clock::now() - start).count();
+
+  const AttentionTuneCandidate& def = candidates.front();
+  if (!def.rejected.empty())
+    throw Error(fmt::format("tuning {}: the default tiling {} failed: {}", key(spec), key(def.config), def.rejected));
+  report.default_us = report.winner_us = def.median_us;
+  report.winner = def.config;
+  int timed = 0;
+  for (const AttentionTuneCandidate& c : candidates) {
+    timed += c.rejected.empty();
+    if (c.rejected.empty() && c.median_us < report.winner_us) report.winner = c.config, report.winner_us = c.median_us;
+  }
+  if (o.store)
+    report.stored = tuning::store_attention_result(spec, report.bucket, report.winner, report.winner_us,
+                                                   report.default_config, report.default_us, timed);
+  return report;
+}
+
+std::optional<AttentionConfig> tuned_attention_config(const AttentionSpec& spec, std::int64_t seq_k) {
+  if (seq_k < 0) throw InvalidArgument(fmt::format("tuned_attention_config: seq_k = {} must be 0 or more", seq_k));
+  return tuning::stored_attention_config(tuning::database(), tuning::model_of(*jit::current_target().device),
+                                         canonical(spec), seq_k);
+}
+
+}  // namespace sjit

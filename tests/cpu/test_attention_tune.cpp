@@ -1,0 +1,263 @@
+// Attention tuning without a GPU: the shape buckets, the candidate grid, and the hook through which an
+// Attention built with an all-unset config takes the stored winner (docs/tuning.md, "Attention").
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "sparsejit/sparsejit.h"
+#include "support/temp_dir.h"
+#include "tune/attention_tuned_configs.h"
+#include "tune/tuning_db.h"
+
+using namespace sjit;
+using Catch::Matchers::Contains;
+
+namespace {
+
+AttentionSpec dense_spec(int head_dim) {
+  AttentionSpec s;
+  s.head_dim = head_dim;
+  return s;
+}
+
+AttentionSpec bsr_spec(int head_dim, int block) {
+  AttentionSpec s = dense_spec(head_dim);
+  s.sparsity = Sparsity::block_sparse;
+  s.block_size = block;
+  return s;
+}
+
+// The five tiling fields the issue's grid spans, as text (other knobs, such as a kernel path, left out).
+std::string tiling(const AttentionConfig& c) {
+  return std::to_string(c.warps) + "," + std::to_string(c.m_tiles) + "," + std::to_string(c.block_n) + "," +
+         std::to_string(c.stages) + "," + std::to_string(c.q_in_registers);
+}
+
+tune::DeviceModel test_device() { return {"NVIDIA H100 80GB HBM3", 9, 0, 132}; }
+
+// A database in a fresh folder named by SJIT_TUNE_DIR, the hook keyed by test_device() and the policy
+// `policy`, all put back at the end.
+class HookFixture {
+ public:
+  explicit HookFixture(AutotunePolicy policy = AutotunePolicy::on) : folder_("sjit-attention-tune-test-") {
+    if (const char* dir = std::getenv("SJIT_TUNE_DIR")) saved_dir_ = dir;
+    ::setenv("SJIT_TUNE_DIR", folder_.path().c_str(), 1);
+    tuning::set_attention_device_for_tests(test_device());
+    set_autotune_policy(policy);
+  }
+  ~HookFixture() {
+    set_autotune_policy(AutotunePolicy::off);
+    tuning::set_attention_device_for_tests(std::nullopt);
+    if (saved_dir_) ::setenv("SJIT_TUNE_DIR", saved_dir_->c_str(), 1);
+    else ::unsetenv("SJIT_TUNE_DIR");
+  }
+  HookFixture(const HookFixture&) = delete;
+  HookFixture& operator=(const HookFixture&) = delete;
+
+  const std::filesystem::path& folder() const { return folder_.path(); }
+
+  // Stores `winner` for (test_device(), spec, bucket) as a tuning would.
+  void store(const AttentionSpec& spec, const std::string& bucket, const std::string& winner) const {
+    tune::TuningEntry e;
+    e.key = {test_device(), "attention", key(canonical(spec)), bucket};
+    e.winner_config = winner;
+    e.winner_us = 100;
+    e.default_config = key(resolve(spec, {}));
+    e.default_us = 120;
+    e.candidates = 40;
+    e.measured_at = "2025-01-02T03:04:05Z";
+    e.library_version = "test";
+    REQUIRE(tune::TuningDb(folder()).store(e));
+  }
+
+ private:
+  test::TempDir folder_;
+  std::optional<std::string> saved_dir_;
+};
+
+// A tiling other than the spec's default, which the spec accepts.
+constexpr const char* kStoredWinner = "warps=8,mt=1,bn=64,stages=3,qreg=1";
+
+std::string resolved_key(const AttentionSpec& spec, const std::string& config_text) {
+  return key(resolve(spec, parse_attention_config(config_text)));
+}
+
+}  // namespace
+
+TEST_CASE("attention results are bucketed by key length rounded up to a power of two", "[tune][attention]") {
+  CHECK(tuning::attention_bucket(1) == "sk<=1");
+  CHECK(tuning::attention_bucket(3) == "sk<=4");
+  CHECK(tuning::attention_bucket(4096) == "sk<=4096");
+  CHECK(tuning::attention_bucket(4097) == "sk<=8192");
+  CHECK(tuning::attention_bucket(8192) == "sk<=8192");
+  CHECK(tuning::attention_bucket(2147483647) == "sk<=2147483648");
+  CHECK_THROWS_AS(tuning::attention_bucket(0), InvalidArgument);
+  CHECK_THROWS_WITH(tuning::attention_bucket(-5), Contains("seq_k = -5"));
+}
+
+TEST_CASE("the bucket that serves a problem is its own, else the nearest power of two, ties to the longer",
+          "[tune][attention]") {
+  const std::vector<std::string> stored = {"sk<=1024", "sk<=8192", "rows<=65536", "sk<=3", "sk<=", "sk<=64x"};
+  SECTION("its own bucket") {
+    CHECK(tuning::best_attention_bucket(stored, 8000) == "sk<=8192");
+    CHECK(tuning::best_attention_bucket(stored, 1024) == "sk<=1024");
+    CHECK(tuning::best_attention_bucket(stored, 513) == "sk<=1024");
+  }
+  SECTION("the nearest by powers of two") {
+    CHECK(tuning::best_attention_bucket(stored, 2048) == "sk<=1024");   // 2^11: 2^10 is one away, 2^13 two
+    CHECK(tuning::best_attention_bucket(stored, 4096) == "sk<=8192");   // 2^12: 2^13 is one away
+    CHECK(tuning::best_attention_bucket(stored, 65536) == "sk<=8192");
+    CHECK(tuning::best_attention_bucket(stored, 16) == "sk<=1024");
+  }
+  SECTION("a tie goes to the longer keys") {
+    CHECK(tuning::best_attention_bucket({"sk<=1024", "sk<=4096"}, 2048) == "sk<=4096");
+    CHECK(tuning::best_attention_bucket({"sk<=4096", "sk<=1024"}, 2048) == "sk<=4096");
+  }
+  SECTION("no shape known: the longest keys") {
+    CHECK(tuning::best_attention_bucket(stored) == "sk<=8192");
+    CHECK(tuning::best_attention_bucket({"sk<=16", "sk<=2147483648", "sk<=65536"}) == "sk<=2147483648");
+  }
+  SECTION("texts that are not attention buckets serve nothing") {
+    CHECK_FALSE(tuning::best_attention_bucket({}, 4096).has_value());
+    CHECK_FALSE(tuning::best_attention_bucket({"rows<=4096", "sk<=3", "sk<=-4", "sk<=4096 "}, 4096).has_value());
+  }
+}
+
+TEST_CASE("the candidate grid: the default first, every mix of the knobs once, refusals with resolve's reason",
+          "[tune][attention]") {
+  AttentionSpec baked = bsr_spec(64, 32);
+  baked.sparsity = Sparsity::baked;
+  baked.pattern_digest = 0x1234;
+  for (const AttentionSpec& spec : {dense_spec(128), dense_spec(64), dense_spec(256), bsr_spec(128, 128),
+                                    bsr_spec(64, 16), baked}) {
+    CAPTURE(key(spec));
+    const std::vector<AttentionTuneCandidate> candidates = attention_candidates(spec);
+    REQUIRE_FALSE(candidates.empty());
+    CHECK(key(candidates.front().config) == key(resolve(spec, {})));
+    CHECK(candidates.front().rejected.empty());
+
+    std::set<std::string> keys;
+    std::multiset<std::string> tilings;
+    for (const AttentionTuneCandidate& c : candidates) {
+      CAPTURE(key(c.config));
+      CHECK(keys.insert(key(c.config)).second);  // no config twice
+      tilings.insert(tiling(c.config));
+      CHECK(c.median_us == 0);
+      if (c.rejected.empty()) {
+        CHECK(key(resolve(spec, c.config)) == key(c.config));  // accepted, and already resolved
+      } else {
+        CHECK_THROWS_AS(resolve(spec, c.config), InvalidArgument);
+        CHECK_THROWS_WITH(resolve(spec, c.config), c.rejected);
+      }
+    }
+    // Every mix of the grid the issue names is there, accepted or refused.
+    for (int warps : {4, 8})
+      for (int m_tiles : {1, 2})
+        for (int block_n : {32, 64, 128})
+          for (int stages : {2, 3})
+            for (int qreg : {0, 1}) {
+              AttentionConfig c;
+              c.warps = warps, c.m_tiles = m_tiles, c.block_n = block_n, c.stages = stages, c.q_in_registers = qreg;
+              CAPTURE(tiling(c));
+              CHECK(tilings.count(tiling(c)) >= 1);
+            }
+  }
+}
+
+TEST_CASE("tilings that do not fit are refused by the grid, with the reason", "[tune][attention]") {
+  auto find = [](const std::vector<AttentionTuneCandidate>& all, const std::string& text) {
+    for (const AttentionTuneCandidate& c : all)
+      if (tiling(c.config) == text) return c;
+    FAIL("no candidate " << text);
+    return AttentionTuneCandidate{};
+  };
+  // d = 256, a 256-row Q tile (128 KB) and three 128-key K/V stages (384 KB): far over 227 KB.
+  CHECK_THAT(find(attention_candidates(dense_spec(256)), "8,2,128,3,0").rejected, Contains("shared memory"));
+  // Pattern blocks of 16 under a 256 x 128 tile: 16 x 8 = 128 blocks, the tile mask holds 64.
+  CHECK_THAT(find(attention_candidates(bsr_spec(64, 16)), "8,2,128,2,1").rejected, Contains("pattern blocks"));
+  // A small tile at d = 64 fits every way.
+  CHECK(find(attention_candidates(dense_spec(64)), "4,1,32,2,1").rejected.empty());
+}
+
+TEST_CASE("an Attention with an all-unset config takes the stored winner when the policy is on or force",
+          "[tune][attention]") {
+  const AttentionSpec spec = dense_spec(128);
+  REQUIRE(resolved_key(spec, kStoredWinner) != key(resolve(spec, {})));  // else the test proves nothing
+  for (AutotunePolicy policy : {AutotunePolicy::on, AutotunePolicy::force}) {
+    CAPTURE(int(policy));
+    HookFixture fixture(policy);
+    fixture.store(spec, "sk<=8192", kStoredWinner);
+    CHECK(key(Attention(spec).config()) == resolved_key(spec, kStoredWinner));
+    CHECK(key(Attention(spec).config()) == resolved_key(spec, kStoredWinner));  // the remembered lookup
+  }
+}
+
+TEST_CASE("an explicit config always wins over a stored winner", "[tune][attention]") {
+  HookFixture fixture;
+  const AttentionSpec spec = dense_spec(128);
+  fixture.store(spec, "sk<=8192", kStoredWinner);
+  AttentionConfig explicit_config;
+  explicit_config.warps = 4;  // even one field set makes the config explicit
+  CHECK(key(Attention(spec, explicit_config).config()) == key(resolve(spec, explicit_config)));
+  CHECK(key(Attention(spec, explicit_config).config()) != resolved_key(spec, kStoredWinner));
+}
+
+TEST_CASE("with the policy off the stored winner is not used", "[tune][attention]") {
+  HookFixture fixture(AutotunePolicy::off);
+  const AttentionSpec spec = dense_spec(128);
+  fixture.store(spec, "sk<=8192", kStoredWinner);
+  CHECK(key(Attention(spec).config()) == key(resolve(spec, {})));
+}
+
+TEST_CASE("without a shape the hook takes the longest stored bucket", "[tune][attention]") {
+  HookFixture fixture;
+  const AttentionSpec spec = dense_spec(64);
+  fixture.store(spec, "sk<=1024", "warps=4,mt=1,bn=32,stages=2,qreg=1");
+  fixture.store(spec, "sk<=16384", kStoredWinner);
+  fixture.store(spec, "sk<=4096", "warps=4,mt=2,bn=128,stages=2,qreg=0");
+  CHECK(key(Attention(spec).config()) == resolved_key(spec, kStoredWinner));
+  // Another spec has no entry: its heuristic default.
+  CHECK(key(Attention(dense_spec(128)).config()) == key(resolve(dense_spec(128), {})));
+}
+
+TEST_CASE("the baked constructor looks up the spec with the pattern's digest", "[tune][attention]") {
+  HookFixture fixture;
+  const BlockPattern pattern = patterns::random(64, 512, 512, 0.25, 3);
+  AttentionSpec spec = bsr_spec(128, 64);
+  AttentionSpec baked = spec;
+  baked.sparsity = Sparsity::baked;
+  baked.pattern_digest = pattern.digest();
+  const std::string winner = "warps=4,mt=2,bn=64,stages=3,qreg=0";
+  REQUIRE(resolved_key(baked, winner) != key(resolve(baked, {})));
+  fixture.store(baked, "sk<=512", winner);
+  CHECK(key(Attention(spec, pattern).config()) == resolved_key(baked, winner));
+  // The runtime-pattern spec has no entry of its own.
+  CHECK(key(Attention(spec).config()) == key(resolve(spec, {})));
+}
+
+TEST_CASE("a corrupt entry or a winner the library refuses is ignored, with one warning", "[tune][attention]") {
+  HookFixture fixture;
+  const AttentionSpec spec = dense_spec(128);
+  SECTION("a corrupt file") {
+    fixture.store(spec, "sk<=8192", kStoredWinner);
+    const std::vector<std::filesystem::path> files = test::files_under(fixture.folder());
+    REQUIRE(files.size() == 1);
+    test::write_file(files.front(), "{\"key\": tor");
+    test::CapturedStderr captured;
+    CHECK(key(Attention(spec).config()) == key(resolve(spec, {})));
+    CHECK_THAT(captured.text(), Contains(files.front().string()));
+  }
+  SECTION("a winner that does not parse, or that resolve() refuses: the next best bucket serves") {
+    const std::string bad = GENERATE(as<std::string>{}, "warps=5,mt=1,bn=64,stages=2,qreg=0", "warps=4,colour=red");
+    CAPTURE(bad);
+    fixture.store(spec, "sk<=65536", bad);
+    fixture.store(spec, "sk<=2048", kStoredWinner);
+    test::CapturedStderr captured;
+    CHECK(key(Attention(spec).config()) == resolved_key(spec, kStoredWinner));
+    CHECK_THAT(captured.text(), Contains(bad) && Contains("tune again"));
+  }
+}

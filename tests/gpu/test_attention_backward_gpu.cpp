@@ -94,7 +94,9 @@ void expect_close(const Problem& c, const char* what, const std::vector<float>& 
   for (double w : want) largest = std::max(largest, std::abs(w));
   for (std::size_t i = 0; i < want.size(); ++i) {
     const double g = got[i], w = want[i];
-    if (!(std::abs(g - w) <= tol * largest + tol * std::abs(w) + 1e-6))  // 1e-6: fp32 noise on an all-zero tensor
+    // 1e-5: on an all-zero tensor (one key per row: dP = delta exactly) what is left is the fp32 rounding
+    // of dP - delta, two sums of head_dim products of order 1 taken in different orders.
+    if (!(std::abs(g - w) <= tol * largest + tol * std::abs(w) + 1e-5))
       FAIL(fmt::format("{}: {}[{}] = {:.6g}, want {:.6g} (largest entry {:.4g})", c.name(), what, i, g, w, largest));
   }
   SUCCEED();

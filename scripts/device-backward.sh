@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# On the lent GPU machine: build, the attention backward GPU tests, and `sjit bench attention --backward`
+# in both dQ modes at the shapes. Logs in $OUT. Usage there (carrying .deps):
+#   bash scripts/device-backward.sh [tests|bench|all]
+set -uo pipefail
+what=${1:-all}
+source scripts/device-build.sh
+if [[ $what == tests || $what == all ]]; then
+  timeout 300 ./build-gpu/tests/sjit_gpu_tests '[backward]' >"$OUT/backward-tests.log" 2>&1
+  echo "backward tests exit $?"; grep -E "FAILED|failed|passed|with expansion|seed|want" "$OUT/backward-tests.log" | head -30
+fi
+if [[ $what == bench || $what == all ]]; then
+  bench="./build-gpu/sjit bench attention --backward --iters 10"
+  for mode in "" --deterministic; do
+    timeout 150 $bench $mode --density 1,0.5,0.25,0.1,0.05,0.02
+    timeout 60 $bench $mode --causal tl --density 0.1
+    timeout 60 $bench $mode --d 64 --batch 4 --heads 32 --seq 4096 --density 0.1
+  done 2>&1 | tee "$OUT/bench-backward.log"
+fi

@@ -96,29 +96,39 @@ __device__ __forceinline__ void store_rows(float (&acc)[1][Tr::d_tiles][4], floa
   }
 }
 
-template <int D>
-struct PrepCfgCheck {
-  static_assert(D % 8 == 0 && D / 8 <= 32, "one lane per 8 elements of a row");
+// The query row of the per-row kernels (prep, dq_convert): one warp each, eight a CTA of 256, a lane
+// per 8 elements of the row.
+struct WarpRow {
+  long long row;  // flat (batch, head, i), the index of lse, delta and lse2
+  int batch, head, i;
+  bool valid;     // false for the warps past the last row
 };
+template <int D>
+__device__ __forceinline__ WarpRow warp_row(const AttentionBackwardParams& p) {
+  static_assert(D % 8 == 0 && D / 8 <= 32, "one lane per 8 elements of a row");
+  WarpRow r;
+  r.row = static_cast<long long>(blockIdx.x) * 8 + threadIdx.x / 32;
+  r.valid = r.row < static_cast<long long>(p.batch) * p.heads_q * p.seq_q;
+  r.i = r.valid ? static_cast<int>(r.row % p.seq_q) : 0;
+  r.head = r.valid ? static_cast<int>(r.row / p.seq_q % p.heads_q) : 0;
+  r.batch = r.valid ? static_cast<int>(r.row / p.seq_q / p.heads_q) : 0;
+  return r;
+}
 
 // delta_i = sum_d dO_id * O_id and lse2_i (and a zeroed dQ accumulator row): one warp per row.
 template <class Cfg>
 __global__ void __launch_bounds__(256) attention_backward_prep(const AttentionBackwardParams p) {
   using T = typename Cfg::T;
   constexpr int chunks = Cfg::head_dim / 8;
-  (void)PrepCfgCheck<Cfg::head_dim>{};
-  const long long row = static_cast<long long>(blockIdx.x) * 8 + threadIdx.x / 32;
-  const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.seq_q;
-  if (row >= rows) return;
+  const WarpRow w = warp_row<Cfg::head_dim>(p);
+  if (!w.valid) return;
+  const long long row = w.row;
   const int lane = threadIdx.x % 32;
-  const int i = static_cast<int>(row % p.seq_q);
-  const int head = static_cast<int>(row / p.seq_q % p.heads_q);
-  const int batch = static_cast<int>(row / p.seq_q / p.heads_q);
   float dot = 0.f;
   if (lane < chunks) {
-    const T* o = static_cast<const T*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride + i * p.o_row_stride;
+    const T* o = static_cast<const T*>(p.o) + w.batch * p.o_batch_stride + w.head * p.o_head_stride + w.i * p.o_row_stride;
     const T* d_o =
-        static_cast<const T*>(p.d_o) + batch * p.do_batch_stride + head * p.do_head_stride + i * p.do_row_stride;
+        static_cast<const T*>(p.d_o) + w.batch * p.do_batch_stride + w.head * p.do_head_stride + w.i * p.do_row_stride;
     float a[8], b[8];
     load_packet<T, 8>(o + lane * 8, a);
     load_packet<T, 8>(d_o + lane * 8, b);
@@ -485,23 +495,17 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backwa
 template <class Cfg>
 __global__ void __launch_bounds__(256) attention_backward_dq_convert(const AttentionBackwardParams p) {
   using T = typename Cfg::T;
-  constexpr int chunks = Cfg::head_dim / 8;
-  (void)PrepCfgCheck<Cfg::head_dim>{};
-  const long long row = static_cast<long long>(blockIdx.x) * 8 + threadIdx.x / 32;
-  const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.seq_q;
+  const WarpRow w = warp_row<Cfg::head_dim>(p);
   const int lane = threadIdx.x % 32;
-  if (row >= rows || lane >= chunks) return;
-  const int i = static_cast<int>(row % p.seq_q);
-  const int head = static_cast<int>(row / p.seq_q % p.heads_q);
-  const int batch = static_cast<int>(row / p.seq_q / p.heads_q);
-  const float4* acc = reinterpret_cast<const float4*>(p.dq_accum + row * Cfg::head_dim + lane * 8);
+  if (!w.valid || lane >= Cfg::head_dim / 8) return;
+  const float4* acc = reinterpret_cast<const float4*>(p.dq_accum + w.row * Cfg::head_dim + lane * 8);
   const float4 lo = acc[0], hi = acc[1];
   uint4 packed;
   packed.x = pack2<T>(lo.x * p.scale, lo.y * p.scale);
   packed.y = pack2<T>(lo.z * p.scale, lo.w * p.scale);
   packed.z = pack2<T>(hi.x * p.scale, hi.y * p.scale);
   packed.w = pack2<T>(hi.z * p.scale, hi.w * p.scale);
-  T* dq = static_cast<T*>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride + i * p.dq_row_stride;
+  T* dq = static_cast<T*>(p.dq) + w.batch * p.dq_batch_stride + w.head * p.dq_head_stride + w.i * p.dq_row_stride;
   *reinterpret_cast<uint4*>(dq + lane * 8) = packed;
 }
 

@@ -13,6 +13,7 @@
 #include "attention/tile_schedule.h"
 #include "codegen/attention_codegen.h"
 #include "jit/jit.h"
+#include "runtime/context.h"
 #include "sparsejit/error.h"
 #include "templates/sparsejit/attention_params.cuh"
 #include "tune/attention_tuned_configs.h"
@@ -35,6 +36,17 @@ struct DeviceSchedule {
 };
 
 std::size_t round_up_8(std::size_t bytes) { return (bytes + 7) / 8 * 8; }
+
+// 10 * major + minor of the device this thread launches on, or 0 without one (the default tiling is
+// then the portable mma.sync one).
+int current_compute_capability() {
+  try {
+    const runtime::DeviceFacts& f = runtime::current_device_facts();
+    return 10 * f.cc_major + f.cc_minor;
+  } catch (...) {
+    return 0;
+  }
+}
 
 bool every_block_active(const BlockPattern& p) { return p.nnz() == std::int64_t(p.heads()) * p.block_rows() * p.block_cols(); }
 
@@ -92,7 +104,9 @@ struct Attention::State {
       AttentionSpec d = spec;
       d.sparsity = Sparsity::dense;
       d.pass = Pass::forward;
-      dense_twin = std::make_unique<Attention>(d);
+      AttentionConfig twin;  // the device's default tiling, on the wgmma path if this one is
+      if (config.path == AttentionPath::wgmma) twin.path = AttentionPath::wgmma;
+      dense_twin = std::make_unique<Attention>(d, twin);
     }
     return *dense_twin;
   }
@@ -107,6 +121,10 @@ struct Attention::State {
       for (const auto& k : kernels)
         if (k->context == target.context) return *k;
     }
+    if (config.path == AttentionPath::wgmma && target.device->arch != "sm_90a")
+      throw InvalidArgument(fmt::format("attention config '{}': path = wgmma runs on compute capability 9.0 "
+                                        "(sm_90a) only; this device is {} ({})",
+                                        key(config), target.device->name, target.device->arch));
     auto loaded = jit::get_kernel(target, codegen::attention_kernel_key(spec, config), [&] {
       return codegen::attention_source(spec, config, baked_schedule ? &*baked_schedule : nullptr);
     });
@@ -198,7 +216,7 @@ Attention::Attention(const AttentionSpec& spec, const AttentionConfig& config) :
                                       key(state_->spec)));
   if (state_->spec.pass != Pass::forward)
     throw InvalidArgument(fmt::format("attention: pass={} is not implemented yet", name(state_->spec.pass)));
-  state_->config = resolve(state_->spec, tuning::attention_config_for(state_->spec, config));
+  state_->config = resolve(state_->spec, tuning::attention_config_for(state_->spec, config), current_compute_capability());
 }
 
 Attention::Attention(const AttentionSpec& spec, const BlockPattern& pattern, const AttentionConfig& config)
@@ -211,7 +229,7 @@ Attention::Attention(const AttentionSpec& spec, const BlockPattern& pattern, con
   if (pattern.block_size() != state_->spec.block_size)
     throw InvalidArgument(fmt::format("attention: the pattern to bake has block size {} but the spec says {}",
                                       pattern.block_size(), state_->spec.block_size));
-  state_->config = resolve(state_->spec, tuning::attention_config_for(state_->spec, config));
+  state_->config = resolve(state_->spec, tuning::attention_config_for(state_->spec, config), current_compute_capability());
   state_->baked = pattern;
   state_->baked_schedule =
       attention::build_tile_schedule(pattern, state_->config.block_m(), state_->config.block_n);

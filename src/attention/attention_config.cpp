@@ -10,9 +10,20 @@
 
 namespace sjit {
 
+std::string_view name(AttentionPath path) {
+  switch (path) {
+    case AttentionPath::automatic: return "auto";
+    case AttentionPath::mma: return "mma";
+    case AttentionPath::wgmma: return "wgmma";
+  }
+  return "?";
+}
+
 std::string key(const AttentionConfig& c) {
-  return fmt::format("warps={},mt={},bn={},stages={},qreg={}", c.warps, c.m_tiles, c.block_n, c.stages,
-                     c.q_in_registers);
+  std::string text = fmt::format("warps={},mt={},bn={},stages={},qreg={}", c.warps, c.m_tiles, c.block_n, c.stages,
+                                 c.q_in_registers);
+  if (c.path != AttentionPath::automatic) text += fmt::format(",path={}", name(c.path));
+  return text;
 }
 
 AttentionConfig parse_attention_config(std::string_view text) {
@@ -23,9 +34,41 @@ AttentionConfig parse_attention_config(std::string_view text) {
   c.block_n = spec::parse_int("bn", spec::take(kt, "bn"));
   c.stages = spec::parse_int("stages", spec::take(kt, "stages"));
   c.q_in_registers = spec::parse_int("qreg", spec::take_or(kt, "qreg", "-1"));
-  spec::reject_leftovers(kt, "warps, mt, bn, stages, qreg");
+  const std::string path = spec::take_or(kt, "path", "auto");
+  if (path == "auto") c.path = AttentionPath::automatic;
+  else if (path == "mma") c.path = AttentionPath::mma;
+  else if (path == "wgmma") c.path = AttentionPath::wgmma;
+  else throw InvalidSpec(fmt::format("attention config: path = '{}': use mma, wgmma or auto", path));
+  spec::reject_leftovers(kt, "warps, mt, bn, stages, qreg, path");
   return c;
 }
+
+namespace {
+
+// The wgmma path's tiling (Hopper): two warpgroups of 64 query rows and 128-key tiles (160 KB of
+// shared memory at d = 128: one CTA an SM). Causal: a third slot, which runs the softmax of one tile
+// under the P V product of the previous one (1.298 ms dense top-left at B2 H16 S8192 D128). Pattern
+// blocks of 64 or less: one warpgroup of 64 rows, for the reason given for the mma.sync path below.
+AttentionConfig wgmma_default_config(const AttentionSpec& spec) {
+  AttentionConfig c;
+  c.path = AttentionPath::wgmma;
+  c.warps = spec.sparsity != Sparsity::dense && spec.block_size <= 64 ? 4 : 8;
+  c.m_tiles = 1;
+  c.block_n = 128;
+  c.stages = spec.causal != Causal::none ? 3 : 2;
+  c.q_in_registers = 0;
+  return c;
+}
+
+// Where the wgmma path is the default on compute capability 9.0: where it passed every GPU test and
+// was measured faster than mma.sync on the H100 (docs/attention.md, "Hopper path"): d = 128, dense or
+// pattern blocks of 128 (dense 440 TFLOP/s against 318; bsr 128 at density 0.1: 0.302 ms against
+// 0.406). d = 64 gained 3% dense and lost 2% at density 0.1; blocks of 64 lost with 128-key tiles.
+bool wgmma_is_default(const AttentionSpec& spec) {
+  return spec.head_dim == 128 && (spec.sparsity == Sparsity::dense || spec.block_size >= 128);
+}
+
+}  // namespace
 
 // The heuristic, from the register budget of one thread (255) and shared-memory bandwidth:
 // - 4 warps of 32 rows each (m_tiles = 2) make every K and V fragment read from shared memory serve
@@ -35,9 +78,11 @@ AttentionConfig parse_attention_config(std::string_view text) {
 // - 32-key tiles with two stages fit two CTAs an SM at d = 128 and keep S at 32 floats a thread.
 // - Pattern blocks of 64 or less: 64-row tiles, so that a tile spans few pattern blocks and work on
 //   inactive blocks inside an active tile stays small.
-AttentionConfig default_config(const AttentionSpec& in) {
+AttentionConfig default_config(const AttentionSpec& in, int compute_capability) {
   const AttentionSpec spec = canonical(in);
+  if (compute_capability == 90 && wgmma_is_default(spec)) return wgmma_default_config(spec);
   AttentionConfig c;
+  c.path = AttentionPath::mma;
   c.warps = 4;
   c.stages = 2;
   c.block_n = spec.head_dim >= 96 ? 32 : 64;  // H100, d = 128: 309 TFLOP/s with 32, 297 with 64
@@ -60,9 +105,14 @@ AttentionConfig default_config(const AttentionSpec& in) {
   return c;
 }
 
-AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c) {
+AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c, int compute_capability) {
   const AttentionSpec spec = canonical(in);
-  const AttentionConfig d = default_config(spec);
+  if (c.path == AttentionPath::automatic) {
+    const bool tiling_set = c.warps != 0 || c.m_tiles != 0 || c.block_n != 0 || c.stages != 0;
+    c.path = tiling_set ? AttentionPath::mma : default_config(spec, compute_capability).path;
+  }
+  const AttentionConfig d =
+      c.path == AttentionPath::wgmma ? wgmma_default_config(spec) : default_config(spec);
   if (c.warps == 0) c.warps = d.warps;
   if (c.m_tiles == 0) c.m_tiles = d.m_tiles;
   if (c.block_n == 0) c.block_n = d.block_n;
@@ -77,6 +127,13 @@ AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c) {
     refuse(fmt::format("bn = {}: use 16, 32, 64 or 128 keys per tile", c.block_n));
   if (c.stages != 2 && c.stages != 3) refuse(fmt::format("stages = {}: use 2 or 3", c.stages));
   if (c.q_in_registers != 0 && c.q_in_registers != 1) refuse(fmt::format("qreg = {}: use 0 or 1", c.q_in_registers));
+  if (c.path == AttentionPath::wgmma) {
+    if (spec.head_dim != 64 && spec.head_dim != 128)
+      refuse(fmt::format("path = wgmma takes head_dim 64 or 128, not {}", spec.head_dim));
+    if (c.m_tiles != 1) refuse(fmt::format("mt = {}: path = wgmma needs 1 (a warpgroup owns 64 rows)", c.m_tiles));
+    if (c.block_n != 64 && c.block_n != 128) refuse(fmt::format("bn = {}: path = wgmma takes 64 or 128", c.block_n));
+    if (c.q_in_registers != 0) refuse(fmt::format("qreg = {}: path = wgmma reads Q from shared memory (0)", c.q_in_registers));
+  }
   if (spec.sparsity != Sparsity::dense) {
     const int bs = spec.block_size;
     const int groups = (c.block_m() / std::min(bs, c.block_m())) * (c.block_n / std::min(bs, c.block_n));

@@ -47,6 +47,11 @@ std::string attention_kernel_key(const AttentionSpec& spec, const AttentionConfi
 }
 
 int attention_forward_shared_bytes(const AttentionSpec& spec, const AttentionConfig& config) {
+  if (config.path == AttentionPath::wgmma) {
+    // Unpadded 128-byte-swizzled tiles, plus 1 KB to align the base to a swizzle atom
+    // (AttentionSm90Layout in attention_forward_sm90.cuh).
+    return 1024 + (config.block_m() + 2 * config.stages * config.block_n) * spec.head_dim * 2;
+  }
   const int row_bytes = (spec.head_dim + 8) * 2;  // padded rows of 16-bit elements
   return (config.block_m() + 2 * config.stages * config.block_n) * row_bytes;
 }
@@ -60,6 +65,7 @@ KernelSource attention_source(const AttentionSpec& spec, const AttentionConfig& 
   if (is_baked && baked == nullptr)
     throw InvalidSpec(fmt::format("attention: '{}' is baked: its kernel can only be built from the pattern itself "
                                   "(construct sjit::Attention with the BlockPattern)", key(spec)));
+  const bool wgmma = config.path == AttentionPath::wgmma;
   KernelSource out;
   out.kernel_key = attention_kernel_key(spec, config);
   std::string arrays, baked_members;
@@ -80,7 +86,7 @@ KernelSource attention_source(const AttentionSpec& spec, const AttentionConfig& 
   }
   out.source = fmt::format(
       "// {}\n"
-      "#include \"sparsejit/attention_forward.cuh\"\n"
+      "#include \"sparsejit/{}.cuh\"\n"
       "{}\n"
       "struct Cfg {{\n"
       "  using T = {};\n"
@@ -95,13 +101,13 @@ KernelSource attention_source(const AttentionSpec& spec, const AttentionConfig& 
       "  static constexpr int pattern_block = {};\n"
       "{}"
       "}};\n",
-      out.kernel_key, arrays, cuda_type(spec.dtype), spec.head_dim, config.warps,
+      out.kernel_key, wgmma ? "attention_forward_sm90" : "attention_forward", arrays, cuda_type(spec.dtype), spec.head_dim, config.warps,
       config.m_tiles, config.block_n, config.stages, config.q_in_registers == 1 ? "true" : "false",
       causal_id(spec.causal), name(spec.causal), sparsity_id(spec.sparsity), name(spec.sparsity),
       // Dense kernels: one "block" larger than any tile, so no tile is ever split into groups.
       spec.sparsity == Sparsity::dense ? 1 << 20 : spec.block_size, baked_members);
-  out.source_name = "attention_forward.cu";
-  out.name_expression = "sjit_kernels::attention_forward<Cfg>";
+  out.source_name = wgmma ? "attention_forward_sm90.cu" : "attention_forward.cu";
+  out.name_expression = wgmma ? "sjit_kernels::attention_forward_sm90<Cfg>" : "sjit_kernels::attention_forward<Cfg>";
   out.dynamic_shared_bytes = attention_forward_shared_bytes(spec, config);
   return out;
 }

@@ -190,14 +190,15 @@ __device__ __forceinline__ void mask_tile(float (&s)[AttentionForwardTraits<Cfg>
       }
 }
 
-// Online softmax step (Milakov & Gimelshein 2018) for the warp's rows: raises the running maxima,
-// rescales the running sums and outputs by exp2(old max - new max), and turns S into P = exp2(S*c - max).
+// Online softmax step (Milakov & Gimelshein 2018) for the warp's rows, scores only: raises the running
+// maxima, rescales the running sums, turns S into P = exp2(S*c - max), and returns in `correction` the
+// factor exp2(old max - new max) the running outputs must still be multiplied by.
 // A row that has seen only masked keys keeps max -inf; it exponentiates against 0 instead, so
 // -inf - -inf never produces NaN and its P, sum and output stay exactly 0.
 template <class Tr>
-__device__ __forceinline__ void online_softmax(float (&s)[Tr::m_tiles][Tr::n_tiles][4],
+__device__ __forceinline__ void softmax_scores(float (&s)[Tr::m_tiles][Tr::n_tiles][4],
                                                float (&row_max)[Tr::m_tiles][2], float (&row_sum)[Tr::m_tiles][2],
-                                               float (&o)[Tr::m_tiles][Tr::d_tiles][4], float scale_log2) {
+                                               float (&correction)[Tr::m_tiles][2], float scale_log2) {
 #pragma unroll
   for (int mt = 0; mt < Tr::m_tiles; ++mt)
 #pragma unroll
@@ -209,14 +210,9 @@ __device__ __forceinline__ void online_softmax(float (&s)[Tr::m_tiles][Tr::n_til
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
       const float new_max = fmaxf(row_max[mt][h], tile_max * scale_log2);
       const float base = new_max == -infinity() ? 0.f : new_max;
-      const float correction = fast_exp2(row_max[mt][h] - base);
+      correction[mt][h] = fast_exp2(row_max[mt][h] - base);
       row_max[mt][h] = new_max;
-      row_sum[mt][h] *= correction;
-#pragma unroll
-      for (int dt = 0; dt < Tr::d_tiles; ++dt) {
-        o[mt][dt][2 * h] *= correction;
-        o[mt][dt][2 * h + 1] *= correction;
-      }
+      row_sum[mt][h] *= correction[mt][h];
 #pragma unroll
       for (int nt = 0; nt < Tr::n_tiles; ++nt)
 #pragma unroll
@@ -226,6 +222,31 @@ __device__ __forceinline__ void online_softmax(float (&s)[Tr::m_tiles][Tr::n_til
           s[mt][nt][e] = prob;
         }
     }
+}
+
+// Multiplies the running outputs of each row by its softmax correction.
+template <class Tr>
+__device__ __forceinline__ void rescale_output(float (&o)[Tr::m_tiles][Tr::d_tiles][4],
+                                               const float (&correction)[Tr::m_tiles][2]) {
+#pragma unroll
+  for (int mt = 0; mt < Tr::m_tiles; ++mt)
+#pragma unroll
+    for (int dt = 0; dt < Tr::d_tiles; ++dt) {
+      o[mt][dt][0] *= correction[mt][0];
+      o[mt][dt][1] *= correction[mt][0];
+      o[mt][dt][2] *= correction[mt][1];
+      o[mt][dt][3] *= correction[mt][1];
+    }
+}
+
+// The whole online softmax step: scores to probabilities, then the running outputs rescaled.
+template <class Tr>
+__device__ __forceinline__ void online_softmax(float (&s)[Tr::m_tiles][Tr::n_tiles][4],
+                                               float (&row_max)[Tr::m_tiles][2], float (&row_sum)[Tr::m_tiles][2],
+                                               float (&o)[Tr::m_tiles][Tr::d_tiles][4], float scale_log2) {
+  float correction[Tr::m_tiles][2];
+  softmax_scores<Tr>(s, row_max, row_sum, correction, scale_log2);
+  rescale_output<Tr>(o, correction);
 }
 
 // O += P V for the warp's rows and one key tile; P (in s) is rounded to T for the tensor cores.

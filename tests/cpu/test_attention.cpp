@@ -204,6 +204,65 @@ TEST_CASE("attention config key text round-trips", "[attention][config]") {
   CHECK_THROWS_WITH(parse_attention_config("warps=4,mt=1,bn=64"), Contains("stages"));
 }
 
+TEST_CASE("attention config key text: the kernel path", "[attention][config]") {
+  // Text without a path (the old form) parses as automatic, and automatic prints no path.
+  CHECK(parse_attention_config("warps=4,mt=2,bn=64,stages=2,qreg=0").path == AttentionPath::automatic);
+  for (const AttentionPath path : {AttentionPath::mma, AttentionPath::wgmma}) {
+    AttentionConfig c{8, 1, 128, 2, 0};
+    c.path = path;
+    const std::string text = fmt::format("warps=8,mt=1,bn=128,stages=2,qreg=0,path={}", path == AttentionPath::mma ? "mma" : "wgmma");
+    CHECK(key(c) == text);
+    CHECK(parse_attention_config(text) == c);
+  }
+  CHECK(parse_attention_config("warps=8,mt=1,bn=128,stages=2,path=auto").path == AttentionPath::automatic);
+  CHECK_THROWS_WITH(parse_attention_config("warps=8,mt=1,bn=128,stages=2,path=tma"), Contains("path = 'tma'"));
+}
+
+TEST_CASE("resolve() on the wgmma path: defaults, checks, and which path an unset config takes", "[attention][config]") {
+  AttentionConfig wgmma;
+  wgmma.path = AttentionPath::wgmma;
+  for (int d : {64, 128})
+    for (Sparsity sparsity : {Sparsity::dense, Sparsity::block_sparse})
+      for (int bs : {16, 64, 128}) {
+        const AttentionSpec spec = make_spec(d, DType::f16, Causal::top_left, sparsity, bs, 1);
+        CAPTURE(key(spec));
+        const AttentionConfig c = resolve(spec, wgmma);
+        CHECK(c.path == AttentionPath::wgmma);
+        CHECK(c.m_tiles == 1);
+        CHECK((c.warps == 4 || c.warps == 8));
+        CHECK((c.block_n == 64 || c.block_n == 128));
+        CHECK(c.q_in_registers == 0);
+        CHECK(resolve(spec, c) == c);
+        CHECK(parse_attention_config(key(c)) == c);
+        // Pattern blocks of 64 or less: one warpgroup, 64 query rows (see default_config).
+        CHECK(c.block_m() == (sparsity != Sparsity::dense && bs <= 64 ? 64 : 128));
+      }
+  const AttentionSpec d128 = make_spec(128, DType::bf16, Causal::none, Sparsity::dense, 0);
+  AttentionConfig bad = wgmma;
+  bad.m_tiles = 2;
+  CHECK_THROWS_WITH(resolve(d128, bad), Contains("mt = 2") && Contains("wgmma"));
+  bad = wgmma, bad.block_n = 32;
+  CHECK_THROWS_WITH(resolve(d128, bad), Contains("bn = 32") && Contains("wgmma"));
+  CHECK_THROWS_WITH(resolve(make_spec(32, DType::bf16, Causal::none, Sparsity::dense, 0), wgmma),
+                    Contains("head_dim 64 or 128"));
+  bad = AttentionConfig{8, 1, 128, 3, 0}, bad.path = AttentionPath::wgmma;  // 225 KB: fits (barely)
+  CHECK_NOTHROW(resolve(d128, bad));
+  // A config with tiling fields but no path keeps meaning the mma.sync kernel, on any device.
+  CHECK(resolve(d128, AttentionConfig{8, 2, 32, 3, 0}, 90).path == AttentionPath::mma);
+  // With nothing set, the path is the device's default; without a device (0) it is mma.sync.
+  CHECK(resolve(d128, {}, 0).path == AttentionPath::mma);
+  CHECK(resolve(d128, {}, 80).path == AttentionPath::mma);
+  CHECK(default_config(d128, 0).path == AttentionPath::mma);
+  // On compute capability 9.0 the default is wgmma where it was measured faster: d = 128, dense or
+  // pattern blocks of 128; mma.sync elsewhere.
+  CHECK(resolve(d128, {}, 90).path == AttentionPath::wgmma);
+  CHECK(resolve(make_spec(128, DType::f16, Causal::top_left, Sparsity::block_sparse, 128), {}, 90).path ==
+        AttentionPath::wgmma);
+  CHECK(resolve(make_spec(128, DType::f16, Causal::none, Sparsity::block_sparse, 64), {}, 90).path ==
+        AttentionPath::mma);
+  CHECK(resolve(make_spec(64, DType::f16, Causal::none, Sparsity::dense, 0), {}, 90).path == AttentionPath::mma);
+}
+
 TEST_CASE("resolve() fills every unset field and the result is a valid tiling for every spec", "[attention][config]") {
   for (int d : kHeadDims)
     for (Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right})
@@ -775,6 +834,9 @@ TEST_CASE("attention kernels compile with NVRTC for sm_90a and sm_80", "[attenti
       {"attention:d=64,dtype=f16,causal=br,sparsity=bsr,block=32", "sm_90a"},
       {"attention:d=64,dtype=f16,causal=br,sparsity=bsr,block=32", "sm_80"},
       {"attention:d=256,causal=tl", "sm_80"},
+      {"attention:d=128,dtype=bf16|warps=8,mt=1,bn=128,stages=2,qreg=0,path=wgmma", "sm_90a"},
+      {"attention:d=64,dtype=f16,causal=br,sparsity=bsr,block=32|warps=4,mt=1,bn=128,stages=3,qreg=0,path=wgmma",
+       "sm_90a"},
   };
   // Two at a time: CI has two cores.
   for (std::size_t first = 0; first < jobs.size(); first += 2) {
@@ -790,7 +852,15 @@ TEST_CASE("attention kernels compile with NVRTC for sm_90a and sm_80", "[attenti
       CHECK(k.binary.size() > 1000);
       CHECK(k.binary.compare(0, 4, "\x7f" "ELF") == 0);  // a CUBIN is an ELF file
       CHECK(k.usage.registers > 0);
-      if (job.key.find("d=64") != std::string::npos) CHECK(k.usage.spill_store_bytes == 0);
+      if (job.key.find("d=64") != std::string::npos || job.key.find("wgmma") != std::string::npos)
+        CHECK(k.usage.spill_store_bytes == 0);
     }
   }
+}
+
+TEST_CASE("a wgmma kernel refuses a target without sm_90a features, saying why", "[attention][codegen][nvrtc]") {
+  CacheOff no_cache;
+  const std::string key = "attention:d=64,dtype=bf16|warps=4,mt=1,bn=64,stages=2,qreg=0,path=wgmma";
+  CHECK_THAT(source_for_key(key), Contains("attention_forward_sm90.cuh") && Contains("block_n = 64;"));
+  CHECK_THROWS_WITH(compile_key(key, "sm_80"), Contains("sm_90a"));
 }

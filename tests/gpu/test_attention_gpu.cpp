@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -22,9 +23,10 @@ struct Case {
   double density = 1;      // block-sparse: random pattern with this density
   bool per_head_pattern = false;
   bool bshd = false;       // [B, S, H, D] layout instead of [B, H, S, D]
+  AttentionConfig config{};  // the kernel's tiling and path (default: chosen for the device)
   std::string name() const {
-    return fmt::format("{} B{} Hq{} Hkv{} Sq{} Sk{} density {} {}{}", key(spec), batch, heads_q, heads_kv, seq_q, seq_k,
-                       density, per_head_pattern ? "per-head " : "", bshd ? "bshd" : "bhsd");
+    return fmt::format("{} | {} B{} Hq{} Hkv{} Sq{} Sk{} density {} {}{}", key(spec), key(config), batch, heads_q,
+                       heads_kv, seq_q, seq_k, density, per_head_pattern ? "per-head " : "", bshd ? "bshd" : "bhsd");
   }
 };
 
@@ -133,7 +135,8 @@ void check_case(const Case& c, std::mt19937_64& rng) {
   const auto v = test::quantized(dt, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, int(d), 1.0f));
   std::optional<BlockPattern> pattern;
   if (c.spec.sparsity != Sparsity::dense) pattern = pattern_for(c, rng());
-  Attention attention = c.spec.sparsity == Sparsity::baked ? Attention(c.spec, *pattern) : Attention(c.spec);
+  Attention attention =
+      c.spec.sparsity == Sparsity::baked ? Attention(c.spec, *pattern, c.config) : Attention(c.spec, c.config);
   const Result got = run_gpu(c, attention, q, k, v, pattern ? &*pattern : nullptr);
   const auto want = run_reference(c, q, k, v, pattern ? &*pattern : nullptr);
   INFO(c.name());
@@ -276,4 +279,141 @@ TEST_CASE("every tiling the tuner may pick computes the same attention", "[gpu][
     Attention attention(c.spec, config);
     expect_matches(c, run_gpu(c, attention, q, k, v, &pattern), want);
   }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The Hopper path (wgmma, sm_90a): the same checks with path = wgmma, on compute capability 9.0 only.
+// ---------------------------------------------------------------------------------------------------
+
+namespace {
+
+bool on_hopper() {
+  const DeviceInfo device = current_device();
+  return device.cc_major == 9 && device.cc_minor == 0;
+}
+
+AttentionConfig wgmma(int warps = 0, int block_n = 0, int stages = 0) {
+  AttentionConfig c;
+  c.path = AttentionPath::wgmma;
+  c.warps = warps, c.block_n = block_n, c.stages = stages;
+  if (warps || block_n || stages) c.m_tiles = 1, c.q_in_registers = 0;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("wgmma path: one tile of each head dim and dtype (descriptor layouts)", "[gpu][attention][sm90]") {
+  if (!on_hopper()) {
+    WARN("not a compute capability 9.0 GPU: the wgmma path is not tested");
+    return;
+  }
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (const int d : {64, 128})
+    for (const DType dt : {DType::bf16, DType::f16})
+      for (const AttentionConfig config : {wgmma(4, 64, 2), wgmma(8, 128, 2)}) {
+        // Exactly one query tile and one key tile: S = Q K^T and O = P V through one descriptor each.
+        Case c{spec_of(d, dt, Causal::none), 1, 1, 1, config.block_m(), config.block_n};
+        c.config = config;
+        check_case(c, rng);
+      }
+}
+
+TEST_CASE("wgmma path: dense for every dtype and head dim and causal mode with GQA and odd lengths", "[gpu][attention][sm90]") {
+  if (!on_hopper()) return;
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (const int d : {64, 128})
+    for (const DType dt : {DType::bf16, DType::f16})
+      for (const Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right}) {
+        Case c{spec_of(d, dt, causal), 2, 4, 2, 197, 333};
+        if (causal == Causal::bottom_right) std::swap(c.seq_q, c.seq_k);  // rows with no key
+        c.config = wgmma();
+        check_case(c, rng);
+      }
+  SECTION("[B, S, H, D] layout, MQA, long causal, decode-like") {
+    Case bshd{spec_of(128, DType::f16, Causal::none), 2, 4, 2, 100, 257};
+    bshd.bshd = true;
+    bshd.config = wgmma();
+    check_case(bshd, rng);
+    Case mqa{spec_of(64, DType::bf16, Causal::top_left), 1, 8, 1, 130, 130};
+    mqa.config = wgmma();
+    check_case(mqa, rng);
+    Case long_causal{spec_of(128, DType::bf16, Causal::top_left), 1, 2, 1, 1024, 1024};
+    long_causal.config = wgmma();
+    check_case(long_causal, rng);
+    Case decode{spec_of(128, DType::bf16, Causal::bottom_right), 1, 2, 2, 3, 1000};
+    decode.config = wgmma();
+    check_case(decode, rng);
+  }
+}
+
+TEST_CASE("wgmma path: block-sparse and baked for every block size and density", "[gpu][attention][sm90]") {
+  if (!on_hopper()) return;
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  // Causal mode, head dim, dtype and bsr/baked rotate with the variant so that every value of each
+  // meets every block size without compiling a kernel per combination.
+  int variant = 0;
+  for (const int bs : {16, 32, 64, 128})
+    for (const double density : {1.0, 0.5, 0.1, 0.02, 0.0}) {
+      ++variant;
+      const Causal causal = std::array{Causal::none, Causal::top_left, Causal::bottom_right}[variant % 3];
+      const int d = variant % 2 ? 128 : 64;
+      const DType dt = variant % 4 < 2 ? DType::bf16 : DType::f16;
+      const Sparsity sparsity = variant % 5 == 2 ? Sparsity::baked : Sparsity::block_sparse;
+      const std::int64_t seq = bs <= 32 ? 1000 : 1500;
+      Case c{spec_of(d, dt, causal, sparsity, bs), 1, 4, 2, seq + 3, seq - 5, density};
+      c.per_head_pattern = variant % 4 == 1;
+      c.config = wgmma();
+      check_case(c, rng);
+    }
+}
+
+TEST_CASE("wgmma path: every tiling it accepts computes the same attention", "[gpu][attention][sm90]") {
+  if (!on_hopper()) return;
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (const int d : {64, 128})
+    for (const AttentionConfig config :
+         {wgmma(4, 64, 2), wgmma(4, 128, 3), wgmma(8, 64, 2), wgmma(8, 64, 3), wgmma(8, 128, 2)}) {
+      Case c{spec_of(d, DType::bf16, Causal::top_left, Sparsity::block_sparse, 64), 1, 2, 1, 517, 517, 0.5};
+      c.config = config;
+      check_case(c, rng);
+    }
+}
+
+TEST_CASE("wgmma path: an empty pattern row gives output 0 and log-sum-exp -inf", "[gpu][attention][sm90]") {
+  if (!on_hopper()) return;
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const std::int64_t seq = 300;
+  const int bs = 64;
+  const std::int64_t blocks = (seq + bs - 1) / bs;
+  std::vector<std::uint8_t> mask(std::size_t(blocks * blocks), 1);
+  for (std::int64_t col = 0; col < blocks; ++col) mask[col] = 0, mask[2 * blocks + col] = 0, mask[blocks + col] = col == 1;
+  const BlockPattern pattern = BlockPattern::from_block_mask(bs, 1, blocks, blocks, mask);
+  Case c{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, bs), 2, 2, 2, seq, seq};
+  c.config = wgmma();
+  const auto q = test::quantized(DType::bf16, test::random_rows(rng, 4 * seq, 128, 1.0f));
+  const auto k = test::quantized(DType::bf16, test::random_rows(rng, 4 * seq, 128, 1.0f));
+  const auto v = test::quantized(DType::bf16, test::random_rows(rng, 4 * seq, 128, 1.0f));
+  Attention attention(c.spec, c.config);
+  REQUIRE(attention.config().path == AttentionPath::wgmma);
+  const Result got = run_gpu(c, attention, q, k, v, &pattern);
+  for (std::int64_t bh = 0; bh < 4; ++bh)
+    for (std::int64_t row = 0; row < seq; ++row) {
+      const bool empty = row / bs == 0 || row / bs == 2;
+      const float lse = got.lse[bh * seq + row];
+      if (empty) {
+        REQUIRE((std::isinf(lse) && lse < 0));
+        for (int col = 0; col < 128; ++col) REQUIRE(got.o[(bh * seq + row) * 128 + col] == 0.0f);
+      }
+    }
+  expect_matches(c, got, run_reference(c, q, k, v, &pattern));
 }

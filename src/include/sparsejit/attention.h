@@ -14,26 +14,38 @@
 
 namespace sjit {
 
+// Which forward kernel body runs: mma.sync (sm_80 and later) or wgmma (Hopper, sm_90a only).
+// automatic: the default for the device when every tiling field is unset, else mma (a tiling written
+// for the mma.sync kernel keeps meaning that kernel).
+enum class AttentionPath { automatic, mma, wgmma };
+
 // A kernel's tiling (the tuner's knobs). Zero fields are filled by the heuristic default.
-// The query tile is 16 * m_tiles * warps rows; each warp owns 16 * m_tiles of them.
+// The query tile is 16 * m_tiles * warps rows; each warp owns 16 * m_tiles of them. On the wgmma path
+// m_tiles is 1 and each group of 4 warps (a warpgroup) owns 64 rows.
 struct AttentionConfig {
   int warps = 0;           // 4 or 8
   int m_tiles = 0;         // 16-row tensor-core tiles per warp: 1 or 2
   int block_n = 0;         // keys per tile: 16, 32, 64 or 128
   int stages = 0;          // K/V tiles in flight: 2 or 3
   int q_in_registers = -1; // 1: Q fragments live in registers; 0: re-read from shared memory; -1: choose
+  AttentionPath path = AttentionPath::automatic;
 
   friend bool operator==(const AttentionConfig&, const AttentionConfig&) = default;
   int block_m() const { return 16 * m_tiles * warps; }
 };
 
-std::string key(const AttentionConfig& config);  // "warps=4,mt=2,bn=64,stages=2,qreg=0"
+// "warps=4,mt=2,bn=64,stages=2,qreg=0,path=mma"; the path is left out while automatic, and text
+// without it parses as automatic.
+std::string key(const AttentionConfig& config);
 AttentionConfig parse_attention_config(std::string_view text);
+std::string_view name(AttentionPath path);  // "auto", "mma", "wgmma"
 
-AttentionConfig default_config(const AttentionSpec& spec);
+// compute_capability: 10 * major + minor of the device the kernel will run on, or 0 for "any"
+// (portable defaults, the mma.sync path).
+AttentionConfig default_config(const AttentionSpec& spec, int compute_capability = 0);
 // Fills the unset fields and checks the result against the spec (shared memory, tile shape); throws
 // InvalidArgument naming the field.
-AttentionConfig resolve(const AttentionSpec& spec, AttentionConfig config);
+AttentionConfig resolve(const AttentionSpec& spec, AttentionConfig config, int compute_capability = 0);
 
 // Strides of a [batch, heads, seq, head_dim] tensor in elements; the head_dim stride is 1.
 struct Strides {

@@ -1,0 +1,255 @@
+// Attention forward on Hopper (sm_90a): the same work items, tile schedule, masks and online softmax as
+// attention_forward.cuh, with the two matrix products on wgmma instead of mma.sync.
+//
+// A CTA is Cfg::warps / 4 warpgroups; warpgroup g owns query rows 64g .. 64g + 63 of the CTA's tile
+// (warp w owns rows 16w .. 16w + 15, as on the mma.sync path with one 16-row tile a warp, so the
+// mask, softmax and output code is shared). For each key tile of the CTA's list:
+//   1. S = Q K^T: head_dim / 16 wgmma k-steps, Q and K both read from shared memory;
+//   2. the element mask where the tile needs one, and the online softmax (exp2 domain), in registers;
+//   3. O += P V: block_n / 16 wgmma k-steps with P from registers (the accumulator layout of S is the
+//      A fragment layout) and V from shared memory, transposed by the instruction.
+// Q, K and V tiles live in the 128-byte swizzle of the wgmma descriptors (see wgmma.cuh). K/V tiles
+// arrive through a ring of `stages` slots filled by cp.async from every thread, one barrier per tile
+// (after the fence that hands cp.async's writes to the async proxy that wgmma reads through).
+#pragma once
+
+#include "sparsejit/attention_forward.cuh"
+#include "sparsejit/wgmma.cuh"
+
+namespace sjit_kernels {
+
+template <class Cfg>
+struct AttentionSm90Layout {
+  using Tr = AttentionForwardTraits<Cfg>;
+  static_assert(Cfg::m_tiles == 1, "wgmma path: each warp owns one 16-row slice of its warpgroup's 64 rows");
+  static_assert(Cfg::warps % 4 == 0, "wgmma path: whole warpgroups");
+  static_assert(Tr::head_dim == 64 || Tr::head_dim == 128, "wgmma path: head_dim 64 or 128");
+  static_assert(Tr::block_n == 64 || Tr::block_n == 128, "wgmma path: block_n 64 or 128");
+  static constexpr int q_bytes = Tr::block_m * Tr::head_dim * 2;
+  static constexpr int kv_bytes = Tr::block_n * Tr::head_dim * 2;
+  static constexpr int k_ring = q_bytes;                           // offsets from the aligned base
+  static constexpr int v_ring = q_bytes + Cfg::stages * kv_bytes;
+  static constexpr int used_bytes = q_bytes + 2 * Cfg::stages * kv_bytes;
+  // Two CTAs of two warpgroups an SM when their shared memory fits (228 KB an SM, 1 KB of it reserved
+  // per CTA): one CTA's loads of Q and its first tiles, and its output stores, then overlap the other's
+  // math, which short work items (sparse rows) need. The price is a cap of 128 registers a thread,
+  // which 64-key tiles fit (S is 32 floats a thread; 128-key tiles spill).
+  static constexpr int ctas_per_sm =
+      Tr::threads == 256 && Tr::block_n == 64 && 2 * (1024 + used_bytes + 1024) <= 228 * 1024 ? 2 : 1;
+  // The output is staged through padded rows (store_output) over the same memory once the loop is done.
+  static_assert(Tr::block_m * Tr::row_elems * 2 <= used_bytes, "the output staging tile must fit");
+};
+
+// Copies rows [row0, row0 + ROWS) of a [rows_total, HEAD_DIM] matrix into a 128-byte-swizzled tile with
+// cp.async, 16 bytes a thread per step; rows past rows_total are zero-filled (see load_tile_async).
+template <class T, int HEAD_DIM, int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile_swizzled(unsigned char* tile, const T* __restrict__ base,
+                                                   long long row_stride, int row0, int rows_total) {
+  constexpr int chunks_per_row = HEAD_DIM / 8;
+  constexpr int chunks = ROWS * chunks_per_row;
+  static_assert(chunks % THREADS == 0, "whole steps of 16-byte chunks");
+#pragma unroll
+  for (int step = 0; step < chunks / THREADS; ++step) {
+    const int i = step * THREADS + int(threadIdx.x);
+    const int r = i / chunks_per_row, c = i % chunks_per_row;
+    const bool valid = row0 + r < rows_total;
+    const T* src = base + (valid ? (row0 + r) * row_stride + c * 8 : 0);
+    cp_async_16(tile + swizzled_offset(ROWS, r, c * 8), src, valid);
+  }
+}
+
+// Which (batch, head, query tile) this CTA computes: the same work items and heaviest-first order as
+// locate_work, but head-major: consecutive CTAs take the query tiles of one (batch, head) before the
+// next one. The CTAs resident at one time then share a few heads' K/V, which L2 serves: with a pattern
+// shared by all heads and rank-major order, the ~132 resident CTAs read ~132 different heads' key
+// blocks, and a sparse forward reads each K/V tile once per query tile that visits it (0.94 GB from
+// DRAM at density 0.1, B2 H16 S8192 D128, against 0.26 GB head-major).
+template <class Cfg>
+__device__ __forceinline__ WorkItem locate_work_head_major(const AttentionForwardParams& p) {
+  using Tr = AttentionForwardTraits<Cfg>;
+  WorkItem w;
+  if constexpr (Cfg::sparsity == kDense) {
+    const int q_tiles = (p.seq_q + Tr::block_m - 1) / Tr::block_m;
+    const int rank = blockIdx.x % q_tiles, group = blockIdx.x / q_tiles;
+    w.q_tile = Cfg::causal != kNotCausal ? q_tiles - 1 - rank : rank;  // causal: later rows see more keys
+    w.batch = group / p.heads_q;
+    w.head_q = group % p.heads_q;
+    w.tiles.count = last_key_tile<Cfg>(p, w.q_tile) + 1;
+  } else {
+    const Schedule s = schedule_of<Cfg>(p);
+    const int heads_per_pattern = p.heads_q / s.pattern_heads;
+    const int items = s.pattern_heads * s.q_tiles;
+    const int rank = blockIdx.x % items, group = blockIdx.x / items;
+    const int item = s.item_order[rank];
+    const int pattern_head = item / s.q_tiles;
+    w.q_tile = item % s.q_tiles;
+    w.batch = group / heads_per_pattern;
+    w.head_q = pattern_head * heads_per_pattern + group % heads_per_pattern;
+    const int begin = s.item_tile_begin[item];
+    int end = s.item_tile_begin[item + 1];
+    const int last = last_key_tile<Cfg>(p, w.q_tile);  // tiles past the causal edge: a suffix
+    while (end > begin && s.tile_index[end - 1] > last) --end;
+    w.tiles = {end - begin, s.tile_index + begin, s.tile_mask + begin};
+  }
+  return w;
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, AttentionSm90Layout<Cfg>::ctas_per_sm)
+    attention_forward_sm90(const AttentionForwardParams p) {
+  using Tr = AttentionForwardTraits<Cfg>;
+  using L = AttentionSm90Layout<Cfg>;
+  using T = typename Tr::T;
+  constexpr int stages = Cfg::stages;
+  extern __shared__ __align__(1024) unsigned char shared_sm90[];
+  // Swizzle atoms must start at 1024-byte boundaries: align the base (the launch asks for 1 KB more).
+  unsigned char* smem = shared_sm90 + ((1024 - (smem_address(shared_sm90) & 1023)) & 1023);
+  const unsigned smem_base = smem_address(smem);
+
+  const WorkItem w = locate_work_head_major<Cfg>(p);
+  const int q_row0 = w.q_tile * Tr::block_m;
+  if (q_row0 >= p.seq_q) return;  // a schedule item past the end of a short sequence: nothing to do
+  const int kv_head = w.head_q / (p.heads_q / p.heads_kv);
+  const T* q = static_cast<const T*>(p.q) + w.batch * p.q_batch_stride + w.head_q * p.q_head_stride;
+  const T* k = static_cast<const T*>(p.k) + w.batch * p.k_batch_stride + kv_head * p.k_head_stride;
+  const T* v = static_cast<const T*>(p.v) + w.batch * p.v_batch_stride + kv_head * p.v_head_stride;
+  const KeyTiles& tiles = w.tiles;
+
+  auto load_key_tile = [&](int j) {  // the j-th tile of the list into ring slot j % stages
+    const int key0 = tiles.tile(j) * Tr::block_n;
+    const int slot = j % stages;
+    load_tile_swizzled<T, Tr::head_dim, Tr::block_n, Tr::threads>(smem + L::k_ring + slot * L::kv_bytes, k,
+                                                                   p.k_row_stride, key0, p.seq_k);
+    load_tile_swizzled<T, Tr::head_dim, Tr::block_n, Tr::threads>(smem + L::v_ring + slot * L::kv_bytes, v,
+                                                                   p.v_row_stride, key0, p.seq_k);
+  };
+
+  // Prologue: Q and the first key tiles, one commit group per tile (see attention_forward).
+  load_tile_swizzled<T, Tr::head_dim, Tr::block_m, Tr::threads>(smem, q, p.q_row_stride, q_row0, p.seq_q);
+  constexpr int prefetch = stages == 2 ? 1 : stages - 2;  // tiles in flight ahead of the one computed
+#pragma unroll
+  for (int j = 0; j < prefetch; ++j) {
+    if (j < tiles.count) load_key_tile(j);
+    cp_async_commit();
+  }
+
+  const int warp_row0 = (threadIdx.x / 32) * 16;
+  // This warpgroup's 64 rows of the Q tile: a K-major A operand starting at row 64 * warpgroup.
+  const unsigned q_rows = smem_base + (threadIdx.x / 128) * 64 * 128;
+  float o[1][Tr::d_tiles][4];
+  float row_max[1][2], row_sum[1][2], correction[1][2];
+#pragma unroll
+  for (int dt = 0; dt < Tr::d_tiles; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.f;
+  row_max[0][0] = row_max[0][1] = -infinity();
+  row_sum[0][0] = row_sum[0][1] = 0.f;
+  float s[1][Tr::n_tiles][4];
+  unsigned pa[Tr::block_n / 16][4];  // P of one tile as the A fragments of block_n / 16 k-steps
+
+  // S = Q K^T of key tile j (ring slot `slot`), issued (not waited for).
+  auto issue_scores = [&](int slot) {
+    const unsigned k_tile = smem_base + L::k_ring + slot * L::kv_bytes;
+#pragma unroll
+    for (int ks = 0; ks < Tr::k_steps; ++ks)
+      wgmma_ss<T, Tr::block_n>(s[0], kmajor_descriptor(q_rows, Tr::block_m, ks),
+                               kmajor_descriptor(k_tile, Tr::block_n, ks), ks > 0);
+    wgmma_commit();
+  };
+  // O += P V of the tile in ring slot `slot`, issued.
+  auto issue_values = [&](int slot) {
+    const unsigned v_tile = smem_base + L::v_ring + slot * L::kv_bytes;
+#pragma unroll
+    for (int kk = 0; kk < Tr::block_n / 16; ++kk)
+      wgmma_rs<T, Tr::head_dim>(o[0], pa[kk], nmajor_descriptor(v_tile, Tr::block_n, kk), 1);
+    wgmma_commit();
+  };
+  // Masks S of tile j where needed and turns it into P (correction set, o not yet rescaled).
+  auto softmax_tile = [&](int j) {
+    const int key0 = tiles.tile(j) * Tr::block_n;
+    const unsigned long long pattern_mask = tiles.pattern_mask(j);
+    const bool partial = key0 + Tr::block_n > p.seq_k;
+    const bool causal_edge =
+        Cfg::causal != kNotCausal &&
+        key0 + Tr::block_n - 1 > q_row0 + (Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0);
+    if (partial || causal_edge || pattern_mask != kWholeTile) mask_tile<Cfg>(s, p, q_row0, warp_row0, key0, pattern_mask);
+    softmax_scores<Tr>(s, row_max, row_sum, correction, p.scale_log2);
+  };
+  auto pack_probabilities = [&] {
+#pragma unroll
+    for (int kk = 0; kk < Tr::block_n / 16; ++kk) {
+      pa[kk][0] = pack2<T>(s[0][2 * kk][0], s[0][2 * kk][1]);
+      pa[kk][1] = pack2<T>(s[0][2 * kk][2], s[0][2 * kk][3]);
+      pa[kk][2] = pack2<T>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+      pa[kk][3] = pack2<T>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+    }
+  };
+
+  if constexpr (stages == 2) {
+    // Two slots: tile j + 1 loads while tile j computes; S, softmax and O += P V one after the other.
+    for (int j = 0; j < tiles.count; ++j) {
+      cp_async_wait<0>();
+      fence_proxy_async();  // this thread's cp.async writes, visible to wgmma after the barrier
+      __syncthreads();      // tile j visible to all; every warpgroup is done with slot (j - 1) % 2
+      if (j + 1 < tiles.count) load_key_tile(j + 1);
+      cp_async_commit();
+      wgmma_fence();
+      issue_scores(j % 2);
+      wgmma_wait<0>();
+      wgmma_fence_operands(s[0]);
+      softmax_tile(j);
+      rescale_output<Tr>(o, correction);
+      pack_probabilities();
+      wgmma_fence();  // o rescaled and P written by ordinary instructions
+      wgmma_fence_operands(o[0]);
+      issue_values(j % 2);
+      wgmma_wait<0>();
+      wgmma_fence_operands(o[0]);
+    }
+  } else {
+    // Three or more slots (FlashAttention-3's intra-warpgroup pipelining): while the tensor cores run
+    // O += P V of tile j - 1, the warpgroup computes the softmax of tile j. The slot of tile j - 1
+    // stays untouched until the barrier of iteration j + 1, so loads run stages - 2 tiles ahead.
+    constexpr int ahead = stages - 2;
+    for (int j = 0; j < tiles.count; ++j) {
+      cp_async_wait<ahead - 1>();
+      fence_proxy_async();
+      __syncthreads();  // tile j visible; every warpgroup is done with tile j - 2 (slot of j + ahead)
+      if (j + ahead < tiles.count) load_key_tile(j + ahead);
+      cp_async_commit();
+      wgmma_fence();
+      wgmma_fence_operands(o[0]);
+      issue_scores(j % stages);
+      if (j > 0) {
+        issue_values((j - 1) % stages);
+        wgmma_wait<1>();  // S of tile j is ready; O += P V of tile j - 1 still runs
+      } else {
+        wgmma_wait<0>();
+      }
+      wgmma_fence_operands(s[0]);
+      softmax_tile(j);
+      wgmma_wait<0>();
+      wgmma_fence_operands(o[0]);
+      wgmma_fence_operands(pa);
+      rescale_output<Tr>(o, correction);
+      pack_probabilities();
+    }
+    if (tiles.count > 0) {
+      wgmma_fence();
+      wgmma_fence_operands(o[0]);
+      issue_values((tiles.count - 1) % stages);
+      wgmma_wait<0>();
+      wgmma_fence_operands(o[0]);
+    }
+  }
+
+  // Drain the copies (a CTA with no key tile still has Q in flight) and meet before the warps stage
+  // their output rows over the tiles.
+  cp_async_wait<0>();
+  __syncthreads();
+  T* out = static_cast<T*>(p.o) + w.batch * p.o_batch_stride + w.head_q * p.o_head_stride;
+  float* lse_row0 =
+      p.lse ? p.lse + (static_cast<long long>(w.batch) * p.heads_q + w.head_q) * p.seq_q + q_row0 : nullptr;
+  store_output<Tr>(o, row_max, row_sum, reinterpret_cast<T*>(smem), out, p.o_row_stride, lse_row0, q_row0, warp_row0,
+                   p.seq_q);
+}
+
+}  // namespace sjit_kernels

@@ -1,0 +1,215 @@
+// Hopper (sm_90a) warpgroup matrix multiply-accumulate, as small named functions.
+//
+// wgmma.mma_async is issued by a warpgroup: 4 consecutive warps (128 threads) starting at a warp
+// index divisible by 4, all of them executing the same instruction. It computes D[64 x N] (+)= A[64 x 16]
+// B[16 x N] with fp32 accumulators in registers; B always comes from shared memory, through a 64-bit
+// matrix descriptor, and A from shared memory (a second descriptor) or from registers.
+//
+// Accumulator layout (PTX ISA, "Matrix Fragments for wgmma .m64nNk16"): warp w of the warpgroup owns
+// rows 16w .. 16w+15; for each 8-column chunk c, lane (g = lane / 4, t = lane % 4) holds
+//   d[c][0], d[c][1] = (row g,     cols 8c + 2t, 8c + 2t + 1)
+//   d[c][2], d[c][3] = (row g + 8, cols 8c + 2t, 8c + 2t + 1)
+// which is the C layout of mma.m16n8k16 per 8-column tile; and the A register fragment of one k-step
+// is the A layout of mma.m16n8k16. So attention's probabilities go from the first product to the
+// second without leaving registers, exactly as on the mma.sync path.
+//
+// Shared-memory layout: every operand tile here is stored in the 128-byte swizzle the descriptors
+// name (layout type 1). A tile of R rows and D 16-bit columns is cut into D / 64 column blocks
+// ("atoms" 128 bytes wide), each R rows of 128 bytes, one after the other. Inside a block, the
+// 16-byte chunk c of row r sits at chunk position c ^ (r % 8): the 8 rows of a core matrix then
+// hit 8 different bank groups. Blocks must start at 1024-byte boundaries (the swizzle is applied to
+// address bits 4-6 with bits 7-9).
+//   - K-major operand (Q as A, K as B: the reduction dimension is contiguous): a k-step of 16
+//     elements is 32 bytes inside a 128-byte row; 8-row groups are 1024 bytes apart (stride byte
+//     offset); the leading byte offset is unused.
+//   - N-major operand (V as B of O += P V, transposed by the instruction): rows are keys (the
+//     reduction dimension); 8-key groups are 1024 bytes apart (stride byte offset) and the 64-wide
+//     column blocks R * 128 bytes apart (leading byte offset).
+#pragma once
+
+#include "sparsejit/mma.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "sparsejit/wgmma.cuh needs the sm_90a target (wgmma exists only on compute capability 9.0 with arch-specific features)"
+#endif
+
+namespace sjit_kernels {
+
+// The byte offset of element (row, col) in a 128-byte-swizzled tile of `rows` rows.
+__device__ __forceinline__ int swizzled_offset(int rows, int row, int col) {
+  const int chunk = (col % 64) / 8;
+  return (col / 64) * rows * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + (col % 8) * 2;
+}
+
+// A shared-memory matrix descriptor with the 128-byte swizzle (PTX ISA, "Matrix Descriptor Format"):
+// bits 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte offset >> 4,
+// 62-63 layout type (1 = 128-byte swizzle). The base offset (bits 49-51) stays 0: atoms are
+// 1024-byte aligned.
+__device__ __forceinline__ unsigned long long sw128_descriptor(unsigned address, unsigned leading_bytes,
+                                                               unsigned stride_bytes) {
+  return static_cast<unsigned long long>((address & 0x3FFFF) >> 4) |
+         (static_cast<unsigned long long>((leading_bytes >> 4) & 0x3FFF) << 16) |
+         (static_cast<unsigned long long>((stride_bytes >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+// K-step `ks` (16 elements of the contiguous reduction dimension) of a K-major tile of `rows` rows at
+// shared address `tile` (already offset to the operand's first row, a multiple of 8 rows).
+__device__ __forceinline__ unsigned long long kmajor_descriptor(unsigned tile, int rows, int ks) {
+  return sw128_descriptor(tile + (ks / 4) * rows * 128 + (ks % 4) * 32, 16, 1024);
+}
+
+// K-step `ks` (16 rows) of an N-major tile of `rows` rows: the instruction reads N columns across
+// the 64-wide column blocks.
+__device__ __forceinline__ unsigned long long nmajor_descriptor(unsigned tile, int rows, int ks) {
+  return sw128_descriptor(tile + ks * 16 * 128, rows * 128, 1024);
+}
+
+// Orders this thread's earlier register writes (accumulators, A fragments) before the next wgmma.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+// Closes the wgmma operations issued so far into one group.
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Waits until at most `pending` groups are in flight; their accumulators may be read after it.
+template <int pending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(pending) : "memory");
+}
+// Pins accumulator registers at this point of the instruction stream. The compiler sees a wgmma's
+// results as ready when the wgmma is issued, not when wgmma_wait returns: without this, it may move
+// reads (or writes) of the accumulators across the wait.
+template <int CHUNKS>
+__device__ __forceinline__ void wgmma_fence_operands(float (&d)[CHUNKS][4]) {
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[c][e])::"memory");
+}
+template <int KSTEPS>
+__device__ __forceinline__ void wgmma_fence_operands(unsigned (&a)[KSTEPS][4]) {
+#pragma unroll
+  for (int k = 0; k < KSTEPS; ++k)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[k][e])::"memory");
+}
+// Shared memory written through the generic proxy (ordinary stores, cp.async) becomes visible to the
+// async proxy (wgmma operand reads) once each writer runs this before the barrier that publishes it.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// Generated operand lists: 64-row wgmma with N = 64 or 128 columns, fp32 accumulators.
+// clang-format off
+// D[64 x 64] (+)= A[64 x 16] B[16 x 64], A and B from shared memory (both K-major).
+#define SJIT_WGMMA_SS_N64(TY)                                                                       \
+  asm volatile(                                                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                 \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY "\n"                                  \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"                                                    \
+      "%32, %33, p, 1, 1, 0, 0;\n}\n"                                                               \
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
+      "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+      "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+      "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
+      "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+      "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
+      "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+
+// D[64 x 64] += A[64 x 16] B[16 x 64], A from registers, B from shared memory (N-major: transposed).
+#define SJIT_WGMMA_RS_N64(TY)                                                                       \
+  asm volatile(                                                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                 \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY "\n"                                  \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"                                                    \
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                                   \
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
+      "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+      "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+      "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
+      "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+      "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
+      "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+
+// D[64 x 128] (+)= A[64 x 16] B[16 x 128], A and B from shared memory (both K-major).
+#define SJIT_WGMMA_SS_N128(TY)                                                                       \
+  asm volatile(                                                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                 \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY "\n"                                  \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},\n"                                                    \
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"                                                               \
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
+      "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+      "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+      "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
+      "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+      "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
+      "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), \
+      "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), \
+      "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), \
+      "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), \
+      "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), \
+      "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), \
+      "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), \
+      "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), \
+      "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+
+// D[64 x 128] += A[64 x 16] B[16 x 128], A from registers, B from shared memory (N-major: transposed).
+#define SJIT_WGMMA_RS_N128(TY)                                                                       \
+  asm volatile(                                                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                 \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY "\n"                                  \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},\n"                                                    \
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                                   \
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
+      "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+      "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+      "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
+      "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+      "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
+      "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), \
+      "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), \
+      "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), \
+      "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), \
+      "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), \
+      "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), \
+      "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), \
+      "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), \
+      "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+// clang-format on
+
+// d (+)= A B for one k-step: A and B from shared memory (descriptors), both K-major. With
+// accumulate = 0 the old contents of d are ignored (d = A B).
+template <class T, int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], unsigned long long desc_a, unsigned long long desc_b,
+                                         int accumulate) {
+  static_assert(N == 64 || N == 128, "wgmma_ss: N must be 64 or 128");
+  if constexpr (N == 64) {
+    if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N64("bf16"); else SJIT_WGMMA_SS_N64("f16");
+  } else {
+    if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N128("bf16"); else SJIT_WGMMA_SS_N128("f16");
+  }
+}
+
+// d (+)= A B for one k-step: A from registers (the mma.m16n8k16 A layout, rows of this warp), B from
+// shared memory, N-major (transposed by the instruction).
+template <class T, int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const unsigned (&a)[4], unsigned long long desc_b,
+                                         int accumulate) {
+  static_assert(N == 64 || N == 128, "wgmma_rs: N must be 64 or 128");
+  if constexpr (N == 64) {
+    if constexpr (IsBf16<T>::value) SJIT_WGMMA_RS_N64("bf16"); else SJIT_WGMMA_RS_N64("f16");
+  } else {
+    if constexpr (IsBf16<T>::value) SJIT_WGMMA_RS_N128("bf16"); else SJIT_WGMMA_RS_N128("f16");
+  }
+}
+
+#undef SJIT_WGMMA_SS_N64
+#undef SJIT_WGMMA_RS_N64
+#undef SJIT_WGMMA_SS_N128
+#undef SJIT_WGMMA_RS_N128
+
+}  // namespace sjit_kernels

@@ -34,6 +34,16 @@ void print_report(const TuneReport& r) {
              r.default_us / r.winner_us, key(r.winner), worst, r.stored ? "stored in the tuning database" : "NOT stored");
 }
 
+// A rejection as a table cell: resolve()'s refusal without the config and spec it repeats
+// ("attention config '...' for '...': needs ..."), a budget note as it is, the rest cut short.
+std::string short_reason(const std::string& rejected) {
+  if (rejected.starts_with("not timed")) return rejected;
+  std::string reason = rejected;
+  if (reason.starts_with("attention config '"))
+    if (const std::size_t at = reason.rfind("': "); at != std::string::npos) reason = "resolve: " + reason.substr(at + 3);
+  return "rejected: " + reason.substr(0, 100);
+}
+
 void print_report(const AttentionTuneReport& r) {
   const AttentionTuneShape& s = r.shape;
   fmt::print("\n{}  B={} Hq={} Hkv={} Sq={} Sk={}{} ({}); compiled in {:.0f} s, timed in {:.0f} s\n", key(r.spec),
@@ -46,7 +56,7 @@ void print_report(const AttentionTuneReport& r) {
     const bool is_default = key(c.config) == key(r.default_config), is_winner = key(c.config) == key(r.winner);
     if (!c.rejected.empty()) {
       ++rejected;
-      table.add({key(c.config), "-", "-", "-", "rejected: " + c.rejected.substr(0, 110)});
+      table.add({key(c.config), "-", "-", "-", short_reason(c.rejected)});
       continue;
     }
     const std::string note = is_winner && is_default ? "default, winner" : is_winner ? "winner" : is_default ? "default" : "";

@@ -155,7 +155,11 @@ struct Problem {
     std::vector<unsigned char> raw(o.bytes());
     o.download(raw.data(), raw.size());
     std::vector<float> values(o_count + lse_count);
-    decode(spec.dtype, raw.data(), std::span<float>(values.data(), o_count));
+    constexpr std::size_t kChunk = 1 << 20;  // elements decoded by one job
+    tuning::run_in_parallel((o_count + kChunk - 1) / kChunk, [&](std::size_t c) {
+      const std::size_t begin = c * kChunk, count = std::min(kChunk, o_count - begin);
+      decode(spec.dtype, raw.data() + begin * size_of(spec.dtype), std::span<float>(values.data() + begin, count));
+    });
     lse.download(values.data() + o_count, lse_count * 4);
     return values;
   }

@@ -24,14 +24,17 @@ void run_in_parallel(std::size_t count, const std::function<void(std::size_t)>& 
   for (auto& w : workers) w.get();
 }
 
-std::string compare_rows(DType dtype, std::size_t row_length, std::span<const float> got, std::span<const float> want) {
-  const double rel = dtype == DType::f32 ? 1e-5 : dtype == DType::f16 ? 2e-3 : 1.6e-2;
-  for (std::size_t begin = 0; begin < want.size(); begin += row_length) {
-    const std::size_t end = std::min(want.size(), begin + row_length);
+namespace {
+
+// compare_rows on whole rows [begin, end) of the element arrays.
+std::string compare_row_range(double rel, std::size_t row_length, std::span<const float> got,
+                              std::span<const float> want, std::size_t begin, std::size_t end) {
+  for (; begin < end; begin += row_length) {
+    const std::size_t row_end = std::min(end, begin + row_length);
     double row_max = 0;
-    for (std::size_t k = begin; k < end; ++k)
+    for (std::size_t k = begin; k < row_end; ++k)
       if (std::isfinite(want[k])) row_max = std::max(row_max, std::abs(double(want[k])));
-    for (std::size_t k = begin; k < end; ++k) {
+    for (std::size_t k = begin; k < row_end; ++k) {
       if (got[k] == want[k]) continue;
       const double diff = std::abs(double(got[k]) - double(want[k]));
       if (!(diff <= rel * (std::abs(double(want[k])) + row_max) + 1e-30))
@@ -39,6 +42,26 @@ std::string compare_rows(DType dtype, std::size_t row_length, std::span<const fl
                            got[k], want[k]);
     }
   }
+  return {};
+}
+
+}  // namespace
+
+std::string compare_rows(DType dtype, std::size_t row_length, std::span<const float> got, std::span<const float> want) {
+  const double rel = dtype == DType::f32 ? 1e-5 : dtype == DType::f16 ? 2e-3 : 1.6e-2;
+  // Attention outputs run to 10^8 elements: chunks of whole rows on every core, the first difference
+  // reported.
+  const std::size_t rows = (want.size() + row_length - 1) / row_length;
+  const std::size_t rows_per_chunk = std::max<std::size_t>(1, (std::size_t(1) << 20) / row_length);
+  const std::size_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
+  std::vector<std::string> found(chunks);
+  run_in_parallel(chunks, [&](std::size_t c) {
+    const std::size_t begin = c * rows_per_chunk * row_length;
+    const std::size_t end = std::min(want.size(), begin + rows_per_chunk * row_length);
+    found[c] = compare_row_range(rel, row_length, got, want, begin, end);
+  });
+  for (const std::string& f : found)
+    if (!f.empty()) return f;
   return {};
 }
 

@@ -2,7 +2,10 @@
 // Attention built with an all-unset config takes the stored winner (docs/tuning.md, "Attention").
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdlib>
+#include <limits>
+#include <random>
 #include <optional>
 #include <set>
 #include <string>
@@ -11,6 +14,7 @@
 #include "sparsejit/sparsejit.h"
 #include "support/temp_dir.h"
 #include "tune/attention_tuned_configs.h"
+#include "tune/tuner_support.h"
 #include "tune/tuning_db.h"
 
 using namespace sjit;
@@ -259,5 +263,39 @@ TEST_CASE("a corrupt entry or a winner the library refuses is ignored, with one 
     test::CapturedStderr captured;
     CHECK(key(Attention(spec).config()) == resolved_key(spec, kStoredWinner));
     CHECK_THAT(captured.text(), Contains(bad) && Contains("tune again"));
+  }
+}
+
+TEST_CASE("a candidate's output matches the default's within rounding, and a wrong or unwritten one does not",
+          "[tune][attention]") {
+  // 3 million elements: several chunks of the parallel comparison; rows of 128 as attention's O.
+  const std::size_t row = 128, n = 3 * (std::size_t(1) << 20) + 5 * row;
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> want(n);
+  for (float& x : want) x = dist(rng);
+  std::vector<float> got = want;
+  for (std::size_t i = 0; i < n; i += 7) got[i] *= 1.0f + 0.004f;  // half a bf16 unit: rounding
+  CHECK(tuning::compare_rows(DType::bf16, row, got, want).empty());
+
+  SECTION("one element off by 10% of its row's largest value, late in the array") {
+    const std::size_t at = n - 3 * row + 17;
+    double row_max = 0;
+    for (std::size_t k = at - 17; k < at - 17 + row; ++k) row_max = std::max(row_max, double(std::abs(want[k])));
+    got[at] = want[at] + float(0.1 * row_max);
+    CHECK_THAT(tuning::compare_rows(DType::bf16, row, got, want), Contains("element 17"));
+  }
+  SECTION("an element left poisoned (NaN)") {
+    got[12345] = std::numeric_limits<float>::quiet_NaN();
+    CHECK_THAT(tuning::compare_rows(DType::bf16, row, got, want), Contains("row 96 element 57"));
+  }
+  SECTION("the first difference is the one reported") {
+    got[n - 1] = want[n - 1] + 100;
+    got[300] = want[300] + 100;
+    CHECK_THAT(tuning::compare_rows(DType::bf16, row, got, want), Contains("row 2 element 44"));
+  }
+  SECTION("equal infinities match (an empty row's -inf log-sum-exp)") {
+    want[5] = got[5] = -std::numeric_limits<float>::infinity();
+    CHECK(tuning::compare_rows(DType::bf16, row, got, want).empty());
   }
 }

@@ -1,4 +1,5 @@
-// sjit bench e23: the fused E23 forward, time per step, and how far it is from its floors.
+// sjit bench e23: the fused E23 forward (and with --backward, forward + backward through time), time per
+// step, and how far it is from its floors.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,6 +17,8 @@ struct E23BenchOptions {
   std::string kinds = "entmax15";
   std::string dtype = "bf16";
   int iterations = 50, warmup = 5;
+  bool backward = false;
+  std::int64_t checkpoint_every = 0;
 };
 
 // H100 SXM figures the floors are quoted against: HBM3 bandwidth, dense bf16/f16 tensor rate
@@ -33,6 +36,52 @@ DeviceBuffer random_tensor(std::int64_t elements, float scale, DType dtype, std:
   DeviceBuffer buffer(std::max<std::size_t>(bytes.size(), 16));
   buffer.upload(bytes.data(), bytes.size());
   return buffer;
+}
+
+// Forward with the state saved, then the backward through time, per kind. The training step's floor is
+// taken as three forward floors (the backward reads both weights again and touches the tape and its
+// gradient: about twice the forward's traffic; the dW products add 4 B D^2 FLOPs).
+void run_e23_backward(const E23BenchOptions& o, E23ForwardArgs args, double fwd_bytes_us, double fwd_flops_us) {
+  const DType dtype = parse_dtype(o.dtype);
+  const std::int64_t b = o.batch, t = o.steps, n = o.slots, d = o.dim;
+  const std::size_t e = size_of(dtype);
+  std::mt19937_64 rng(7);
+  DeviceBuffer dy = random_tensor(t * b * d, 0.5f, dtype, rng);
+  DeviceBuffer du(std::size_t(t * b * d) * e), dh0(std::size_t(b * d) * e), dm0(std::size_t(b * n * d) * e);
+  DeviceBuffer dw_h(std::size_t(d * d) * e), dw_w(std::size_t(d * d) * e);
+  fmt::print("\nbackward through time: forward saving its state, then backward_sequence (K = {}); median of {} runs\n",
+             E23::checkpoint_interval(t, o.checkpoint_every), o.iterations);
+  Table table({"kind", "bwd CTAs", "fwd us/step", "fwd+save", "bwd", "fwd+bwd", "ratio", "x floor", "saved MB",
+               "tape history MB", "bwd workspace MB"});
+  for (const std::string& kind : split_commas(o.kinds)) {
+    const RowNormSpec norm = kind_from_name(kind, int(n), dtype);
+    E23 cell(e23_spec(norm.kind, norm.alpha, int(n), int(d), dtype));
+    cell.prepare(b);
+    cell.prepare_backward(b, t, o.checkpoint_every);
+    DeviceBuffer saved(cell.saved_bytes(b, t, o.checkpoint_every));
+    args.saved = nullptr;
+    const double fwd_us = 1000.0 * median_gpu_ms(o.warmup, o.iterations, [&](int) { cell.forward_sequence(args); });
+    args.saved = saved.data(), args.checkpoint_every = o.checkpoint_every;
+    const double save_us = 1000.0 * median_gpu_ms(o.warmup, o.iterations, [&](int) { cell.forward_sequence(args); });
+    E23BackwardArgs bw;
+    bw.w_h = args.w_h, bw.w_w = args.w_w, bw.dy = dy.data(), bw.saved = saved.data();
+    bw.du = du.data(), bw.dh0 = dh0.data(), bw.dm0 = dm0.data(), bw.dw_h = dw_h.data(), bw.dw_w = dw_w.data();
+    bw.batch = b, bw.steps = t, bw.checkpoint_every = o.checkpoint_every;
+    const double bwd_us = 1000.0 * median_gpu_ms(o.warmup, o.iterations, [&](int) { cell.backward_sequence(bw); });
+    const double per_step = (save_us + bwd_us) / double(t);
+    const double floor_us = 3.0 * std::max(fwd_bytes_us, fwd_flops_us);
+    table.add({kind, std::to_string(cell.backward_grid_size(b)), fmt::format("{:.2f}", fwd_us / double(t)),
+               fmt::format("{:.2f}", save_us / double(t)), fmt::format("{:.2f}", bwd_us / double(t)),
+               fmt::format("{:.2f}", per_step), fmt::format("{:.2f}x", (save_us + bwd_us) / fwd_us),
+               fmt::format("{:.0f}x", per_step / floor_us), fmt::format("{:.2f}", cell.saved_bytes(b, t, o.checkpoint_every) / 1e6),
+               fmt::format("{:.2f}", double(t + 1) * b * n * d * 4 / 1e6),
+               fmt::format("{:.2f}", cell.backward_workspace_bytes(b, t, o.checkpoint_every) / 1e6)});
+  }
+  table.print();
+  fmt::print("us columns per step (launch / {}); ratio = (fwd+save + bwd) / fwd, goal <= 3; x floor against three "
+             "forward floors ({:.3f} us). saved = the activation memory kept from forward to backward; tape history = "
+             "what storing every M_t in fp32 would take.\n",
+             t, 3.0 * std::max(fwd_bytes_us, fwd_flops_us));
 }
 
 int run_e23(const E23BenchOptions& o) {
@@ -95,13 +144,14 @@ int run_e23(const E23BenchOptions& o) {
              "over {:.2f} TB/s; {:.1f} MFLOP over {:.0f} TFLOP/s.\n",
              t, t, bytes / 1024, kHbmBytesPerS / 1e12, flops / 1e6,
              (dtype == DType::f32 ? kFp32FlopsPerS : kTensorFlopsPerS) / 1e12);
+  if (o.backward) run_e23_backward(o, args, bytes_us, flops_us);
   return 0;
 }
 
 }  // namespace
 
 Runner add_bench_e23(CLI::App& bench) {
-  auto* cmd = bench.add_subcommand("e23", "E23 cell forward over a sequence: us/step and the floors");
+  auto* cmd = bench.add_subcommand("e23", "E23 cell over a sequence (forward, --backward): us/step and the floors");
   auto o = std::make_shared<E23BenchOptions>();
   cmd->add_option("--batch", o->batch, "Batch rows (default 4)");
   cmd->add_option("--slots", o->slots, "Tape slots N (default 8)");
@@ -111,6 +161,8 @@ Runner add_bench_e23(CLI::App& bench) {
   cmd->add_option("--dtype", o->dtype, "bf16 | f16 | f32");
   cmd->add_option("--iters", o->iterations, "Timed runs (median reported)");
   cmd->add_option("--warmup", o->warmup, "Untimed runs first");
+  cmd->add_flag("--backward", o->backward, "Also time the forward that saves its state and the backward through time");
+  cmd->add_option("--checkpoint-every", o->checkpoint_every, "K, steps between saved tapes (0: ceil(sqrt(steps)))");
   return [=] { return cmd->parsed() ? run_e23(*o) : -1; };
 }
 

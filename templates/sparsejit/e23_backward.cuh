@@ -390,8 +390,9 @@ __global__ void __launch_bounds__(Cfg::threads) e23_backward(const E23BackwardPa
     const bool write_side = tile < tiles_1d * tiles_1d;
     const int local = tile % (tiles_1d * tiles_1d);
     const int r0 = (local / tiles_1d) * kE23OuterTile, c0 = (local % tiles_1d) * kE23OuterTile;
-    if (write_side) outer_product_tile<Cfg>(p.g_w, p.save_h + bd, steps * bd, r0, c0, static_cast<T*>(p.dw_w), smem);
-    else outer_product_tile<Cfg>(p.g_z, p.save_h, steps * bd, r0, c0, static_cast<T*>(p.dw_h), smem);
+    const long long rows = (long long)steps * batch;  // one per (t, b)
+    if (write_side) outer_product_tile<Cfg>(p.g_w, p.save_h + bd, rows, r0, c0, static_cast<T*>(p.dw_w), smem);
+    else outer_product_tile<Cfg>(p.g_z, p.save_h, rows, r0, c0, static_cast<T*>(p.dw_h), smem);
   }
 }
 

@@ -1,0 +1,217 @@
+// The E23 backward through time on the GPU against the float64 reference backward (itself checked
+// against finite differences in tests/cpu/test_e23_reference.cpp), on fresh random inputs: every
+// normalizer, every dtype, slots 1..64, dims 8..1024, 1 to 64 steps, several checkpoint intervals.
+// The forward runs with args.saved set, then the backward; every gradient output is poisoned (0xFF
+// bytes: NaN) before the run, so an element the kernel forgets fails the check.
+//
+// Tolerances, relative to each row's scale (max |want| in the row, but at least a tenth of the
+// tensor's largest |want|, so rows of near-zero gradients are not held to a relative bound they cannot
+// meet): f32 1e-4 for one step and 2e-3 over several (the cell's rounding amplification, see
+// test_e23_gpu.cpp, acts on the backward as well: it is the transpose of the same Jacobians), f16 5e-3,
+// bf16 2e-2 (one rounding of the output to T plus that drift). A missing or wrong term is O(1).
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "sparsejit/e23.h"
+#include "sparsejit/e23_reference.h"
+#include "sparsejit/sparsejit.h"
+#include "support/test_support.h"
+#include "test_e23_common.h"
+
+using namespace sjit;
+using namespace sjit::e23_test;
+
+namespace {
+
+struct Seeds {  // dL/dy, dL/dh_final, dL/dm_final (the last two may be empty: zero)
+  std::vector<float> dy, dh_final, dm_final;
+};
+
+struct Gradients {
+  std::vector<float> y, du, dh0, dm0, dw_h, dw_w;
+};
+
+Seeds draw_seeds(const Case& c, std::mt19937_64& rng, bool with_final) {
+  const DType dt = c.spec.dtype;
+  const int d = c.spec.dim;
+  Seeds s;
+  s.dy = test::quantized(dt, test::random_rows(rng, c.steps * c.batch, d, 0.5f));
+  if (with_final) {
+    s.dh_final = test::quantized(dt, test::random_rows(rng, c.batch, d, 0.5f));
+    s.dm_final = test::quantized(dt, test::random_rows(rng, c.batch * c.spec.n_slots, d, 0.5f));
+  }
+  return s;
+}
+
+Gradients run_gpu(const Case& c, E23& cell, const Inputs& in, const Seeds& seeds) {
+  const DType dt = c.spec.dtype;
+  const std::size_t e = size_of(dt), d = std::size_t(c.spec.dim), bd = std::size_t(c.batch) * d,
+                    bnd = bd * c.spec.n_slots;
+  DeviceBuffer u = upload(dt, in.u), h0 = upload(dt, in.h0), m0 = upload(dt, in.m0), w_h = upload(dt, in.w_h),
+               w_w = upload(dt, in.w_w);
+  DeviceBuffer y = poisoned(c.steps * bd * e);
+  DeviceBuffer saved = poisoned(cell.saved_bytes(c.batch, c.steps, c.checkpoint_every));
+  E23ForwardArgs f;
+  f.u = u.data(), f.h0 = h0.data(), f.m0 = m0.data(), f.w_h = w_h.data(), f.w_w = w_w.data(), f.y = y.data();
+  f.batch = c.batch, f.steps = c.steps, f.saved = saved.data(), f.checkpoint_every = c.checkpoint_every;
+  cell.forward_sequence(f);
+
+  DeviceBuffer dy = upload(dt, seeds.dy);
+  DeviceBuffer dh_final = upload(dt, seeds.dh_final), dm_final = upload(dt, seeds.dm_final);
+  DeviceBuffer du = poisoned(c.steps * bd * e), dh0 = poisoned(bd * e), dm0 = poisoned(bnd * e),
+               dw_h = poisoned(d * d * e), dw_w = poisoned(d * d * e);
+  E23BackwardArgs b;
+  b.w_h = w_h.data(), b.w_w = w_w.data(), b.dy = dy.data(), b.saved = saved.data();
+  if (!seeds.dh_final.empty()) b.dh_final = dh_final.data(), b.dm_final = dm_final.data();
+  b.du = du.data(), b.dh0 = dh0.data(), b.dm0 = dm0.data(), b.dw_h = dw_h.data(), b.dw_w = dw_w.data();
+  b.batch = c.batch, b.steps = c.steps, b.dim = c.spec.dim, b.n_slots = c.spec.n_slots;
+  b.checkpoint_every = c.checkpoint_every;
+  cell.backward_sequence(b);
+  synchronize();
+  Gradients g;
+  g.y = download(dt, y, c.steps * bd);
+  g.du = download(dt, du, c.steps * bd);
+  g.dh0 = download(dt, dh0, bd);
+  g.dm0 = download(dt, dm0, bnd);
+  g.dw_h = download(dt, dw_h, d * d);
+  g.dw_w = download(dt, dw_w, d * d);
+  return g;
+}
+
+std::vector<double> wide(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+
+double tolerance(const Case& c) {
+  if (c.spec.dtype == DType::f32) return c.steps == 1 ? 1e-4 : 2e-3;
+  return c.spec.dtype == DType::f16 ? 5e-3 : 2e-2;
+}
+
+void expect_rows(const Case& c, const char* what, const std::vector<float>& got, const std::vector<double>& want,
+                 int row_len, double tol) {
+  REQUIRE(got.size() == want.size());
+  double largest = 0.0;
+  for (double x : want) largest = std::max(largest, std::abs(x));
+  for (std::size_t row = 0; row * row_len < want.size(); ++row) {
+    double scale = std::max(0.1 * largest, 1e-12);
+    for (int k = 0; k < row_len; ++k) scale = std::max(scale, std::abs(want[row * row_len + k]));
+    for (int k = 0; k < row_len; ++k) {
+      const std::size_t i = row * row_len + k;
+      if (!(std::abs(got[i] - want[i]) <= tol * scale))
+        FAIL(fmt::format("{}: {}[row {}][{}] = {:.7g}, want {:.7g} (tolerance {:.2g})", c.name(), what, row, k,
+                         got[i], want[i], tol * scale));
+    }
+  }
+}
+
+void check_case(const Case& c, std::mt19937_64& rng, bool with_final = true) {
+  INFO(c.name());
+  const Inputs in = draw(c, rng);
+  const Seeds seeds = draw_seeds(c, rng, with_final);
+  E23 cell(c.spec);
+  const Gradients got = run_gpu(c, cell, in, seeds);
+  const auto w_h = wide(in.w_h), w_w = wide(in.w_w);
+  const reference::E23Weights weights{w_h, w_w};
+  const auto forward = reference::e23_forward(c.spec, c.batch, c.steps, wide(in.u), wide(in.h0), wide(in.m0), weights);
+  const auto want = reference::e23_backward(c.spec, c.batch, c.steps, wide(in.u), wide(in.h0), wide(in.m0), weights,
+                                            wide(seeds.dy), wide(seeds.dh_final), wide(seeds.dm_final));
+  const int d = c.spec.dim;
+  const double tol = tolerance(c);
+  // The forward that saved the state still computes y (the forward suite's tolerance).
+  expect_rows(c, "y", got.y, forward.y, d, c.spec.dtype == DType::f32 ? 5e-4 : c.spec.dtype == DType::f16 ? 2e-3 : 1e-2);
+  expect_rows(c, "du", got.du, want.du, d, tol);
+  expect_rows(c, "dh0", got.dh0, want.dh0, d, tol);
+  expect_rows(c, "dm0", got.dm0, want.dm0, d, tol);
+  expect_rows(c, "dw_h", got.dw_h, want.dw_h, d, tol);
+  expect_rows(c, "dw_w", got.dw_w, want.dw_w, d, tol);
+  SUCCEED();
+}
+
+E23Spec spec_of(NormKind kind, float alpha, int n, int d, DType dtype) { return e23_spec(kind, alpha, n, d, dtype); }
+
+}  // namespace
+
+TEST_CASE("E23 backward matches the float64 reference for every normalizer and dtype", "[gpu][e23]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (const DType dt : {DType::f32, DType::bf16, DType::f16})
+    for (const auto& [kind, alpha] : {std::pair{NormKind::softmax, 1.0f}, std::pair{NormKind::sparsemax, 2.0f},
+                                      std::pair{NormKind::entmax, 1.5f}, std::pair{NormKind::entmax, 1.25f}})
+      check_case({spec_of(kind, alpha, 8, 256, dt), 3, 5}, rng);
+}
+
+TEST_CASE("E23 backward: slots 1 to 64", "[gpu][e23]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (const int n : {1, 8, 16, 33, 64}) {
+    check_case({spec_of(NormKind::entmax, 1.5f, n, 256, DType::bf16), 4, 5}, rng);
+    check_case({spec_of(NormKind::sparsemax, 2.0f, n, 256, DType::f32), 2, 5}, rng);
+  }
+}
+
+TEST_CASE("E23 backward: dims 8 to 1024", "[gpu][e23]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (const int d : {8, 256, 520, 1024}) {
+    check_case({spec_of(NormKind::sparsemax, 2.0f, 16, d, DType::f32), 2, 5}, rng);
+    check_case({spec_of(NormKind::entmax, 1.5f, 16, d, DType::bf16), 3, 5}, rng);
+  }
+}
+
+TEST_CASE("E23 backward: 1, 5 and 64 steps, checkpoint intervals, batches of several groups", "[gpu][e23]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  SECTION("one step, no final gradients") {
+    check_case({spec_of(NormKind::entmax, 1.5f, 8, 512, DType::bf16), 4, 1}, rng, false);
+  }
+  SECTION("64 steps, bf16, the goal shape (K = 8)") {
+    check_case({spec_of(NormKind::entmax, 1.5f, 8, 512, DType::bf16), 4, 64}, rng);
+  }
+  SECTION("64 steps, f32, odd sizes, K = 5 (the last segment is shorter)") {
+    check_case({spec_of(NormKind::softmax, 1.0f, 33, 520, DType::f32), 5, 64, 5}, rng);
+  }
+  SECTION("5 steps with K = 1, 2 and 5") {
+    for (const int k : {1, 2, 5}) check_case({spec_of(NormKind::sparsemax, 2.0f, 16, 256, DType::f32), 3, 5, k}, rng);
+  }
+  SECTION("37 batch rows (two groups), f16, 1.25-entmax") {
+    check_case({spec_of(NormKind::entmax, 1.25f, 33, 520, DType::f16), 37, 5}, rng);
+  }
+  SECTION("70 batch rows (three groups), bf16, softmax") {
+    check_case({spec_of(NormKind::softmax, 1.0f, 16, 256, DType::bf16), 70, 3}, rng);
+  }
+}
+
+TEST_CASE("E23 backward: dW is deterministic, zero steps pass the final gradients through", "[gpu][e23]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const Case c{spec_of(NormKind::entmax, 1.5f, 16, 256, DType::f32), 40, 6};
+  const Inputs in = draw(c, rng);
+  const Seeds seeds = draw_seeds(c, rng, true);
+  E23 cell(c.spec);
+  const Gradients first = run_gpu(c, cell, in, seeds);
+  const Gradients second = run_gpu(c, cell, in, seeds);
+  CHECK(first.dw_h == second.dw_h);
+  CHECK(first.dw_w == second.dw_w);
+  CHECK(first.du == second.du);
+
+  const DType dt = c.spec.dtype;
+  const std::size_t d = std::size_t(c.spec.dim), bd = std::size_t(c.batch) * d, bnd = bd * c.spec.n_slots;
+  DeviceBuffer dh_final = upload(dt, seeds.dh_final), dm_final = upload(dt, seeds.dm_final);
+  DeviceBuffer dh0 = poisoned(bd * 4), dm0 = poisoned(bnd * 4), dw_h = poisoned(d * d * 4), dw_w = poisoned(d * d * 4);
+  E23BackwardArgs b;
+  b.dh_final = dh_final.data(), b.dm_final = dm_final.data();
+  b.dh0 = dh0.data(), b.dm0 = dm0.data(), b.dw_h = dw_h.data(), b.dw_w = dw_w.data();
+  b.batch = c.batch, b.steps = 0;
+  cell.backward_sequence(b);
+  synchronize();
+  CHECK(download(dt, dh0, bd) == seeds.dh_final);
+  CHECK(download(dt, dm0, bnd) == seeds.dm_final);
+  CHECK(download(dt, dw_h, d * d) == std::vector<float>(d * d, 0.0f));
+  CHECK(download(dt, dw_w, d * d) == std::vector<float>(d * d, 0.0f));
+}

@@ -45,27 +45,44 @@ AttentionConfig parse_attention_config(std::string_view text) {
 
 namespace {
 
-// The wgmma path's tiling (Hopper): two warpgroups of 64 query rows and 128-key tiles (160 KB of
-// shared memory at d = 128: one CTA an SM). Causal: a third slot, which runs the softmax of one tile
-// under the P V product of the previous one (1.298 ms dense top-left at B2 H16 S8192 D128). Pattern
-// blocks of 64 or less: one warpgroup of 64 rows, for the reason given for the mma.sync path below.
+// The wgmma path's tiling (Hopper), measured on the H100 (docs/attention.md, "Hopper path"):
+// - two warpgroups (128 query rows) and 64-key tiles, two stages: 97 KB of shared memory at d = 128,
+//   so two CTAs an SM, whose loads and stores overlap each other's math (dense 512 TFLOP/s; 128-key
+//   tiles, one CTA an SM: 440);
+// - causal: 128-key tiles and a third slot, which runs the softmax of one tile under the P V product
+//   of the previous one (1.298 ms dense top-left; 64-key tiles not measured there);
+// - pattern blocks of 64 or less: one warpgroup of 64 rows and 64-key tiles, for the reason given for
+//   the mma.sync path below.
 AttentionConfig wgmma_default_config(const AttentionSpec& spec) {
   AttentionConfig c;
   c.path = AttentionPath::wgmma;
-  c.warps = spec.sparsity != Sparsity::dense && spec.block_size <= 64 ? 4 : 8;
   c.m_tiles = 1;
-  c.block_n = 128;
-  c.stages = spec.causal != Causal::none ? 3 : 2;
   c.q_in_registers = 0;
+  c.stages = 2;
+  if (spec.sparsity != Sparsity::dense && spec.block_size <= 64) {
+    c.warps = 4, c.block_n = 64;
+  } else if (spec.causal != Causal::none) {
+    c.warps = 8, c.block_n = 128, c.stages = 3;
+  } else {
+    c.warps = 8, c.block_n = 64;
+  }
   return c;
 }
 
 // Where the wgmma path is the default on compute capability 9.0: where it passed every GPU test and
-// was measured faster than mma.sync on the H100 (docs/attention.md, "Hopper path"): d = 128, dense or
-// pattern blocks of 128 (dense 440 TFLOP/s against 318; bsr 128 at density 0.1: 0.302 ms against
-// 0.406). d = 64 gained 3% dense and lost 2% at density 0.1; blocks of 64 lost with 128-key tiles.
+// was measured faster than mma.sync on the H100 (B2 H16 S8192, or B4 H32 S4096 at d = 64):
+// - d = 128 or 64, not causal, dense or pattern blocks of 128 (d = 128: 2.149 ms dense against 3.456,
+//   0.272 ms at density 0.1 against 0.406; d = 64: 1.401 ms against 1.784, 0.199 against 0.245);
+// - d = 128 causal, dense or blocks of 128 (1.298 ms against 1.737; 0.233 at 0.1 against 0.297);
+// - d = 128 blocks of 64, not causal (0.343 ms at 0.1 against 0.539).
+// Not measured faster (mma.sync stays): d = 64 causal, blocks of 64 at d = 64 or causal, and blocks of
+// 32 or 16 (2.16 ms against 1.19 at block 32, density 0.1: the 64 x 64 tile visits more masked work).
 bool wgmma_is_default(const AttentionSpec& spec) {
-  return spec.head_dim == 128 && (spec.sparsity == Sparsity::dense || spec.block_size >= 128);
+  if (spec.head_dim != 64 && spec.head_dim != 128) return false;
+  const bool dense_or_128 = spec.sparsity == Sparsity::dense || spec.block_size >= 128;
+  if (spec.causal != Causal::none) return spec.head_dim == 128 && dense_or_128;
+  if (dense_or_128) return true;
+  return spec.head_dim == 128 && spec.block_size == 64;
 }
 
 }  // namespace

@@ -149,6 +149,19 @@ AttentionSpec spec_of(int d, DType dtype, Causal causal, Sparsity sparsity = Spa
   return s;
 }
 
+bool on_hopper() {
+  const DeviceInfo device = current_device();
+  return device.cc_major == 9 && device.cc_minor == 0;
+}
+
+AttentionConfig wgmma(int warps = 0, int block_n = 0, int stages = 0) {
+  AttentionConfig c;
+  c.path = AttentionPath::wgmma;
+  c.warps = warps, c.block_n = block_n, c.stages = stages;
+  if (warps || block_n || stages) c.m_tiles = 1, c.q_in_registers = 0;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("dense attention matches the float64 reference for every head dim, dtype and causal mode",
@@ -217,24 +230,29 @@ TEST_CASE("an empty pattern row gives output 0 and log-sum-exp -inf, never NaN",
   std::vector<std::uint8_t> mask(std::size_t(blocks * blocks), 1);
   for (std::int64_t c = 0; c < blocks; ++c) mask[c] = 0, mask[2 * blocks + c] = 0, mask[blocks + c] = c == 1;
   const BlockPattern pattern = BlockPattern::from_block_mask(bs, 1, blocks, blocks, mask);
-  const Case c{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, bs), 2, 2, 2, seq, seq};
   const auto q = test::quantized(DType::bf16, test::random_rows(rng, 4 * seq, 128, 1.0f));
   const auto k = test::quantized(DType::bf16, test::random_rows(rng, 4 * seq, 128, 1.0f));
   const auto v = test::quantized(DType::bf16, test::random_rows(rng, 4 * seq, 128, 1.0f));
-  Attention attention(c.spec);
-  const Result got = run_gpu(c, attention, q, k, v, &pattern);
-  for (std::int64_t bh = 0; bh < 4; ++bh)
-    for (std::int64_t row = 0; row < seq; ++row) {
-      const bool empty = row / bs == 0 || row / bs == 2;
-      const float lse = got.lse[bh * seq + row];
-      if (empty) {
-        REQUIRE((std::isinf(lse) && lse < 0));
-        for (int col = 0; col < 128; ++col) REQUIRE(got.o[(bh * seq + row) * 128 + col] == 0.0f);
-      } else {
-        REQUIRE(std::isfinite(lse));
+  for (const AttentionPath path : {AttentionPath::mma, AttentionPath::wgmma}) {
+    if (path == AttentionPath::wgmma && !on_hopper()) continue;
+    Case c{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, bs), 2, 2, 2, seq, seq};
+    c.config.path = path;
+    Attention attention(c.spec, c.config);
+    REQUIRE(attention.config().path == path);
+    const Result got = run_gpu(c, attention, q, k, v, &pattern);
+    for (std::int64_t bh = 0; bh < 4; ++bh)
+      for (std::int64_t row = 0; row < seq; ++row) {
+        const bool empty = row / bs == 0 || row / bs == 2;
+        const float lse = got.lse[bh * seq + row];
+        if (empty) {
+          REQUIRE((std::isinf(lse) && lse < 0));
+          for (int col = 0; col < 128; ++col) REQUIRE(got.o[(bh * seq + row) * 128 + col] == 0.0f);
+        } else {
+          REQUIRE(std::isfinite(lse));
+        }
       }
-    }
-  expect_matches(c, got, run_reference(c, q, k, v, &pattern));
+    expect_matches(c, got, run_reference(c, q, k, v, &pattern));
+  }
 }
 
 TEST_CASE("a baked pattern gives bit for bit the output of the same pattern given at launch", "[gpu][attention]") {
@@ -284,23 +302,6 @@ TEST_CASE("every tiling the tuner may pick computes the same attention", "[gpu][
 // ---------------------------------------------------------------------------------------------------
 // The Hopper path (wgmma, sm_90a): the same checks with path = wgmma, on compute capability 9.0 only.
 // ---------------------------------------------------------------------------------------------------
-
-namespace {
-
-bool on_hopper() {
-  const DeviceInfo device = current_device();
-  return device.cc_major == 9 && device.cc_minor == 0;
-}
-
-AttentionConfig wgmma(int warps = 0, int block_n = 0, int stages = 0) {
-  AttentionConfig c;
-  c.path = AttentionPath::wgmma;
-  c.warps = warps, c.block_n = block_n, c.stages = stages;
-  if (warps || block_n || stages) c.m_tiles = 1, c.q_in_registers = 0;
-  return c;
-}
-
-}  // namespace
 
 TEST_CASE("wgmma path: one tile of each head dim and dtype (descriptor layouts)", "[gpu][attention][sm90]") {
   if (!on_hopper()) {
@@ -385,35 +386,4 @@ TEST_CASE("wgmma path: every tiling it accepts computes the same attention", "[g
       c.config = config;
       check_case(c, rng);
     }
-}
-
-TEST_CASE("wgmma path: an empty pattern row gives output 0 and log-sum-exp -inf", "[gpu][attention][sm90]") {
-  if (!on_hopper()) return;
-  const std::uint64_t seed = test::fresh_seed();
-  CAPTURE(seed);
-  std::mt19937_64 rng(seed);
-  const std::int64_t seq = 300;
-  const int bs = 64;
-  const std::int64_t blocks = (seq + bs - 1) / bs;
-  std::vector<std::uint8_t> mask(std::size_t(blocks * blocks), 1);
-  for (std::int64_t col = 0; col < blocks; ++col) mask[col] = 0, mask[2 * blocks + col] = 0, mask[blocks + col] = col == 1;
-  const BlockPattern pattern = BlockPattern::from_block_mask(bs, 1, blocks, blocks, mask);
-  Case c{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, bs), 2, 2, 2, seq, seq};
-  c.config = wgmma();
-  const auto q = test::quantized(DType::bf16, test::random_rows(rng, 4 * seq, 128, 1.0f));
-  const auto k = test::quantized(DType::bf16, test::random_rows(rng, 4 * seq, 128, 1.0f));
-  const auto v = test::quantized(DType::bf16, test::random_rows(rng, 4 * seq, 128, 1.0f));
-  Attention attention(c.spec, c.config);
-  REQUIRE(attention.config().path == AttentionPath::wgmma);
-  const Result got = run_gpu(c, attention, q, k, v, &pattern);
-  for (std::int64_t bh = 0; bh < 4; ++bh)
-    for (std::int64_t row = 0; row < seq; ++row) {
-      const bool empty = row / bs == 0 || row / bs == 2;
-      const float lse = got.lse[bh * seq + row];
-      if (empty) {
-        REQUIRE((std::isinf(lse) && lse < 0));
-        for (int col = 0; col < 128; ++col) REQUIRE(got.o[(bh * seq + row) * 128 + col] == 0.0f);
-      }
-    }
-  expect_matches(c, got, run_reference(c, q, k, v, &pattern));
 }

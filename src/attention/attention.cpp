@@ -89,6 +89,9 @@ std::unique_ptr<DeviceSchedule> upload(const attention::TileSchedule& s, CUconte
 struct Attention::State {
   AttentionSpec spec;
   AttentionConfig config;
+  // The caller asked for path=mma: the backward's dK/dV pass then stays on mma.sync too (otherwise it
+  // takes the wgmma kernel on sm_90a wherever one exists).
+  bool mma_only = false;
   std::optional<BlockPattern> baked;
   std::optional<attention::TileSchedule> baked_schedule;
 
@@ -106,6 +109,7 @@ struct Attention::State {
       d.pass = Pass::forward;
       AttentionConfig twin;  // the device's default tiling, on the wgmma path if this one is
       if (config.path == AttentionPath::wgmma) twin.path = AttentionPath::wgmma;
+      if (mma_only) twin.path = AttentionPath::mma;
       dense_twin = std::make_unique<Attention>(d, twin);
     }
     return *dense_twin;
@@ -182,8 +186,9 @@ struct Attention::State {
     }
     AttentionSpec bwd = spec;
     bwd.pass = Pass::backward;
+    const bool sm90 = target.device->arch == "sm_90a" && !mma_only;
     auto get = [&](codegen::BackwardPart part) {
-      const codegen::BackwardTiling tiling = codegen::default_backward_tiling(bwd, part);
+      const codegen::BackwardTiling tiling = codegen::default_backward_tiling(bwd, part, sm90);
       return jit::get_kernel(target, key(bwd) + "|" + key(tiling),
                              [&] { return codegen::attention_backward_source(bwd, tiling); });
     };
@@ -214,8 +219,8 @@ Attention::Attention(const AttentionSpec& spec, const AttentionConfig& config) :
   if (state_->spec.sparsity == Sparsity::baked)
     throw InvalidArgument(fmt::format("attention: '{}' is baked: construct Attention with the BlockPattern to bake",
                                       key(state_->spec)));
-  if (state_->spec.pass != Pass::forward)
-    throw InvalidArgument(fmt::format("attention: pass={} is not implemented yet", name(state_->spec.pass)));
+  state_->spec.pass = Pass::forward;  // one object runs both passes
+  state_->mma_only = config.path == AttentionPath::mma;
   state_->config = resolve(state_->spec, tuning::attention_config_for(state_->spec, config), current_compute_capability());
 }
 
@@ -226,6 +231,8 @@ Attention::Attention(const AttentionSpec& spec, const BlockPattern& pattern, con
   if (s.block_size == 0) s.block_size = pattern.block_size();
   s.pattern_digest = pattern.digest();
   state_->spec = canonical(s);
+  state_->spec.pass = Pass::forward;
+  state_->mma_only = config.path == AttentionPath::mma;
   if (pattern.block_size() != state_->spec.block_size)
     throw InvalidArgument(fmt::format("attention: the pattern to bake has block size {} but the spec says {}",
                                       pattern.block_size(), state_->spec.block_size));
@@ -322,7 +329,8 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   const State::BackwardKernels& kernels = state_->backward(target);
   AttentionSpec bwd = spec;
   bwd.pass = Pass::backward;
-  const codegen::BackwardTiling kv_tiling = codegen::default_backward_tiling(bwd, codegen::BackwardPart::dkdv);
+  const codegen::BackwardTiling kv_tiling =
+      codegen::default_backward_tiling(bwd, codegen::BackwardPart::dkdv, target.device->arch == "sm_90a" && !state_->mma_only);
   const codegen::BackwardTiling q_tiling = codegen::default_backward_tiling(bwd, codegen::BackwardPart::dq);
 
   const std::int64_t rows = a.batch * a.heads_q * a.seq_q;

@@ -22,7 +22,8 @@ std::string_view part_name(BackwardPart part) {
 }  // namespace
 
 std::string key(const BackwardTiling& t) {
-  return fmt::format("part={},warps={},cols={},stages={}", part_name(t.part), t.warps, t.block_cols, t.stages);
+  return fmt::format("part={},warps={},cols={},stages={}{}", part_name(t.part), t.warps, t.block_cols, t.stages,
+                     t.wgmma ? ",path=wgmma" : "");
 }
 
 BackwardTiling parse_backward_tiling(std::string_view text) {
@@ -37,7 +38,14 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
   t.warps = spec::parse_int("warps", spec::take_or(kt, "warps", "8"));
   t.block_cols = spec::parse_int("cols", spec::take_or(kt, "cols", "64"));
   t.stages = spec::parse_int("stages", spec::take_or(kt, "stages", "2"));
-  spec::reject_leftovers(kt, "part, warps, cols, stages");
+  const std::string path = spec::take_or(kt, "path", "mma");
+  if (path != "mma" && path != "wgmma")
+    throw InvalidArgument(fmt::format("attention backward: path '{}' is unknown: use mma or wgmma", path));
+  t.wgmma = path == "wgmma";
+  spec::reject_leftovers(kt, "part, warps, cols, stages, path");
+  if (t.wgmma && (t.part != BackwardPart::dkdv || t.warps != 8 || t.block_cols != 64))
+    throw InvalidArgument(fmt::format("attention backward: path=wgmma exists for part=dkdv with warps=8 and cols=64 "
+                                      "only, not '{}'", text));
   if (t.warps != 4 && t.warps != 8) throw InvalidArgument(fmt::format("attention backward: warps = {}: use 4 or 8", t.warps));
   if (t.block_cols != 32 && t.block_cols != 64 && t.block_cols != 128)
     throw InvalidArgument(fmt::format("attention backward: cols = {}: use 32, 64 or 128", t.block_cols));
@@ -51,12 +59,13 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
 // the column tiles to stay inside shared memory.
 bool atomic_dq(const AttentionSpec& spec) { return !spec.deterministic && spec.head_dim < 256; }
 
-BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart part) {
+BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart part, bool sm90) {
   BackwardTiling t;
   t.part = part;
   t.warps = part == BackwardPart::dq ? 4 : 8;
   t.block_cols = spec.head_dim >= 256 ? 32 : 64;
   t.stages = 2;
+  t.wgmma = sm90 && part == BackwardPart::dkdv && (spec.head_dim == 64 || spec.head_dim == 128);
   return t;
 }
 
@@ -65,6 +74,12 @@ int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTil
   const int row_bytes = (spec.head_dim + 8) * 2;
   const int tiles = (2 * t.block_rows() + 2 * t.stages * t.block_cols) * row_bytes;
   if (t.part == BackwardPart::dq) return tiles + t.block_rows() * 8;
+  if (t.wgmma) {
+    // BackwardSm90Layout: unpadded swizzled K, V, the Q and dO rings, the dS tile, the lse2 and delta
+    // rings; plus 1 KB to align the base to a swizzle atom.
+    const int d = spec.head_dim, rows = t.block_rows(), cols = t.block_cols;
+    return 1024 + 2 * rows * d * 2 + 2 * t.stages * cols * d * 2 + rows * cols * 2 + 2 * t.stages * cols * 4;
+  }
   // dK/dV: lse2 and delta rings, and with atomic dQ the dS^T tile ([rows][cols + 8] elements of T).
   const int ds_tile = !atomic_dq(spec) ? 0 : t.block_rows() * (t.block_cols + 8) * 2;
   return tiles + t.stages * t.block_cols * 8 + ds_tile;
@@ -77,10 +92,12 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
   if (atomic_dq(spec) && t.part == BackwardPart::dkdv && t.warps % (t.block_cols / 16) != 0)
     throw InvalidArgument(fmt::format("attention backward: atomic dQ needs warps ({}) to be a multiple of cols / 16 ({})",
                                       t.warps, t.block_cols / 16));
+  if (t.wgmma && spec.head_dim != 64 && spec.head_dim != 128)
+    throw InvalidArgument(fmt::format("attention backward: path=wgmma takes head_dim 64 or 128, not {}", spec.head_dim));
   const int causal = spec.causal == Causal::none ? 0 : spec.causal == Causal::top_left ? 1 : 2;
   out.source = fmt::format(
       "// {}\n"
-      "#include \"sparsejit/attention_backward.cuh\"\n"
+      "#include \"sparsejit/{}.cuh\"\n"
       "\n"
       "struct Cfg {{\n"
       "  using T = {};\n"
@@ -93,11 +110,11 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
       "  static constexpr int pattern_block = {};\n"
       "  static constexpr bool atomic_dq = {};\n"
       "}};\n",
-      out.kernel_key, cuda_type(spec.dtype), spec.head_dim, t.warps, t.block_cols,
+      out.kernel_key, t.wgmma ? "attention_backward_sm90" : "attention_backward", cuda_type(spec.dtype), spec.head_dim, t.warps, t.block_cols,
       t.stages, causal, name(spec.causal), sparsity, spec.sparsity == Sparsity::dense ? 1 << 20 : spec.block_size,
       atomic_dq(spec) ? "true" : "false");
-  out.source_name = fmt::format("attention_backward_{}.cu", part_name(t.part));
-  out.name_expression = fmt::format("sjit_kernels::attention_backward_{}<Cfg>", part_name(t.part));
+  out.source_name = fmt::format("attention_backward_{}{}.cu", part_name(t.part), t.wgmma ? "_sm90" : "");
+  out.name_expression = fmt::format("sjit_kernels::attention_backward_{}{}<Cfg>", part_name(t.part), t.wgmma ? "_sm90" : "");
   out.dynamic_shared_bytes = attention_backward_shared_bytes(spec, t);
   return out;
 }

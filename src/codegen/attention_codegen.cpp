@@ -43,7 +43,9 @@ std::string array_literal(std::string_view type, std::string_view name, const st
 }  // namespace
 
 std::string attention_kernel_key(const AttentionSpec& spec, const AttentionConfig& config) {
-  return key(spec) + "|" + key(config);
+  AttentionSpec forward = spec;
+  forward.deterministic = false;  // a backward option: one forward kernel serves both settings
+  return key(forward) + "|" + key(config);
 }
 
 int attention_forward_shared_bytes(const AttentionSpec& spec, const AttentionConfig& config) {

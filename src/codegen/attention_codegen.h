@@ -35,14 +35,16 @@ struct BackwardTiling {
   int warps = 8;       // rows a CTA owns: 16 * warps (keys for dkdv, queries for dq)
   int block_cols = 64; // columns a tile holds (queries for dkdv, keys for dq)
   int stages = 2;
+  bool wgmma = false;  // dkdv only: the Hopper kernel (attention_backward_sm90.cuh), sm_90a
   int block_rows() const { return 16 * warps; }
 };
 
 // "part=dkdv,warps=8,cols=64,stages=2", and back (throws InvalidArgument naming the field).
 std::string key(const BackwardTiling& tiling);
 BackwardTiling parse_backward_tiling(std::string_view text);
-// The tilings the backward uses for a spec (H100-tuned defaults), and their checks.
-BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart part);
+// The tilings the backward uses for a spec (H100-tuned defaults), and their checks. `sm90`: the device
+// runs sm_90a code (the dK/dV pass then takes the wgmma kernel where it exists: d = 64 and 128).
+BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart part, bool sm90 = false);
 int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTiling& tiling);
 KernelSource attention_backward_source(const AttentionSpec& spec, const BackwardTiling& tiling);
 

@@ -41,7 +41,6 @@ struct BackwardTraits {
   static constexpr int group_rows = Cfg::pattern_block < block_rows ? Cfg::pattern_block : block_rows;
   static constexpr int group_cols = Cfg::pattern_block < block_n ? Cfg::pattern_block : block_n;
   static constexpr int groups_per_tile_row = block_n / group_cols;
-  static constexpr int max_group = 64;  // query heads per K/V head with per-head patterns (host-checked)
   static_assert(block_n % 16 == 0, "block_cols must be a multiple of 16");
 };
 
@@ -149,6 +148,85 @@ __global__ void __launch_bounds__(256) attention_backward_prep(const AttentionBa
   }
 }
 
+// Which key tile a dK/dV CTA owns: blockIdx.x = key_tile * (batch * heads_kv) + (batch, K/V head).
+struct KeyTileOwner {
+  int batch, kv_head, key_tile, key0;
+};
+__device__ __forceinline__ KeyTileOwner key_tile_owner(const AttentionBackwardParams& p, int block_rows) {
+  const int per_rank = p.batch * p.heads_kv;
+  const int key_tile = blockIdx.x / per_rank, rest = blockIdx.x % per_rank;
+  return {rest / p.heads_kv, rest % p.heads_kv, key_tile, key_tile * block_rows};
+}
+
+struct QueryTile {
+  int head_q, q_tile;
+  unsigned long long mask;  // pattern blocks of the tile that are active (kWholeTile: all)
+};
+
+// The query tiles a key tile's CTA visits: for each query head of the K/V head's group, its run of
+// query tiles of C rows (dense: from the first the causal edge allows; sparse: the transposed
+// pattern's list, cut to the causal edge and the sequence end), laid end to end. Lives in shared
+// memory; build() is called by every thread before any load, so the CTA knows its whole walk first.
+template <class Cfg, int C>
+struct QueryTileWalk {
+  static constexpr int max_group = 64;  // query heads per K/V head with per-head patterns (host-checked)
+  int start[max_group + 1];  // flat position of each query head's first tile
+  int first[max_group];      // its first q tile (dense) or list position (sparse)
+  int group;
+
+  // Returns the number of query tiles in the walk.
+  __device__ int build(const AttentionBackwardParams& p, const KeyTileOwner& own) {
+    const int heads = p.heads_q / p.heads_kv;
+    const int q_tiles = (p.seq_q + C - 1) / C;
+    // The first query that may see key0 under causality; query tiles before it are skipped outright.
+    int first_q_tile = 0;
+    if constexpr (Cfg::causal != kNotCausal) {
+      const int offset = Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0;
+      const int first_query = own.key0 - offset > 0 ? own.key0 - offset : 0;
+      first_q_tile = first_query >= p.seq_q ? q_tiles : first_query / C;
+    }
+    if (threadIdx.x < heads) {
+      const int head_q = own.kv_head * heads + threadIdx.x;
+      int begin = first_q_tile, end = q_tiles;
+      if constexpr (Cfg::sparsity != kDense) {
+        const int item = (p.pattern_heads == 1 ? 0 : head_q) * p.k_items_per_head + own.key_tile;
+        begin = p.k_item_tile_begin[item];
+        end = p.k_item_tile_begin[item + 1];
+        while (begin < end && p.k_tile_index[begin] < first_q_tile) ++begin;
+        while (end > begin && p.k_tile_index[end - 1] >= q_tiles) --end;
+      }
+      first[threadIdx.x] = begin;
+      start[threadIdx.x + 1] = end > begin ? end - begin : 0;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      group = heads;
+      start[0] = 0;
+      for (int g = 0; g < heads; ++g) start[g + 1] += start[g];
+    }
+    __syncthreads();
+    return start[heads];
+  }
+
+  __device__ QueryTile locate(const AttentionBackwardParams& p, const KeyTileOwner& own, int j) const {
+    int g = 0;
+    while (j >= start[g + 1]) ++g;
+    const int pos = first[g] + j - start[g];
+    if constexpr (Cfg::sparsity != kDense) return {own.kv_head * group + g, p.k_tile_index[pos], p.k_tile_mask[pos]};
+    else return {own.kv_head * group + g, pos, kWholeTile};
+  }
+};
+
+// at[0] += a, at[1] += b in global memory; one vector atomic on sm_90 (red.global.add.v2.f32).
+__device__ __forceinline__ void atomic_add_pair(float* at, float a, float b) {
+#if __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(at), make_float2(a, b));
+#else
+  atomicAdd(at, a);
+  atomicAdd(at + 1, b);
+#endif
+}
+
 // dQ += dS K for one query tile, from inside the dK/dV pass. The warps hold dS^T by key rows; they
 // meet in shared memory as a [keys][queries] tile, then each warp multiplies 16 queries by all the
 // CTA's keys for a slice of the head dims and adds the product to the fp32 accumulator with atomics
@@ -209,14 +287,7 @@ struct AtomicDq {
         if (q >= seq_q) continue;
         float* row = accum + static_cast<long long>(q) * Tr::head_dim + dim0 + 2 * (lane % 4);
 #pragma unroll
-        for (int nt = 0; nt < kChunk / 8; ++nt) {
-#if __CUDA_ARCH__ >= 900
-          atomicAdd(reinterpret_cast<float2*>(row + nt * 8), make_float2(acc[nt][2 * h], acc[nt][2 * h + 1]));
-#else
-          atomicAdd(row + nt * 8, acc[nt][2 * h]);
-          atomicAdd(row + nt * 8 + 1, acc[nt][2 * h + 1]);
-#endif
-        }
+        for (int nt = 0; nt < kChunk / 8; ++nt) atomic_add_pair(row + nt * 8, acc[nt][2 * h], acc[nt][2 * h + 1]);
       }
     }
   }
@@ -236,55 +307,13 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backwa
   float* lse2_ring = reinterpret_cast<float*>(do_ring + stages * Tr::other_tile_elems);
   float* delta_ring = lse2_ring + stages * C;
   T* ds_t = reinterpret_cast<T*>(delta_ring + stages * C);  // atomic dQ only: AtomicDq<Cfg>::tile_elems
-  __shared__ int group_start[Tr::max_group + 1];  // flat position of each query head's first tile
-  __shared__ int group_first[Tr::max_group];      // its first q tile (dense) or list position (sparse)
+  __shared__ QueryTileWalk<Cfg, C> walk;
 
-  const int per_rank = p.batch * p.heads_kv;
-  const int key_tile = blockIdx.x / per_rank, rest = blockIdx.x % per_rank;
-  const int batch = rest / p.heads_kv, kv_head = rest % p.heads_kv;
-  const int key0 = key_tile * R;
+  const KeyTileOwner own = key_tile_owner(p, R);
+  const int batch = own.batch, kv_head = own.kv_head, key0 = own.key0;
   if (key0 >= p.seq_k) return;  // a schedule item past the end of a short key sequence
-  const int group = p.heads_q / p.heads_kv;
-  const int q_tiles = (p.seq_q + C - 1) / C;
-  // The first query that may see key0 under causality; query tiles before it are skipped outright.
-  int first_q_tile = 0;
-  if constexpr (Cfg::causal != kNotCausal) {
-    const int offset = Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0;
-    const int first_query = key0 - offset > 0 ? key0 - offset : 0;
-    first_q_tile = first_query >= p.seq_q ? q_tiles : first_query / C;
-  }
-  if (threadIdx.x < group) {
-    const int head_q = kv_head * group + threadIdx.x;
-    int begin = first_q_tile, end = q_tiles;
-    if constexpr (Cfg::sparsity != kDense) {
-      const int item = (p.pattern_heads == 1 ? 0 : head_q) * p.k_items_per_head + key_tile;
-      begin = p.k_item_tile_begin[item];
-      end = p.k_item_tile_begin[item + 1];
-      while (begin < end && p.k_tile_index[begin] < first_q_tile) ++begin;
-      while (end > begin && p.k_tile_index[end - 1] >= q_tiles) --end;
-    }
-    group_first[threadIdx.x] = begin;
-    group_start[threadIdx.x + 1] = end > begin ? end - begin : 0;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    group_start[0] = 0;
-    for (int g = 0; g < group; ++g) group_start[g + 1] += group_start[g];
-  }
-  __syncthreads();
-  const int count = group_start[group];
-
-  struct QueryTile {
-    int head_q, q_tile;
-    unsigned long long mask;
-  };
-  auto locate = [&](int j) {
-    int g = 0;
-    while (j >= group_start[g + 1]) ++g;
-    const int pos = group_first[g] + j - group_start[g];
-    if constexpr (Cfg::sparsity != kDense) return QueryTile{kv_head * group + g, p.k_tile_index[pos], p.k_tile_mask[pos]};
-    else return QueryTile{kv_head * group + g, pos, kWholeTile};
-  };
+  const int count = walk.build(p, own);
+  auto locate = [&](int j) { return walk.locate(p, own, j); };
   auto load_query_tile = [&](int j) {
     const QueryTile t = locate(j);
     const int slot = j % stages, q0 = t.q_tile * C;

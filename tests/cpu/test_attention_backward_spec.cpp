@@ -112,3 +112,43 @@ TEST_CASE("the backward kernels of both modes compile with NVRTC without spills 
   }
   set_cache_settings(saved);
 }
+
+TEST_CASE("the Hopper dK/dV tiling: key text, defaults, refusals", "[attention][backward][codegen]") {
+  using codegen::BackwardPart;
+  const AttentionSpec spec = backward_spec(128, false);
+  const codegen::BackwardTiling hopper = codegen::default_backward_tiling(spec, BackwardPart::dkdv, true);
+  CHECK(hopper.wgmma);
+  CHECK(codegen::key(hopper) == "part=dkdv,warps=8,cols=64,stages=2,path=wgmma");
+  CHECK(codegen::parse_backward_tiling(codegen::key(hopper)).wgmma);
+  CHECK_FALSE(codegen::parse_backward_tiling("part=dkdv,warps=8,cols=64,stages=2").wgmma);
+  CHECK_FALSE(codegen::default_backward_tiling(spec, BackwardPart::dkdv, false).wgmma);  // not sm_90a
+  CHECK_FALSE(codegen::default_backward_tiling(spec, BackwardPart::dq, true).wgmma);     // dkdv only
+  for (const int d : {32, 96, 256}) CHECK_FALSE(codegen::default_backward_tiling(backward_spec(d, false), BackwardPart::dkdv, true).wgmma);
+  CHECK(codegen::default_backward_tiling(backward_spec(64, true), BackwardPart::dkdv, true).wgmma);
+  CHECK_THAT(codegen::attention_backward_source(spec, hopper).source, Contains("attention_backward_sm90.cuh"));
+  CHECK(codegen::attention_backward_source(spec, hopper).name_expression == "sjit_kernels::attention_backward_dkdv_sm90<Cfg>");
+
+  CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dq,warps=4,cols=64,stages=2,path=wgmma"),
+                    Contains("part=dkdv with warps=8 and cols=64"));
+  CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dkdv,path=tma"), Contains("'tma'") && Contains("mma or wgmma"));
+  CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(96, false), hopper), Contains("head_dim 64 or 128, not 96"));
+}
+
+TEST_CASE("the Hopper dK/dV kernels compile for sm_90a without spills", "[attention][backward][codegen][nvrtc]") {
+  const CacheSettings saved = cache_settings();
+  set_cache_settings({saved.dir, CacheMode::off, saved.max_bytes});
+  const std::vector<std::string> keys = {
+      "attention:d=128,dtype=bf16,causal=tl,sparsity=bsr,block=64,pass=bwd|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
+      "attention:d=64,dtype=f16,pass=bwd,det=1|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
+  };
+  std::vector<std::future<CompiledKernel>> compiled;
+  for (const std::string& k : keys)
+    compiled.push_back(std::async(std::launch::async, [k] { return compile_key(k, "sm_90a"); }));
+  for (std::size_t n = 0; n < keys.size(); ++n) {
+    CAPTURE(keys[n]);
+    const CompiledKernel k = compiled[n].get();
+    CHECK(k.usage.registers > 0);
+    CHECK(k.usage.spill_store_bytes == 0);
+  }
+  set_cache_settings(saved);
+}

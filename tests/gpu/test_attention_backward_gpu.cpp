@@ -102,13 +102,14 @@ void expect_close(const Problem& c, const char* what, const std::vector<float>& 
   SUCCEED();
 }
 
-void check_problem(const Problem& c, std::mt19937_64& rng) {
-  INFO(c.name());
+void check_problem(const Problem& c, std::mt19937_64& rng, const AttentionConfig& config = {}) {
+  INFO(c.name() << " config path " << name(config.path));
   const Inputs in = random_inputs(c, rng);
   std::optional<BlockPattern> pattern;
   if (c.spec.sparsity != Sparsity::dense)
     pattern = patterns::random(c.spec.block_size, c.seq_q, c.seq_k, c.density, rng(), c.per_head_pattern ? int(c.heads_q) : 1);
-  Attention attention = c.spec.sparsity == Sparsity::baked ? Attention(c.spec, *pattern) : Attention(c.spec);
+  Attention attention =
+      c.spec.sparsity == Sparsity::baked ? Attention(c.spec, *pattern, config) : Attention(c.spec, config);
   const Gradients got = run_gpu(c, attention, in, pattern ? &*pattern : nullptr);
   const reference::AttentionGradients want = run_reference(c, in, pattern ? &*pattern : nullptr);
   expect_close(c, "dq", got.dq, want.dq);
@@ -142,6 +143,21 @@ TEST_CASE("dense attention gradients match the float64 reference", "[gpu][attent
       }
   for (const int d : {32, 96, 256}) check_problem({spec_of(d, DType::bf16, Causal::top_left), 1, 2, 1, 150, 150}, rng);
   check_problem({spec_of(128, DType::bf16, Causal::none), 1, 1, 1, 1, 1}, rng);
+}
+
+TEST_CASE("the mma.sync backward (path=mma) matches the reference on every device", "[gpu][attention][backward]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  AttentionConfig mma;
+  mma.path = AttentionPath::mma;
+  for (const int d : {64, 128})
+    for (const bool det : {false, true}) {
+      Problem c{spec_of(d, DType::bf16, Causal::top_left), 2, 4, 2, 333, 197};
+      c.spec.deterministic = det;
+      check_problem(c, rng, mma);
+    }
+  check_problem({spec_of(128, DType::f16, Causal::none, Sparsity::block_sparse, 64), 1, 4, 2, 523, 517, 0.3}, rng, mma);
 }
 
 TEST_CASE("deterministic-mode gradients match the float64 reference", "[gpu][attention][backward]") {

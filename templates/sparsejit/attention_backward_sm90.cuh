@@ -1,0 +1,241 @@
+// Attention backward on Hopper (sm_90a): the dK/dV pass of attention_backward.cuh (same CTA ownership,
+// query-tile walk, masks and atomic dQ contract) with its five tile products on wgmma.
+//
+// A CTA owns 128 keys as two warpgroups of 64 (warp w owns keys 16w .. 16w + 15, as on the mma.sync
+// path, so masks and stores are shared). For each 64-query tile of its walk:
+//   1. S^T = K Q^T and dP^T = V dO^T: K and V rows of the warpgroup as A, the Q and dO tiles as B, all
+//      K-major in shared memory;
+//   2. in registers: the mask where the tile needs one, P^T = exp2(S^T scale log2 e - lse2) and
+//      dS^T = P^T (dP^T - delta), both packed as wgmma A fragments (the accumulator layout of a 64 x 64
+//      product is the A layout of four k-steps);
+//   3. dV += P^T dO and dK += dS^T Q: A from registers, dO and Q read transposed (N-major);
+//   4. atomic dQ: dS^T goes to shared memory ([keys][queries]) and dQ = dS K is one more product with A
+//      read transposed (M-major) and K read transposed, added to the fp32 accumulator with atomics.
+//      At d = 128 warpgroup g takes head dims 64g .. 64g + 63 over all 128 keys; at d = 64 it takes all
+//      dims over its own 64 keys (two atomic adds per element instead of one, on half the dims).
+// Every tile in shared memory uses the 128-byte swizzle of wgmma.cuh. Q and dO arrive through a ring of
+// `stages` slots filled by cp.async; one barrier per query tile, one more for the dS tile.
+#pragma once
+
+#include "sparsejit/attention_backward.cuh"
+#include "sparsejit/attention_forward_sm90.cuh"  // load_tile_swizzled, wgmma.cuh
+
+namespace sjit_kernels {
+
+// D[64 x 64] (+)= A[64 x 16] B[16 x 64], both from shared memory and both transposed: A M-major, B N-major.
+// clang-format off
+#define SJIT_WGMMA_SS_N64_TT(TY)                                                                    \
+  asm volatile(                                                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                 \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY "\n"                                  \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n" \
+      "%32, %33, p, 1, 1, 1, 1;\n}\n"                                                               \
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
+      "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+      "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+      "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
+      "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+      "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
+      "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+// clang-format on
+
+template <class T>
+__device__ __forceinline__ void wgmma_ss_transposed(float (&d)[8][4], unsigned long long desc_a,
+                                                    unsigned long long desc_b, int accumulate) {
+  if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N64_TT("bf16"); else SJIT_WGMMA_SS_N64_TT("f16");
+}
+
+template <class Cfg>
+struct BackwardSm90Layout {
+  using Tr = BackwardTraits<Cfg>;
+  static_assert(Cfg::warps == 8 && Tr::block_n == 64, "wgmma dK/dV: 8 warps (128 keys) and 64-query tiles");
+  static_assert(Tr::head_dim == 64 || Tr::head_dim == 128, "wgmma dK/dV: head_dim 64 or 128");
+  static constexpr int rows = Tr::block_rows, cols = Tr::block_n;
+  static constexpr int own_bytes = rows * Tr::head_dim * 2;    // the K and V tiles
+  static constexpr int other_bytes = cols * Tr::head_dim * 2;  // one Q or dO slot
+  static constexpr int k_tile = 0, v_tile = own_bytes;         // offsets from the 1024-aligned base
+  static constexpr int q_ring = 2 * own_bytes;
+  static constexpr int do_ring = q_ring + Cfg::stages * other_bytes;
+  static constexpr int ds_tile = do_ring + Cfg::stages * other_bytes;  // [keys][64 queries]: 128-byte rows
+  static constexpr int lse2_ring = ds_tile + rows * cols * 2;
+  static constexpr int delta_ring = lse2_ring + Cfg::stages * cols * 4;
+  static constexpr int used_bytes = delta_ring + Cfg::stages * cols * 4;
+  // dK and dV are staged through padded rows (store_rows) over the tiles once the walk is done.
+  static constexpr int staging_elems = rows * Tr::row_elems;
+  static_assert(2 * staging_elems * 2 <= used_bytes, "the output staging tiles must fit");
+};
+
+// Bytes of dynamic shared memory (the host asks for 1 KB more, to align the base to a swizzle atom).
+template <class Cfg>
+constexpr int backward_sm90_shared_bytes() { return BackwardSm90Layout<Cfg>::used_bytes; }
+
+template <class Cfg>
+__global__ void __launch_bounds__(256, 1) attention_backward_dkdv_sm90(const AttentionBackwardParams p) {
+  using Tr = BackwardTraits<Cfg>;
+  using L = BackwardSm90Layout<Cfg>;
+  using T = typename Tr::T;
+  constexpr int R = L::rows, C = L::cols, D = Tr::head_dim, stages = Cfg::stages;
+  extern __shared__ __align__(1024) unsigned char shared_bwd_sm90[];
+  unsigned char* smem = shared_bwd_sm90 + ((1024 - (smem_address(shared_bwd_sm90) & 1023)) & 1023);
+  const unsigned base = smem_address(smem);
+  float* lse2_ring = reinterpret_cast<float*>(smem + L::lse2_ring);
+  float* delta_ring = reinterpret_cast<float*>(smem + L::delta_ring);
+  __shared__ QueryTileWalk<Cfg, C> walk;
+
+  const KeyTileOwner own = key_tile_owner(p, R);
+  if (own.key0 >= p.seq_k) return;  // a schedule item past the end of a short key sequence
+  const int count = walk.build(p, own);
+
+  auto load_query_tile = [&](int j) {
+    const QueryTile t = walk.locate(p, own, j);
+    const int slot = j % stages, q0 = t.q_tile * C;
+    const T* q = static_cast<const T*>(p.q) + own.batch * p.q_batch_stride + t.head_q * p.q_head_stride;
+    const T* d_o = static_cast<const T*>(p.d_o) + own.batch * p.do_batch_stride + t.head_q * p.do_head_stride;
+    load_tile_swizzled<T, D, C, Tr::threads>(smem + L::q_ring + slot * L::other_bytes, q, p.q_row_stride, q0, p.seq_q);
+    load_tile_swizzled<T, D, C, Tr::threads>(smem + L::do_ring + slot * L::other_bytes, d_o, p.do_row_stride, q0,
+                                             p.seq_q);
+    const long long row_base = (static_cast<long long>(own.batch) * p.heads_q + t.head_q) * p.seq_q;
+    for (int c = threadIdx.x; c < C; c += Tr::threads) {
+      const bool valid = q0 + c < p.seq_q;
+      lse2_ring[slot * C + c] = valid ? p.lse2[row_base + q0 + c] : infinity();
+      delta_ring[slot * C + c] = valid ? p.delta[row_base + q0 + c] : 0.f;
+    }
+  };
+
+  const T* k = static_cast<const T*>(p.k) + own.batch * p.k_batch_stride + own.kv_head * p.k_head_stride;
+  const T* v = static_cast<const T*>(p.v) + own.batch * p.v_batch_stride + own.kv_head * p.v_head_stride;
+  load_tile_swizzled<T, D, R, Tr::threads>(smem + L::k_tile, k, p.k_row_stride, own.key0, p.seq_k);
+  load_tile_swizzled<T, D, R, Tr::threads>(smem + L::v_tile, v, p.v_row_stride, own.key0, p.seq_k);
+#pragma unroll
+  for (int j = 0; j < stages - 1; ++j) {
+    if (j < count) load_query_tile(j);
+    cp_async_commit();
+  }
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, group = warp / 4;
+  const int warp_row0 = warp * 16;
+  // This warpgroup's 64 keys of the K and V tiles, as K-major A operands.
+  const unsigned k_rows = base + L::k_tile + group * 64 * 128, v_rows = base + L::v_tile + group * 64 * 128;
+  float dk[1][Tr::d_tiles][4], dv[1][Tr::d_tiles][4];
+#pragma unroll
+  for (int dt = 0; dt < Tr::d_tiles; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[0][dt][e] = dv[0][dt][e] = 0.f;
+  unsigned pa[C / 16][4], dsa[C / 16][4];  // P^T and dS^T as the A fragments of C / 16 k-steps
+
+  for (int j = 0; j < count; ++j) {
+    cp_async_wait<stages - 2>();
+    fence_proxy_async();  // this thread's cp.async writes, visible to wgmma after the barrier
+    __syncthreads();      // tile j visible; every warpgroup is done with the slot and the dS tile of j - 1
+    if (j + stages - 1 < count) load_query_tile(j + stages - 1);
+    cp_async_commit();
+    const int slot = j % stages;
+    const QueryTile t = walk.locate(p, own, j);
+    const int q0 = t.q_tile * C;
+    const unsigned q_slot = base + L::q_ring + slot * L::other_bytes;
+    const unsigned do_slot = base + L::do_ring + slot * L::other_bytes;
+    const float* lse2 = lse2_ring + slot * C;
+    const float* delta = delta_ring + slot * C;
+
+    float s[1][Tr::n_tiles][4], ds[1][Tr::n_tiles][4];  // S^T and dP^T: this warp's keys x the tile's queries
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < Tr::k_steps; ++ks)
+      wgmma_ss<T, C>(s[0], kmajor_descriptor(k_rows, R, ks), kmajor_descriptor(q_slot, C, ks), ks > 0);
+#pragma unroll
+    for (int ks = 0; ks < Tr::k_steps; ++ks)
+      wgmma_ss<T, C>(ds[0], kmajor_descriptor(v_rows, R, ks), kmajor_descriptor(do_slot, C, ks), ks > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(s[0]);
+    wgmma_fence_operands(ds[0]);
+
+    const bool partial = q0 + C > p.seq_q || own.key0 + R > p.seq_k;
+    const bool causal_edge = Cfg::causal != kNotCausal &&
+                             own.key0 + R - 1 > q0 + (Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0);
+    if (partial || causal_edge || t.mask != kWholeTile) mask_backward_tile<Cfg, true>(s, p, own.key0, q0, warp_row0, t.mask);
+#pragma unroll
+    for (int nt = 0; nt < Tr::n_tiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = nt * 8 + 2 * (lane % 4) + e % 2;
+        s[0][nt][e] = fast_exp2(fmaf(s[0][nt][e], p.scale_log2, -lse2[c]));
+        ds[0][nt][e] = s[0][nt][e] * (ds[0][nt][e] - delta[c]);
+      }
+#pragma unroll
+    for (int kk = 0; kk < C / 16; ++kk) {
+      pa[kk][0] = pack2<T>(s[0][2 * kk][0], s[0][2 * kk][1]);
+      pa[kk][1] = pack2<T>(s[0][2 * kk][2], s[0][2 * kk][3]);
+      pa[kk][2] = pack2<T>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+      pa[kk][3] = pack2<T>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+      dsa[kk][0] = pack2<T>(ds[0][2 * kk][0], ds[0][2 * kk][1]);
+      dsa[kk][1] = pack2<T>(ds[0][2 * kk][2], ds[0][2 * kk][3]);
+      dsa[kk][2] = pack2<T>(ds[0][2 * kk + 1][0], ds[0][2 * kk + 1][1]);
+      dsa[kk][3] = pack2<T>(ds[0][2 * kk + 1][2], ds[0][2 * kk + 1][3]);
+    }
+
+    // dV += P^T dO and dK += dS^T Q (scaled at the end), dO and Q read transposed.
+    wgmma_fence();  // pa and dsa written by ordinary instructions
+    wgmma_fence_operands(dk[0]);
+    wgmma_fence_operands(dv[0]);
+#pragma unroll
+    for (int kk = 0; kk < C / 16; ++kk) wgmma_rs<T, D>(dv[0], pa[kk], nmajor_descriptor(do_slot, C, kk), 1);
+#pragma unroll
+    for (int kk = 0; kk < C / 16; ++kk) wgmma_rs<T, D>(dk[0], dsa[kk], nmajor_descriptor(q_slot, C, kk), 1);
+    wgmma_commit();
+
+    if constexpr (Cfg::atomic_dq) {
+      // dS^T into the [keys][queries] tile: 64 queries are one 128-byte swizzled row a key.
+      unsigned char* ds_tile = smem + L::ds_tile;
+#pragma unroll
+      for (int nt = 0; nt < Tr::n_tiles; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int key = warp_row0 + lane / 4 + h * 8, query = nt * 8 + 2 * (lane % 4);
+          *reinterpret_cast<unsigned*>(ds_tile + swizzled_offset(R, key, query)) = dsa[nt / 2][(nt % 2) * 2 + h];
+        }
+      fence_proxy_async();
+      __syncthreads();  // the whole dS tile written
+      // dQ = dS K for 64 queries x 64 dims: A = dS (M-major: stored by key), B = K (N-major).
+      constexpr int key_steps = D == 128 ? R / 16 : 64 / 16;  // all 128 keys, or the warpgroup's own 64
+      const unsigned a_tile = base + L::ds_tile + (D == 128 ? 0 : group * 64 * 128);
+      const unsigned b_tile = base + L::k_tile + (D == 128 ? group * R * 128 : group * 64 * 128);
+      float dq[8][4];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < key_steps; ++kk)
+        wgmma_ss_transposed<T>(dq, nmajor_descriptor(a_tile, R, kk), nmajor_descriptor(b_tile, R, kk), kk > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operands(dq);
+      const int dim0 = D == 128 ? group * 64 : 0;
+      const long long row_base = (static_cast<long long>(own.batch) * p.heads_q + t.head_q) * p.seq_q;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int query = q0 + (warp % 4) * 16 + lane / 4 + h * 8;
+        if (query >= p.seq_q) continue;
+        float* row = p.dq_accum + (row_base + query) * D + dim0 + 2 * (lane % 4);
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) atomic_add_pair(row + nt * 8, dq[nt][2 * h], dq[nt][2 * h + 1]);
+      }
+    } else {
+      wgmma_wait<0>();
+    }
+    wgmma_fence_operands(dk[0]);
+    wgmma_fence_operands(dv[0]);
+    wgmma_fence_operands(pa);
+    wgmma_fence_operands(dsa);
+  }
+
+  cp_async_wait<0>();
+  __syncthreads();  // K and V may still be landing when no query tile saw this key tile
+  T* staging = reinterpret_cast<T*>(smem);
+  T* dk_out = static_cast<T*>(p.dk) + own.batch * p.dk_batch_stride + own.kv_head * p.dk_head_stride;
+  T* dv_out = static_cast<T*>(p.dv) + own.batch * p.dv_batch_stride + own.kv_head * p.dv_head_stride;
+  store_rows<Tr>(dk, p.scale, staging, dk_out, p.dk_row_stride, own.key0, p.seq_k, warp_row0);
+  store_rows<Tr>(dv, 1.f, staging + L::staging_elems, dv_out, p.dv_row_stride, own.key0, p.seq_k, warp_row0);
+}
+
+}  // namespace sjit_kernels

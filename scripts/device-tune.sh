@@ -2,7 +2,7 @@
 # On the lent GPU machine: build, the tuner's GPU tests, and `sjit tune attention` at the issue's shapes
 # (docs/tuning.md, "Attention"). Logs in $OUT. Usage there (carrying .deps, and optionally a kernel cache
 # warmed for sm_90a without a GPU, named by WARM_CACHE): bash scripts/device-tune.sh [tests|tune|all]
-# BUDGET_S (default 10) bounds the timing of each tuning, ITERS (default 15) the timed runs of a candidate;
+# BUDGET_S (default 15) bounds the timing of each tuning, ITERS (default 15) the timed runs of a candidate;
 # compiling comes on top (about 0.6 s a kernel, on every core).
 set -uo pipefail
 what=${1:-all}
@@ -16,7 +16,7 @@ if [[ $what == tests || $what == all ]]; then
   echo "tune tests exit $?"; grep -E "FAILED|failed|passed|with expansion|SKIPPED|seed|error|winner" "$OUT/tune-tests.log" | head -40
 fi
 if [[ $what == tune || $what == all ]]; then
-  tune=(timeout 60 ./build-gpu/sjit tune attention --budget-s "${BUDGET_S:-10}" --iters "${ITERS:-15}")
+  tune=(timeout 60 ./build-gpu/sjit tune attention --budget-s "${BUDGET_S:-15}" --iters "${ITERS:-15}")
   {
     "${tune[@]}" 'attention:d=128,dtype=bf16,causal=none,sparsity=dense,pass=fwd' --shape 2,16,16,8192,8192
     "${tune[@]}" 'attention:d=128,dtype=bf16,causal=none,sparsity=bsr,block=128,pass=fwd' --shape 2,16,16,8192,8192 \

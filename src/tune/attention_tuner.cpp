@@ -20,8 +20,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// One knob of the grid: the values tried and where they go in a config. A new knob (a Hopper path, say)
-// is one more line here; attention_candidates tries every mix of all of them.
+// One knob of the grid: the values tried and where they go in a config. A new knob is one more line
+// here; attention_candidates tries every mix of all of them.
 struct GridAxis {
   std::vector<int> values;
   void (*set)(AttentionConfig&, int);
@@ -33,8 +33,7 @@ const std::vector<GridAxis>& grid() {
       {{32, 64, 128}, [](AttentionConfig& c, int v) { c.block_n = v; }},
       {{2, 3}, [](AttentionConfig& c, int v) { c.stages = v; }},
       {{0, 1}, [](AttentionConfig& c, int v) { c.q_in_registers = v; }},
-      // The Hopper kernel, once it is part of the library:
-      // {{int(AttentionPath::mma), int(AttentionPath::wgmma)}, [](AttentionConfig& c, int v) { c.path = AttentionPath(v); }},
+      {{int(AttentionPath::mma), int(AttentionPath::wgmma)}, [](AttentionConfig& c, int v) { c.path = AttentionPath(v); }},
   };
   return axes;
 }
@@ -177,9 +176,9 @@ struct Problem {
 
 }  // namespace
 
-std::vector<AttentionTuneCandidate> attention_candidates(const AttentionSpec& spec_in) {
+std::vector<AttentionTuneCandidate> attention_candidates(const AttentionSpec& spec_in, int compute_capability) {
   const AttentionSpec spec = canonical(spec_in);
-  const AttentionConfig fallback = resolve(spec, {});
+  const AttentionConfig fallback = resolve(spec, {}, compute_capability);
   std::vector<AttentionTuneCandidate> out = {{fallback}};
   for (const AttentionConfig& c : grid_configs()) {
     AttentionTuneCandidate candidate{c};
@@ -204,8 +203,10 @@ AttentionTuneReport tune_attention(const AttentionSpec& spec_in, const Attention
   report.shape.pattern = nullptr;
   report.bucket = tuning::attention_bucket(shape.seq_k);
   report.device = target.device->name;
-  report.default_config = resolve(spec, {});
-  report.candidates = attention_candidates(spec);
+  // The default is the one an Attention takes on this device (on the H100 often the wgmma path).
+  const int compute_capability = 10 * target.device->cc_major + target.device->cc_minor;
+  report.default_config = resolve(spec, {}, compute_capability);
+  report.candidates = attention_candidates(spec, compute_capability);
   std::vector<AttentionTuneCandidate>& candidates = report.candidates;
 
   Problem problem(spec, shape);

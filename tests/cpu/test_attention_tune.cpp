@@ -2,6 +2,7 @@
 // Attention built with an all-unset config takes the stored winner (docs/tuning.md, "Attention").
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -185,6 +186,31 @@ TEST_CASE("tilings that do not fit are refused by the grid, with the reason", "[
   CHECK_THAT(find(attention_candidates(bsr_spec(64, 16)), "8,2,128,2,1").rejected, Contains("pattern blocks"));
   // A small tile at d = 64 fits every way.
   CHECK(find(attention_candidates(dense_spec(64)), "4,1,32,2,1").rejected.empty());
+}
+
+TEST_CASE("the grid holds both kernel paths, and the default is the device's", "[tune][attention]") {
+  auto on_path = [](const std::vector<AttentionTuneCandidate>& all, AttentionPath path, bool accepted) {
+    return std::count_if(all.begin(), all.end(), [&](const AttentionTuneCandidate& c) {
+      return c.config.path == path && c.rejected.empty() == accepted;
+    });
+  };
+  const std::vector<AttentionTuneCandidate> d128 = attention_candidates(dense_spec(128));
+  CHECK(on_path(d128, AttentionPath::mma, true) > 0);
+  CHECK(on_path(d128, AttentionPath::wgmma, true) > 0);
+  // wgmma takes 64-row warpgroups (mt = 1), 64 or 128 keys and Q in shared memory: the rest is refused.
+  for (const AttentionTuneCandidate& c : d128)
+    if (c.config.path == AttentionPath::wgmma && (c.config.m_tiles != 1 || c.config.q_in_registers != 0)) {
+      CAPTURE(key(c.config));
+      CHECK_THAT(c.rejected, Contains("wgmma"));
+    }
+  // It has no d = 256 kernel.
+  CHECK(on_path(attention_candidates(dense_spec(256)), AttentionPath::wgmma, true) == 0);
+  // On compute capability 9.0 the default is resolve's for that device, and it comes first.
+  for (const AttentionSpec& spec : {dense_spec(128), dense_spec(64), bsr_spec(128, 128), bsr_spec(64, 16)}) {
+    CAPTURE(key(spec));
+    CHECK(key(attention_candidates(spec, 90).front().config) == key(resolve(spec, {}, 90)));
+    CHECK(attention_candidates(spec, 90).size() == attention_candidates(spec).size());
+  }
 }
 
 TEST_CASE("an Attention with an all-unset config takes the stored winner when the policy is on or force",

@@ -88,10 +88,12 @@ struct AttentionTuneReport {
   bool stored = false;      // written to the tuning database
 };
 
-// The tilings the tuner tries for a spec: the heuristic default first, then every mix of warps {4, 8},
-// m_tiles {1, 2}, block_n {32, 64, 128}, stages {2, 3} and q_in_registers {0, 1} that is not the default.
-// Those resolve() refuses (shared memory, pattern blocks per tile) carry its reason in `rejected`.
-std::vector<AttentionTuneCandidate> attention_candidates(const AttentionSpec& spec);
+// The tilings the tuner tries for a spec: the heuristic default for the compute capability first (10 *
+// major + minor; 0: the portable default), then every mix of warps {4, 8}, m_tiles {1, 2}, block_n
+// {32, 64, 128}, stages {2, 3}, q_in_registers {0, 1} and path {mma, wgmma} that is not the default.
+// Those resolve() refuses (shared memory, pattern blocks per tile, what the wgmma path takes) carry its
+// reason in `rejected`. (wgmma candidates on a device other than sm_90a fail when compiled.)
+std::vector<AttentionTuneCandidate> attention_candidates(const AttentionSpec& spec, int compute_capability = 0);
 
 // Tunes the forward of one spec on the current device at one shape: compiles every accepted candidate
 // in parallel, runs each on the same random inputs (outputs poisoned first) and rejects one whose output

@@ -43,7 +43,7 @@ struct BackwardTiling {
 std::string key(const BackwardTiling& tiling);
 BackwardTiling parse_backward_tiling(std::string_view text);
 // The tilings the backward uses for a spec (H100-tuned defaults), and their checks. `sm90`: the device
-// runs sm_90a code (the dK/dV pass then takes the wgmma kernel where it exists: d = 64 and 128).
+// runs sm_90a code (the dK/dV pass then takes the wgmma kernel where it is faster: d = 128).
 BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart part, bool sm90 = false);
 int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTiling& tiling);
 KernelSource attention_backward_source(const AttentionSpec& spec, const BackwardTiling& tiling);

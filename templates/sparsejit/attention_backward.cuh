@@ -148,14 +148,16 @@ __global__ void __launch_bounds__(256) attention_backward_prep(const AttentionBa
   }
 }
 
-// Which key tile a dK/dV CTA owns: blockIdx.x = key_tile * (batch * heads_kv) + (batch, K/V head).
+// Which key tile a dK/dV CTA owns, head-major: blockIdx.x = (batch, K/V head) * key_tiles + key_tile.
+// The CTAs resident at one time then cover one or two heads, whose Q and dO (4 MB a head at S = 8192,
+// D = 128) stay in L2 while every key tile of the head reads them.
 struct KeyTileOwner {
   int batch, kv_head, key_tile, key0;
 };
 __device__ __forceinline__ KeyTileOwner key_tile_owner(const AttentionBackwardParams& p, int block_rows) {
-  const int per_rank = p.batch * p.heads_kv;
-  const int key_tile = blockIdx.x / per_rank, rest = blockIdx.x % per_rank;
-  return {rest / p.heads_kv, rest % p.heads_kv, key_tile, key_tile * block_rows};
+  const int key_tiles = (p.seq_k + block_rows - 1) / block_rows;
+  const int key_tile = blockIdx.x % key_tiles, head = blockIdx.x / key_tiles;
+  return {head / p.heads_kv, head % p.heads_kv, key_tile, key_tile * block_rows};
 }
 
 struct QueryTile {
@@ -167,12 +169,15 @@ struct QueryTile {
 // query tiles of C rows (dense: from the first the causal edge allows; sparse: the transposed
 // pattern's list, cut to the causal edge and the sequence end), laid end to end. Lives in shared
 // memory; build() is called by every thread before any load, so the CTA knows its whole walk first.
+// Each CTA starts its walk at a different place (rotated by its key tile): the CTAs of one head would
+// otherwise visit the same query tile at the same moment and queue their dQ atomics on the same rows.
 template <class Cfg, int C>
 struct QueryTileWalk {
   static constexpr int max_group = 64;  // query heads per K/V head with per-head patterns (host-checked)
   int start[max_group + 1];  // flat position of each query head's first tile
   int first[max_group];      // its first q tile (dense) or list position (sparse)
   int group;
+  int rotation;              // the walk's j-th tile is the (j + rotation) % count-th of the lists
 
   // Returns the number of query tiles in the walk.
   __device__ int build(const AttentionBackwardParams& p, const KeyTileOwner& own) {
@@ -203,12 +208,15 @@ struct QueryTileWalk {
       group = heads;
       start[0] = 0;
       for (int g = 0; g < heads; ++g) start[g + 1] += start[g];
+      rotation = start[heads] > 0 ? own.key_tile % start[heads] : 0;
     }
     __syncthreads();
     return start[heads];
   }
 
-  __device__ QueryTile locate(const AttentionBackwardParams& p, const KeyTileOwner& own, int j) const {
+  __device__ QueryTile locate(const AttentionBackwardParams& p, const KeyTileOwner& own, int walked) const {
+    int j = walked + rotation;
+    if (j >= start[group]) j -= start[group];
     int g = 0;
     while (j >= start[g + 1]) ++g;
     const int pos = first[g] + j - start[g];

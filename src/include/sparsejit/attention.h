@@ -17,7 +17,7 @@ namespace sjit {
 // Which forward kernel body runs: mma.sync (sm_80 and later) or wgmma (Hopper, sm_90a only).
 // automatic: the default for the device when every tiling field is unset, else mma (a tiling written
 // for the mma.sync kernel keeps meaning that kernel). The backward's dK/dV pass runs on wgmma on
-// sm_90a at head_dim 64 and 128 unless the config says mma explicitly.
+// sm_90a at head_dim 128 unless the config says mma explicitly.
 enum class AttentionPath { automatic, mma, wgmma };
 
 // A kernel's tiling (the tuner's knobs). Zero fields are filled by the heuristic default.

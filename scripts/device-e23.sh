@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # On the lent GPU machine: build, the E23 GPU tests (forward and backward), and `sjit bench e23` at the
-# issue's goal shapes. Logs in $OUT. Usage there (carrying .deps, and optionally a kernel cache warmed
-# here with `sjit warmup`, passed as E23_CACHE): bash scripts/device-e23.sh [tests|bench|backward|all]
+# issue's goal shapes. Logs in $OUT. Usage there (carrying .deps):
+#   bash scripts/device-e23.sh [tests|bench|backward|all]
 set -uo pipefail
 what=${1:-all}
 source scripts/device-build.sh
-if [[ -n ${E23_CACHE:-} ]]; then export SJIT_CACHE_DIR=$PWD/$E23_CACHE; fi
 if [[ $what == tests || $what == all ]]; then
-  timeout 300 ./build-gpu/tests/sjit_gpu_tests '[e23]' >"$OUT/e23-tests.log" 2>&1
+  timeout 300 ./build-gpu/tests/sjit_gpu_tests '[e23]' --durations yes >"$OUT/e23-tests.log" 2>&1
   echo "e23 tests exit $?"; grep -E "FAILED|failed|passed|with expansion|SKIPPED|seed|error|want" "$OUT/e23-tests.log" | head -40
 fi
 if [[ $what == bench || $what == all ]]; then

@@ -54,35 +54,31 @@ __device__ __forceinline__ void load_vector(float* dst, const float* src) {
     *reinterpret_cast<float4*>(dst + k) = load_state4(src + k);
 }
 
-// g := J(y) g with J = diag(c) - c c^T / sum(c), c_i = y_i^(2 - alpha) on the support, 0 off it
-// (softmax c = y, sparsemax c = 1 on the support). One whole warp; y and g in shared memory.
+// c_i of the normalizer Jacobian for weight y_i: y_i^(2 - alpha) on the support, 0 off it (softmax
+// c = y, sparsemax c = 1 on the support).
+template <class Cfg>
+__device__ __forceinline__ float jacobian_weight(float y) {
+  if constexpr (Cfg::kind == kSoftmax) return y;
+  else if constexpr (Cfg::kind == kSparsemax) return y > 0.f ? 1.f : 0.f;
+  else if constexpr (Cfg::alpha == 1.5f) return sqrtf(fmaxf(y, 0.f));
+  else return y > 0.f ? exp2f((2.f - Cfg::alpha) * __log2f(y)) : 0.f;
+}
+
+// g := J(y) g with J = diag(c) - c c^T / sum(c). One whole warp; y and g in shared memory.
 template <class Cfg>
 __device__ __forceinline__ void jacobian_product(const float* y, float* g) {
   constexpr int N = Cfg::n_slots;
   const int lane = threadIdx.x % 32;
   float sum_c = 0.f, sum_cg = 0.f;
   for (int i = lane; i < N; i += 32) {
-    const float yi = y[i];
-    float c;
-    if constexpr (Cfg::kind == kSoftmax) c = yi;
-    else if constexpr (Cfg::kind == kSparsemax) c = yi > 0.f ? 1.f : 0.f;
-    else if constexpr (Cfg::alpha == 1.5f) c = sqrtf(fmaxf(yi, 0.f));
-    else c = yi > 0.f ? exp2f((2.f - Cfg::alpha) * __log2f(yi)) : 0.f;
+    const float c = jacobian_weight<Cfg>(y[i]);
     sum_c += c;
     sum_cg += c * g[i];
   }
   sum_c = warp_sum(sum_c);
   sum_cg = warp_sum(sum_cg);
   const float mean = sum_c > 0.f ? sum_cg / sum_c : 0.f;
-  for (int i = lane; i < N; i += 32) {
-    const float yi = y[i];
-    float c;
-    if constexpr (Cfg::kind == kSoftmax) c = yi;
-    else if constexpr (Cfg::kind == kSparsemax) c = yi > 0.f ? 1.f : 0.f;
-    else if constexpr (Cfg::alpha == 1.5f) c = sqrtf(fmaxf(yi, 0.f));
-    else c = yi > 0.f ? exp2f((2.f - Cfg::alpha) * __log2f(yi)) : 0.f;
-    g[i] = c * (g[i] - mean);
-  }
+  for (int i = lane; i < N; i += 32) g[i] = jacobian_weight<Cfg>(y[i]) * (g[i] - mean);
   __syncwarp();
 }
 

@@ -104,8 +104,11 @@ __device__ void tape_read(const E23ForwardParams& p, int b, int t, float* smem) 
   float* checkpoint = p.save_m != nullptr && t % p.checkpoint_every == 0
                           ? p.save_m + ((long long)(t / p.checkpoint_every) * p.batch + b) * N * D
                           : nullptr;
-  score_slots<Cfg>(tape, first ? static_cast<const T*>(p.m0) + (long long)b * N * D : nullptr, x,
-                   first ? nullptr : write_weights, w, scores, checkpoint);
+  const T* from = first ? static_cast<const T*>(p.m0) + (long long)b * N * D : nullptr;
+  if (checkpoint != nullptr)
+    score_slots<Cfg, true>(tape, from, x, first ? nullptr : write_weights, w, scores, checkpoint);
+  else
+    score_slots<Cfg>(tape, from, x, first ? nullptr : write_weights, w, scores);
   __syncthreads();
   if (threadIdx.x < 32) {
     const int support = normalize_slots<Cfg>(scores);

@@ -85,7 +85,8 @@ __device__ __forceinline__ int normalize_slots(float* scores) {
 // moved to (1 - b_i) M_i + b_i w (the pending write of the previous step) and stored back; with `from`
 // set (the first step), slots come from m0 in T and are all stored to the fp32 tape. With `checkpoint`
 // set, every slot (after the write) is also copied there: the tape saved for the backward.
-template <class Cfg>
+// (kCheckpoint is a template flag so that the launches that save nothing run the loop without it.)
+template <class Cfg, bool kCheckpoint = false>
 __device__ __forceinline__ void score_slots(float* tape, const typename Cfg::T* from, const float* x,
                                             const float* write_weights, const float* write_value, float* scores,
                                             float* checkpoint = nullptr) {
@@ -100,7 +101,7 @@ __device__ __forceinline__ void score_slots(float* tape, const typename Cfg::T* 
       float4 m = from != nullptr ? load_input4(from + i * D + k) : load_state4(slot + k);
       if (bi > 0.0f) m = blend4(m, *reinterpret_cast<const float4*>(write_value + k), bi);
       if (from != nullptr || bi > 0.0f) store_state4(slot + k, m);
-      if (checkpoint != nullptr) store_state4(checkpoint + i * D + k, m);
+      if constexpr (kCheckpoint) store_state4(checkpoint + i * D + k, m);
       dot += dot4(m, *reinterpret_cast<const float4*>(x + k));
     }
     dot = warp_sum(dot);

@@ -4,7 +4,8 @@
 // The forward runs with args.saved set, then the backward; every gradient output is poisoned (0xFF
 // bytes: NaN) before the run, so an element the kernel forgets fails the check.
 //
-// Tolerances, relative to each row's scale (max |want| in the row, but at least a tenth of the
+// Draws where the GPU's forward takes a different support than the reference's at some step are
+// replaced by fresh ones (see check_case). Tolerances, relative to each row's scale (max |want| in the row, but at least a tenth of the
 // tensor's largest |want|, so rows of near-zero gradients are not held to a relative bound they cannot
 // meet): f32 1e-4 for one step and 2e-3 over several (the cell's rounding amplification, see
 // test_e23_gpu.cpp, acts on the backward as well: it is the transpose of the same Jacobians), f16 5e-3,
@@ -31,7 +32,8 @@ struct Seeds {  // dL/dy, dL/dh_final, dL/dm_final (the last two may be empty: z
 };
 
 struct Gradients {
-  std::vector<float> y, du, dh0, dm0, dw_h, dw_w;
+  std::vector<float> y, read_support, write_support;  // from the forward that saved the state
+  std::vector<float> du, dh0, dm0, dw_h, dw_w;
 };
 
 Seeds draw_seeds(const Case& c, std::mt19937_64& rng, bool with_final) {
@@ -52,10 +54,12 @@ Gradients run_gpu(const Case& c, E23& cell, const Inputs& in, const Seeds& seeds
                     bnd = bd * c.spec.n_slots;
   DeviceBuffer u = upload(dt, in.u), h0 = upload(dt, in.h0), m0 = upload(dt, in.m0), w_h = upload(dt, in.w_h),
                w_w = upload(dt, in.w_w);
-  DeviceBuffer y = poisoned(c.steps * bd * e);
+  DeviceBuffer y = poisoned(c.steps * bd * e), read_support = poisoned(c.steps * 4),
+               write_support = poisoned(c.steps * 4);
   DeviceBuffer saved = poisoned(cell.saved_bytes(c.batch, c.steps, c.checkpoint_every));
   E23ForwardArgs f;
   f.u = u.data(), f.h0 = h0.data(), f.m0 = m0.data(), f.w_h = w_h.data(), f.w_w = w_w.data(), f.y = y.data();
+  f.read_support = read_support.as<float>(), f.write_support = write_support.as<float>();
   f.batch = c.batch, f.steps = c.steps, f.saved = saved.data(), f.checkpoint_every = c.checkpoint_every;
   cell.forward_sequence(f);
 
@@ -73,6 +77,8 @@ Gradients run_gpu(const Case& c, E23& cell, const Inputs& in, const Seeds& seeds
   synchronize();
   Gradients g;
   g.y = download(dt, y, c.steps * bd);
+  g.read_support = download(DType::f32, read_support, c.steps);
+  g.write_support = download(DType::f32, write_support, c.steps);
   g.du = download(dt, du, c.steps * bd);
   g.dh0 = download(dt, dh0, bd);
   g.dm0 = download(dt, dm0, bnd);
@@ -88,47 +94,57 @@ double tolerance(const Case& c) {
   return c.spec.dtype == DType::f16 ? 5e-3 : 2e-2;
 }
 
-void expect_rows(const Case& c, const char* what, const std::vector<float>& got, const std::vector<double>& want,
-                 int row_len, double tol) {
-  REQUIRE(got.size() == want.size());
+// Rows relative to max(row max |want|, a tenth of the tensor's largest |want|).
+void expect_gradient(const Case& c, const char* what, const std::vector<float>& got, const std::vector<double>& want,
+                     double tol) {
   double largest = 0.0;
   for (double x : want) largest = std::max(largest, std::abs(x));
-  for (std::size_t row = 0; row * row_len < want.size(); ++row) {
-    double scale = std::max(0.1 * largest, 1e-12);
-    for (int k = 0; k < row_len; ++k) scale = std::max(scale, std::abs(want[row * row_len + k]));
-    for (int k = 0; k < row_len; ++k) {
-      const std::size_t i = row * row_len + k;
-      if (!(std::abs(got[i] - want[i]) <= tol * scale))
-        FAIL(fmt::format("{}: {}[row {}][{}] = {:.7g}, want {:.7g} (tolerance {:.2g})", c.name(), what, row, k,
-                         got[i], want[i], tol * scale));
-    }
-  }
+  expect_rows(c, what, got, want, c.spec.dim, tol, std::max(0.1 * largest, 1e-12));
 }
 
+// Whether the GPU's forward took the reference's supports at every step (mean sizes equal; a slot in
+// or out changes a mean by 1 / batch).
+bool same_supports(const Gradients& got, const reference::E23Sequence& want) {
+  for (std::size_t t = 0; t < want.read_support.size(); ++t)
+    if (std::abs(got.read_support[t] - want.read_support[t]) > 1e-4 ||
+        std::abs(got.write_support[t] - want.write_support[t]) > 1e-4)
+      return false;
+  return true;
+}
+
+// The gradient of a sparse normalizer is discontinuous where a score crosses its support threshold
+// (sparsemax: c_i jumps from 1 to 0) and steep near it (1.5-entmax: c_i = sqrt(y_i)), and the draws
+// that make the cell chaotic put a few of the thousands of scores within fp32 drift of a threshold.
+// Where the GPU's forward and the reference's take different supports the two gradients belong to
+// different pieces of the function, so such a draw is replaced by a fresh one; the fourth draw is
+// compared whatever its supports.
 void check_case(const Case& c, std::mt19937_64& rng, bool with_final = true) {
   INFO(c.name());
-  const Inputs in = draw(c, rng);
-  const Seeds seeds = draw_seeds(c, rng, with_final);
-  E23 cell(c.spec);
-  const Gradients got = run_gpu(c, cell, in, seeds);
-  const auto w_h = wide(in.w_h), w_w = wide(in.w_w);
-  const reference::E23Weights weights{w_h, w_w};
-  const auto forward = reference::e23_forward(c.spec, c.batch, c.steps, wide(in.u), wide(in.h0), wide(in.m0), weights);
-  const auto want = reference::e23_backward(c.spec, c.batch, c.steps, wide(in.u), wide(in.h0), wide(in.m0), weights,
-                                            wide(seeds.dy), wide(seeds.dh_final), wide(seeds.dm_final));
-  const int d = c.spec.dim;
-  const double tol = tolerance(c);
-  // The forward that saved the state still computes y (the forward suite's tolerance).
-  expect_rows(c, "y", got.y, forward.y, d, c.spec.dtype == DType::f32 ? 5e-4 : c.spec.dtype == DType::f16 ? 2e-3 : 1e-2);
-  expect_rows(c, "du", got.du, want.du, d, tol);
-  expect_rows(c, "dh0", got.dh0, want.dh0, d, tol);
-  expect_rows(c, "dm0", got.dm0, want.dm0, d, tol);
-  expect_rows(c, "dw_h", got.dw_h, want.dw_h, d, tol);
-  expect_rows(c, "dw_w", got.dw_w, want.dw_w, d, tol);
-  SUCCEED();
+  constexpr int kDraws = 4;
+  for (int attempt = 0; attempt < kDraws; ++attempt) {
+    const Inputs in = draw(c, rng);
+    const Seeds seeds = draw_seeds(c, rng, with_final);
+    E23 cell(c.spec);
+    const Gradients got = run_gpu(c, cell, in, seeds);
+    const auto w_h = wide(in.w_h), w_w = wide(in.w_w);
+    const reference::E23Weights weights{w_h, w_w};
+    const auto forward =
+        reference::e23_forward(c.spec, c.batch, c.steps, wide(in.u), wide(in.h0), wide(in.m0), weights);
+    // The forward that saved the state still computes y (the forward suite's bound).
+    expect_rows(c, "y", got.y, forward.y, c.spec.dim, forward_tolerance(c), 1.0);
+    if (attempt + 1 < kDraws && !same_supports(got, forward)) continue;
+    const auto want = reference::e23_backward(c.spec, c.batch, c.steps, wide(in.u), wide(in.h0), wide(in.m0),
+                                              weights, wide(seeds.dy), wide(seeds.dh_final), wide(seeds.dm_final));
+    const double tol = tolerance(c);
+    CAPTURE(attempt);
+    expect_gradient(c, "du", got.du, want.du, tol);
+    expect_gradient(c, "dh0", got.dh0, want.dh0, tol);
+    expect_gradient(c, "dm0", got.dm0, want.dm0, tol);
+    expect_gradient(c, "dw_h", got.dw_h, want.dw_h, tol);
+    expect_gradient(c, "dw_w", got.dw_w, want.dw_w, tol);
+    return;
+  }
 }
-
-E23Spec spec_of(NormKind kind, float alpha, int n, int d, DType dtype) { return e23_spec(kind, alpha, n, d, dtype); }
 
 }  // namespace
 
@@ -136,36 +152,36 @@ TEST_CASE("E23 backward matches the float64 reference for every normalizer and d
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (const DType dt : {DType::f32, DType::bf16, DType::f16})
-    for (const auto& [kind, alpha] : {std::pair{NormKind::softmax, 1.0f}, std::pair{NormKind::sparsemax, 2.0f},
-                                      std::pair{NormKind::entmax, 1.5f}, std::pair{NormKind::entmax, 1.25f}})
-      check_case({spec_of(kind, alpha, 8, 256, dt), 3, 5}, rng);
+  prepare_all(normalizer_cases(), true);
+  for (const Case& c : normalizer_cases()) check_case(c, rng);
 }
 
 TEST_CASE("E23 backward: slots 1 to 64", "[gpu][e23]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (const int n : {1, 8, 16, 33, 64}) {
-    check_case({spec_of(NormKind::entmax, 1.5f, n, 256, DType::bf16), 4, 5}, rng);
-    check_case({spec_of(NormKind::sparsemax, 2.0f, n, 256, DType::f32), 2, 5}, rng);
-  }
+  prepare_all(slot_cases(), true);
+  for (const Case& c : slot_cases()) check_case(c, rng);
 }
 
 TEST_CASE("E23 backward: dims 8 to 1024", "[gpu][e23]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (const int d : {8, 256, 520, 1024}) {
-    check_case({spec_of(NormKind::sparsemax, 2.0f, 16, d, DType::f32), 2, 5}, rng);
-    check_case({spec_of(NormKind::entmax, 1.5f, 16, d, DType::bf16), 3, 5}, rng);
-  }
+  prepare_all(dim_cases(), true);
+  for (const Case& c : dim_cases()) check_case(c, rng);
 }
 
 TEST_CASE("E23 backward: 1, 5 and 64 steps, checkpoint intervals, batches of several groups", "[gpu][e23]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
+  prepare_all({{spec_of(NormKind::entmax, 1.5f, 8, 512, DType::bf16)},
+               {spec_of(NormKind::softmax, 1.0f, 33, 520, DType::f32)},
+               {spec_of(NormKind::sparsemax, 2.0f, 16, 256, DType::f32)},
+               {spec_of(NormKind::entmax, 1.25f, 33, 520, DType::f16)},
+               {spec_of(NormKind::softmax, 1.0f, 16, 256, DType::bf16)}},
+              true);
   SECTION("one step, no final gradients") {
     check_case({spec_of(NormKind::entmax, 1.5f, 8, 512, DType::bf16), 4, 1}, rng, false);
   }

@@ -4,8 +4,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <future>
 #include <random>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -66,6 +69,88 @@ inline std::vector<float> download(DType dtype, const DeviceBuffer& buffer, std:
   std::vector<unsigned char> bytes(elements * size_of(dtype));
   buffer.download(bytes.data(), bytes.size());
   return test::from_bytes(dtype, bytes);
+}
+
+// Every row of `row_len` elements within tol * scale, scale = max(floor, max |want| in the row).
+inline void expect_rows(const Case& c, const char* what, const std::vector<float>& got,
+                        const std::vector<double>& want, int row_len, double tol, double floor) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t row = 0; row * row_len < want.size(); ++row) {
+    double scale = floor;
+    for (int k = 0; k < row_len; ++k) scale = std::max(scale, std::abs(want[row * row_len + k]));
+    for (int k = 0; k < row_len; ++k) {
+      const std::size_t i = row * row_len + k;
+      if (!(std::abs(got[i] - want[i]) <= tol * scale))
+        FAIL(fmt::format("{}: {}[row {}][{}] = {:.7g}, want {:.7g} (tolerance {:.2g})", c.name(), what, row, k,
+                         got[i], want[i], tol * scale));
+    }
+  }
+}
+
+// The forward's outputs (y, h_final, m_final), relative to max(1, max |want| in the row): f32 1e-4 for
+// one step. Over several steps the cell amplifies rounding by itself: the read path's gain is about
+// s |M|^2 (grows as sqrt(D)), and in float64 a 1e-6 change of h0 moves these draws' outputs by up to
+// 3.4e-4 after 5 steps (1000x at some seeds of other regimes), so fp32 rounding of ~1e-7 to 1e-6 per
+// step becomes up to ~2e-4. The multi-step f32 bound is 5e-4: still far below any real bug.
+// f16: 2e-3 for one step. The f16 products see the fp32 state to about 1e-6..1e-5 (hi + lo in f16, the
+// lo part subnormal for small values) instead of exactly, and the same amplification over 5 steps
+// brings that to a few 1e-3 (measured once: 2.04e-3 at 37 rows, N = 33, D = 520); several steps: 5e-3.
+inline double forward_tolerance(const Case& c) {
+  if (c.spec.dtype == DType::f32) return c.steps == 1 ? 1e-4 : 5e-4;
+  if (c.spec.dtype == DType::f16) return c.steps == 1 ? 2e-3 : 5e-3;
+  return 1e-2;
+}
+
+// The coverage both suites walk.
+inline E23Spec spec_of(NormKind kind, float alpha, int n, int d, DType dtype) { return e23_spec(kind, alpha, n, d, dtype); }
+
+// Softmax, sparsemax, 1.5-entmax and 1.25-entmax in f32, bf16 and f16 (N = 8, D = 256, 3 rows, 5 steps).
+inline std::vector<Case> normalizer_cases() {
+  std::vector<Case> cases;
+  for (const DType dt : {DType::f32, DType::bf16, DType::f16})
+    for (const auto& [kind, alpha] : {std::pair{NormKind::softmax, 1.0f}, std::pair{NormKind::sparsemax, 2.0f},
+                                      std::pair{NormKind::entmax, 1.5f}, std::pair{NormKind::entmax, 1.25f}})
+      cases.push_back({spec_of(kind, alpha, 8, 256, dt), 3, 5});
+  return cases;
+}
+
+// N in {1, 8, 16, 33, 64}, 1.5-entmax in bf16 and sparsemax in f32.
+inline std::vector<Case> slot_cases() {
+  std::vector<Case> cases;
+  for (const int n : {1, 8, 16, 33, 64}) {
+    cases.push_back({spec_of(NormKind::entmax, 1.5f, n, 256, DType::bf16), 4, 5});
+    cases.push_back({spec_of(NormKind::sparsemax, 2.0f, n, 256, DType::f32), 2, 5});
+  }
+  return cases;
+}
+
+// D in {8, 256, 520, 1024} (520 and 8 are not multiples of 16: half k-steps).
+inline std::vector<Case> dim_cases() {
+  std::vector<Case> cases;
+  for (const int d : {8, 256, 520, 1024}) {
+    cases.push_back({spec_of(NormKind::sparsemax, 2.0f, 16, d, DType::f32), 2, 5});
+    cases.push_back({spec_of(NormKind::entmax, 1.5f, 16, d, DType::bf16), 3, 5});
+  }
+  return cases;
+}
+
+// Compiling dozens of kernels one by one would dominate the suites: build them in parallel first (the
+// forward, and with `backward` the backward too) into the process's kernel cache, as the rownorm
+// suite does.
+inline void prepare_all(const std::vector<Case>& cases, bool backward) {
+  std::vector<std::future<void>> jobs;
+  const unsigned workers = std::max(2u, std::thread::hardware_concurrency());
+  std::atomic<std::size_t> next{0};
+  for (unsigned w = 0; w < workers; ++w)
+    jobs.push_back(std::async(std::launch::async, [&] {
+      const std::size_t per_case = backward ? 2 : 1;
+      for (std::size_t i = next++; i < per_case * cases.size(); i = next++) {
+        E23 cell(cases[i / per_case].spec);
+        if (i % per_case == 0) cell.prepare();
+        else cell.prepare_backward();
+      }
+    }));
+  for (auto& j : jobs) j.get();
 }
 
 }  // namespace sjit::e23_test

@@ -6,7 +6,7 @@
 // inputs (given in T) and the outputs (rounded to T once) are T. So the reference runs on the inputs
 // as the GPU reads them (rounded to T) and the tolerance is fp32 drift plus one rounding to T:
 // relative to the row's scale max(1, max |want|), 1e-4 for f32 (5e-4 over several steps, see
-// tolerance()), 2e-3 for f16, 1e-2 for bf16.
+// forward_tolerance() in test_e23_common.h), 2e-3 for f16 (5e-3 over several), 1e-2 for bf16.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -57,30 +57,10 @@ reference::E23Sequence run_reference(const Case& c, const Inputs& in) {
   return reference::e23_forward(c.spec, c.batch, c.steps, u, h0, m0, {w_h, w_w});
 }
 
-// f32: 1e-4 for one step. Over several steps the cell amplifies rounding by itself: the read path's gain
-// is about s |M|^2 (grows as sqrt(D)), and in float64 a 1e-6 change of h0 moves these draws' outputs by
-// up to 3.4e-4 after 5 steps (1000x at some seeds of other regimes), so fp32 rounding of ~1e-7 to 1e-6
-// per step becomes up to ~2e-4. The multi-step f32 bound is 5e-4: still far below any real bug.
-double tolerance(const Case& c) {
-  if (c.spec.dtype == DType::f32) return c.steps == 1 ? 1e-4 : 5e-4;
-  return c.spec.dtype == DType::f16 ? 2e-3 : 1e-2;
-}
-
-// Every row of `row_len` elements within tolerance * max(1, max |want| in the row).
+// Rows relative to max(1, max |want|): forward_tolerance() says how close.
 void expect_rows(const Case& c, const char* what, const std::vector<float>& got, const std::vector<double>& want,
                  int row_len) {
-  REQUIRE(got.size() == want.size());
-  const double tol = tolerance(c);
-  for (std::size_t row = 0; row * row_len < want.size(); ++row) {
-    double scale = 1.0;
-    for (int k = 0; k < row_len; ++k) scale = std::max(scale, std::abs(want[row * row_len + k]));
-    for (int k = 0; k < row_len; ++k) {
-      const std::size_t i = row * row_len + k;
-      if (!(std::abs(got[i] - want[i]) <= tol * scale))
-        FAIL(fmt::format("{}: {}[row {}][{}] = {:.7g}, want {:.7g} (tolerance {:.2g})", c.name(), what, row, k,
-                         got[i], want[i], tol * scale));
-    }
-  }
+  e23_test::expect_rows(c, what, got, want, row_len, forward_tolerance(c), 1.0);
 }
 
 void check_case(const Case& c, std::mt19937_64& rng) {
@@ -102,44 +82,41 @@ void check_case(const Case& c, std::mt19937_64& rng) {
   SUCCEED();
 }
 
-E23Spec spec_of(NormKind kind, float alpha, int n, int d, DType dtype) { return e23_spec(kind, alpha, n, d, dtype); }
-
 }  // namespace
 
 TEST_CASE("E23 forward matches the float64 reference for every normalizer and dtype", "[gpu][e23]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (const DType dt : {DType::f32, DType::bf16, DType::f16})
-    for (const auto& [kind, alpha] : {std::pair{NormKind::softmax, 1.0f}, std::pair{NormKind::sparsemax, 2.0f},
-                                      std::pair{NormKind::entmax, 1.5f}, std::pair{NormKind::entmax, 1.25f}})
-      check_case({spec_of(kind, alpha, 8, 256, dt), 3, 5}, rng);
+  prepare_all(normalizer_cases(), false);
+  for (const Case& c : normalizer_cases()) check_case(c, rng);
 }
 
 TEST_CASE("E23 forward: slots 1 to 64", "[gpu][e23]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (const int n : {1, 8, 16, 33, 64}) {
-    check_case({spec_of(NormKind::entmax, 1.5f, n, 256, DType::bf16), 4, 5}, rng);
-    check_case({spec_of(NormKind::sparsemax, 2.0f, n, 256, DType::f32), 2, 5}, rng);
-  }
+  prepare_all(slot_cases(), false);
+  for (const Case& c : slot_cases()) check_case(c, rng);
 }
 
 TEST_CASE("E23 forward: dims 8 to 1024, including dims that are not multiples of 16", "[gpu][e23]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (const int d : {8, 256, 520, 1024}) {
-    check_case({spec_of(NormKind::sparsemax, 2.0f, 16, d, DType::f32), 2, 5}, rng);
-    check_case({spec_of(NormKind::entmax, 1.5f, 16, d, DType::bf16), 3, 5}, rng);
-  }
+  prepare_all(dim_cases(), false);
+  for (const Case& c : dim_cases()) check_case(c, rng);
 }
 
 TEST_CASE("E23 forward: 1, 5 and 64 steps; batches of one to three 32-row groups", "[gpu][e23]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
+  prepare_all({{spec_of(NormKind::entmax, 1.5f, 8, 512, DType::bf16)},
+               {spec_of(NormKind::softmax, 1.0f, 33, 520, DType::f32)},
+               {spec_of(NormKind::entmax, 1.5f, 33, 520, DType::f16)},
+               {spec_of(NormKind::softmax, 1.0f, 16, 256, DType::bf16)}},
+              false);
   SECTION("one step") { check_case({spec_of(NormKind::entmax, 1.5f, 8, 512, DType::bf16), 4, 1}, rng); }
   SECTION("64 steps, bf16, the goal shape") {
     check_case({spec_of(NormKind::entmax, 1.5f, 8, 512, DType::bf16), 4, 64}, rng);

@@ -22,31 +22,6 @@
 
 namespace sjit_kernels {
 
-// D[64 x 64] (+)= A[64 x 16] B[16 x 64], both from shared memory and both transposed: A M-major, B N-major.
-// clang-format off
-#define SJIT_WGMMA_SS_N64_TT(TY)                                                                    \
-  asm volatile(                                                                                    \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                 \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY "\n"                                  \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n" \
-      "%32, %33, p, 1, 1, 1, 1;\n}\n"                                                               \
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
-      "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
-      "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
-      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
-      "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
-      "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
-      "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
-      "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) \
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
-// clang-format on
-
-template <class T>
-__device__ __forceinline__ void wgmma_ss_transposed(float (&d)[8][4], unsigned long long desc_a,
-                                                    unsigned long long desc_b, int accumulate) {
-  if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N64_TT("bf16"); else SJIT_WGMMA_SS_N64_TT("f16");
-}
-
 template <class Cfg>
 struct BackwardSm90Layout {
   using Tr = BackwardTraits<Cfg>;

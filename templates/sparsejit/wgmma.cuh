@@ -119,13 +119,14 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 #define SJIT_WGMMA_REGS_N64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"
 #define SJIT_WGMMA_REGS_N128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},\n"
 
-// D[64 x 64] (+)= A[64 x 16] B[16 x 64], A and B from shared memory (both K-major).
-#define SJIT_WGMMA_SS_N64(TY)                                                                       \
+// D[64 x 64] (+)= A[64 x 16] B[16 x 64], A and B from shared memory. TRANS is "0, 0" (both K-major) or
+// "1, 1" (A M-major and B N-major: both transposed by the instruction).
+#define SJIT_WGMMA_SS_N64(TY, TRANS)                                                                \
   asm volatile(                                                                                    \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                 \
       "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY "\n"                                  \
       SJIT_WGMMA_REGS_N64                                                    \
-      "%32, %33, p, 1, 1, 0, 0;\n}\n"                                                               \
+      "%32, %33, p, 1, 1, " TRANS ";\n}\n"                                                          \
       : SJIT_WGMMA_ACC_N64 \
       : "l"(desc_a), "l"(desc_b), "r"(accumulate))
 
@@ -167,10 +168,18 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], unsigned long lon
                                          int accumulate) {
   static_assert(N == 64 || N == 128, "wgmma_ss: N must be 64 or 128");
   if constexpr (N == 64) {
-    if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N64("bf16"); else SJIT_WGMMA_SS_N64("f16");
+    if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N64("bf16", "0, 0"); else SJIT_WGMMA_SS_N64("f16", "0, 0");
   } else {
     if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N128("bf16"); else SJIT_WGMMA_SS_N128("f16");
   }
+}
+
+// d (+)= A B for one k-step, N = 64, both operands from shared memory and read transposed: A M-major
+// (stored [k][m]), B N-major (stored [k][n]); the attention backward's dQ = dS K with dS stored by key.
+template <class T>
+__device__ __forceinline__ void wgmma_ss_transposed(float (&d)[8][4], unsigned long long desc_a,
+                                                    unsigned long long desc_b, int accumulate) {
+  if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N64("bf16", "1, 1"); else SJIT_WGMMA_SS_N64("f16", "1, 1");
 }
 
 // d (+)= A B for one k-step: A from registers (the mma.m16n8k16 A layout, rows of this warp), B from

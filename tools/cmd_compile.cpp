@@ -19,14 +19,26 @@ void print_list() {
   fmt::print("  config    --config tpr=T,vec=V,block=B,smem=0|1 (any subset; the rest is chosen)\n");
   fmt::print("  example   sjit compile rownorm:kind=entmax,alpha=1.5,n=64,dtype=bf16 --arch sm_90a\n");
   fmt::print("\nop attention: fused softmax attention, dense or block-sparse (docs/attention.md)\n");
-  fmt::print("  key text  attention:d=D[,dtype=DTYPE][,causal=C][,sparsity=S,block=B][,pass=fwd]\n");
+  fmt::print("  key text  attention:d=D[,dtype=DTYPE][,causal=C][,sparsity=S,block=B][,pass=P][,det=1]\n");
   fmt::print("  d         32 | 64 | 96 | 128 | 256 (head dim)\n");
   fmt::print("  dtype     bf16 | f16 (default bf16; fp32 accumulation)\n");
   fmt::print("  causal    none | tl (top-left) | br (bottom-right)\n");
   fmt::print("  sparsity  dense | bsr (pattern at launch) | baked (needs the pattern: C++ API only)\n");
   fmt::print("  block     16 | 32 | 64 | 128 (pattern block size, bsr and baked)\n");
-  fmt::print("  config    --config warps=4|8,mt=1|2,bn=16|32|64|128,stages=2|3,qreg=0|1\n");
+  fmt::print("  pass      fwd | bwd (bwd keys name a part: '...,pass=bwd|part=prep|dkdv|dq|dq_convert,warps=8,cols=64,\n"
+             "            stages=2[,path=wgmma]')\n");
+  fmt::print("  det       1: deterministic backward (a dQ pass of its own); default: dQ summed with atomics\n");
+  fmt::print("  config    --config warps=4|8,mt=1|2,bn=16|32|64|128,stages=2|3,qreg=0|1[,path=mma|wgmma]\n");
+  fmt::print("            (path=wgmma: Hopper, --arch sm_90a; mt=1, bn 64|128, qreg=0)\n");
   fmt::print("  example   sjit compile attention:d=128,dtype=bf16,causal=tl,sparsity=bsr,block=128\n");
+  fmt::print("            sjit compile 'attention:d=128,pass=bwd|part=dkdv,warps=8,cols=64,stages=2,path=wgmma' --arch sm_90a\n");
+  fmt::print("\nop e23: the E23 dual-memory Elman cell, a whole sequence a launch (docs/e23.md)\n");
+  fmt::print("  key text  e23:kind=KIND[,alpha=A],n_slots=N,dim=D[,dtype=DTYPE][,scale=S][|pass=fwd|bwd]\n");
+  fmt::print("  kind      softmax | sparsemax | entmax (entmax needs alpha, 1 <= alpha <= 16)\n");
+  fmt::print("  n_slots   1 .. 256 (tape slots)\n");
+  fmt::print("  dim       multiple of 8, 8 .. 4096\n");
+  fmt::print("  dtype     f32 | bf16 | f16\n");
+  fmt::print("  example   sjit compile 'e23:kind=entmax,alpha=1.5,n_slots=8,dim=512,dtype=bf16|pass=bwd' --arch sm_90a\n");
 }
 
 }  // namespace

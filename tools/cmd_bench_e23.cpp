@@ -114,7 +114,7 @@ int run_e23(const E23BenchOptions& o) {
 
   fmt::print("device {} ({} SMs); B={} N={} D={} T={} {}; median of {} runs of the whole sequence\n", dev.name,
              dev.multiprocessors, b, n, d, t, name(dtype), o.iterations);
-  Table table({"kind", "CTAs", "us/launch", "us/step", "floor bytes", "floor FLOPs", "x floor", "read supp",
+  Table table({"kind", "CTAs", "tape", "us/launch", "us/step", "floor bytes", "floor FLOPs", "x floor", "read supp",
                "write supp"});
   double first_us = 0;
   for (const std::string& kind : split_commas(o.kinds)) {
@@ -134,7 +134,8 @@ int run_e23(const E23BenchOptions& o) {
     write_support.download(ws.data(), ws.size() * 4);
     double mean_read = 0, mean_write = 0;
     for (std::int64_t i = 0; i < t; ++i) mean_read += rs[i] / double(t), mean_write += ws[i] / double(t);
-    table.add({kind, std::to_string(cell.grid_size(b)), fmt::format("{:.1f}", launch_us), fmt::format("{:.2f}", step_us),
+    table.add({kind, std::to_string(cell.grid_size(b)), cell.tape_on_chip(b) ? "on chip" : "in L2/HBM",
+               fmt::format("{:.1f}", launch_us), fmt::format("{:.2f}", step_us),
                fmt::format("{:.3f} us", bytes_us), fmt::format("{:.3f} us", flops_us),
                fmt::format("{:.0f}x", step_us / std::max(bytes_us, flops_us)), fmt::format("{:.2f}", mean_read),
                fmt::format("{:.2f}", mean_write)});

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 #include "codegen/e23_codegen.h"
@@ -27,21 +29,64 @@ std::int64_t items_per_phase(const E23Spec& spec, std::int64_t batch) {
 struct LoadedE23Kernel {
   std::shared_ptr<const jit::LoadedKernel> kernel;
   int resident_ctas = 0;  // CTAs that fit on the whole device at once
+  // Forward only: the shared memory of a launch that keeps each batch row's tape on chip, and the CTAs
+  // that fit with it (0, 0 when a row's tape does not fit in one CTA's shared memory).
+  int tape_shared_bytes = 0;
+  int tape_resident_ctas = 0;
 };
+
+int resident_ctas(const jit::Target& target, CUfunction function, int shared_bytes) {
+  int per_sm = 0;
+  SJIT_CU(runtime::driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, function, codegen::kE23Threads,
+                                                                        std::size_t(shared_bytes)));
+  return per_sm * target.device->multiprocessors;
+}
+
+// SJIT_E23_TAPE=global keeps the forward's tape in the workspace even where it fits on chip (to measure
+// what keeping it on chip gains; docs/e23.md).
+bool tape_on_chip_allowed() {
+  const char* v = std::getenv("SJIT_E23_TAPE");
+  return v == nullptr || std::string_view(v) != "global";
+}
 
 LoadedE23Kernel load_e23_kernel(const jit::Target& target, const E23Spec& spec, bool backward) {
   LoadedE23Kernel out;
   out.kernel = backward ? jit::get_kernel(target, codegen::e23_backward_kernel_key(spec),
                                           [&] { return codegen::e23_backward_source(spec); })
                         : jit::get_kernel(target, codegen::e23_kernel_key(spec), [&] { return codegen::e23_source(spec); });
-  int per_sm = 0;
-  SJIT_CU(runtime::driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, out.kernel->function, codegen::kE23Threads, std::size_t(out.kernel->dynamic_shared_bytes)));
-  if (per_sm < 1)
+  out.resident_ctas = resident_ctas(target, out.kernel->function, out.kernel->dynamic_shared_bytes);
+  if (out.resident_ctas < 1)
     throw InvalidArgument(fmt::format("e23: the {} kernel for '{}' cannot run on this device (no CTA fits on an SM)",
                                       backward ? "backward" : "forward", key(spec)));
-  out.resident_ctas = per_sm * target.device->multiprocessors;
+  const long long tape_bytes = out.kernel->dynamic_shared_bytes + 4LL * spec.n_slots * spec.dim;
+  if (!backward && tape_bytes <= target.device->max_shared_per_block_optin) {
+    SJIT_CU(runtime::driver().cuFuncSetAttribute(out.kernel->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                 int(tape_bytes)));
+    // All of the SM's unified memory as shared memory, so that launches get the residency the occupancy
+    // calculator promises the grid barrier.
+    SJIT_CU(runtime::driver().cuFuncSetAttribute(out.kernel->function,
+                                                 CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100));
+    out.tape_shared_bytes = int(tape_bytes);
+    out.tape_resident_ctas = resident_ctas(target, out.kernel->function, out.tape_shared_bytes);
+  }
   return out;
+}
+
+// How a forward launch runs: never more CTAs than can be resident at once (the grid barrier waits for
+// all of them); the tape on chip when a row's tape fits in a CTA's shared memory and every batch row
+// then gets a CTA of its own (tape items are the first `batch` items, so CTA b owns row b).
+struct ForwardLaunch {
+  unsigned grid = 0;
+  int shared_bytes = 0;
+  bool tape_in_shared = false;
+};
+
+ForwardLaunch plan_forward(const LoadedE23Kernel& k, const E23Spec& spec, std::int64_t batch) {
+  const std::int64_t items = items_per_phase(spec, batch);
+  const std::int64_t grid_on_chip = std::min<std::int64_t>(items, k.tape_resident_ctas);
+  if (k.tape_shared_bytes > 0 && grid_on_chip >= batch && tape_on_chip_allowed())
+    return {unsigned(grid_on_chip), k.tape_shared_bytes, true};
+  return {unsigned(std::min<std::int64_t>(items, k.resident_ctas)), k.kernel->dynamic_shared_bytes, false};
 }
 
 // Makes sure `buffer` holds at least `bytes` (never allocating under graph capture) and returns it.
@@ -118,7 +163,12 @@ void E23::prepare(std::int64_t batch) {
 
 int E23::grid_size(std::int64_t batch) {
   const State::PerContext& per = state_->on(jit::current_target());
-  return int(std::min<std::int64_t>(items_per_phase(state_->spec, batch), per.forward.resident_ctas));
+  return int(plan_forward(per.forward, state_->spec, batch).grid);
+}
+
+bool E23::tape_on_chip(std::int64_t batch) {
+  const State::PerContext& per = state_->on(jit::current_target());
+  return plan_forward(per.forward, state_->spec, batch).tape_in_shared;
 }
 
 int E23::backward_grid_size(std::int64_t batch) {
@@ -195,16 +245,17 @@ void E23::forward_sequence(const E23ForwardArgs& a, Stream stream) {
     p.save_m = reinterpret_cast<float*>(base + saved.m);
   }
   p.batch = int(a.batch), p.steps = int(a.steps);
+  const ForwardLaunch launch = plan_forward(per.forward, spec, a.batch);
+  p.tape_in_shared = launch.tape_in_shared ? 1 : 0;
 
   const CUstream s = reinterpret_cast<CUstream>(stream);
   const runtime::DriverApi& cu = runtime::driver();
   SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p.barrier), 0, 4, s));
   if (a.read_support) SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(a.read_support), 0, 4 * a.steps, s));
   if (a.write_support) SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(a.write_support), 0, 4 * a.steps, s));
-  // Never more CTAs than can be resident at once: the grid barrier waits for all of them.
-  const unsigned grid = unsigned(std::min<std::int64_t>(items_per_phase(spec, a.batch), per.forward.resident_ctas));
   void* params[] = {&p};
-  jit::launch(*per.forward.kernel, grid, unsigned(codegen::kE23Threads), s, params);
+  SJIT_CU(cu.cuLaunchKernel(per.forward.kernel->function, launch.grid, 1, 1, unsigned(codegen::kE23Threads), 1, 1,
+                            unsigned(launch.shared_bytes), s, params, nullptr));
 }
 
 void E23::backward_sequence(const E23BackwardArgs& a, Stream stream) {

@@ -302,6 +302,7 @@ __global__ void __launch_bounds__(Cfg::threads) e23_backward(const E23BackwardPa
   const long long bd = (long long)batch * D;
   const int items = batch + Tr::row_tiles * ((batch + kGemvTileBatches - 1) / kGemvTileBatches);
   const long long thread = (long long)blockIdx.x * Cfg::threads + threadIdx.x, threads = (long long)gridDim.x * Cfg::threads;
+  GridBarrier barrier{p.barrier};
 
   // Prologue: W^T for the tiles, g_M_T = dm_final (or 0).
   {
@@ -317,7 +318,7 @@ __global__ void __launch_bounds__(Cfg::threads) e23_backward(const E23BackwardPa
     const T* dm_final = static_cast<const T*>(p.dm_final);
     for (long long e = thread; e < bd * N; e += threads) p.g_m[e] = dm_final != nullptr ? to_float(dm_final[e]) : 0.f;
   }
-  grid_sync(p.barrier);
+  barrier.sync();
 
   const T* w_h_t = static_cast<const T*>(p.w_h_t);
   const T* w_w_t = static_cast<const T*>(p.w_w_t);
@@ -338,7 +339,7 @@ __global__ void __launch_bounds__(Cfg::threads) e23_backward(const E23BackwardPa
         gemv_tile<Cfg>(w_h_t, State<D>{p.g_z + (t + 1) * bd}, row0, batch0, batch, red, stage, store_g_h_gemm);
       }
     }
-    grid_sync(p.barrier);
+    barrier.sync();
     const T* dy_t = dy + t * bd;
     const float* h_next = p.save_h + (t + 1) * bd;
     float* g_z = p.g_z + t * bd;
@@ -360,7 +361,7 @@ __global__ void __launch_bounds__(Cfg::threads) e23_backward(const E23BackwardPa
         gemv_tile<Cfg>(w_w_t, State<D>{p.g_w + t * bd}, row0, batch0, batch, red, stage, finish);
       }
     }
-    grid_sync(p.barrier);
+    barrier.sync();
   }
 
   // Step 0's read, and the recurrence's part of g_{h_0}.
@@ -376,7 +377,7 @@ __global__ void __launch_bounds__(Cfg::threads) e23_backward(const E23BackwardPa
       }
     }
   }
-  grid_sync(p.barrier);
+  barrier.sync();
   T* dh0 = static_cast<T*>(p.dh0);
   for (long long e = thread; e < bd; e += threads)
     dh0[e] = from_float<T>(__ldcg(p.g_h_tape + e) + __ldcg(p.g_h_gemm + e));

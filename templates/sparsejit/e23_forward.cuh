@@ -42,7 +42,9 @@ struct E23Traits {
   static constexpr int row_tiles = (D + kGemvTileRows - 1) / kGemvTileRows;
   static constexpr int slots_padded = (N + 3) / 4 * 4;  // keeps the float4 views of shared memory aligned
   // Shared memory, floats: a tape item holds x, w, the write weights and the scores; a tile holds the
-  // per-warp partial sums (and the FMA path's operand staging).
+  // per-warp partial sums (and the FMA path's operand staging). When the launch keeps the tape on chip
+  // (p.tape_in_shared), the batch row's N x D tape follows, at shared_floats: the front end then asks
+  // for 4 (shared_floats + N D) bytes.
   static constexpr int tape_floats = 2 * D + 2 * slots_padded;
   static constexpr int tile_floats = (Cfg::tensor_cores ? 1 : 2) * warps * kGemvTileOutputs;
   static constexpr int shared_floats = tape_floats > tile_floats ? tape_floats : tile_floats;
@@ -52,6 +54,16 @@ struct E23Traits {
   static_assert(N >= 1 && N <= 256, "1 to 256 slots: one warp normalizes at most 8 scores a lane");
   static_assert(Cfg::kind != kEntmax || Cfg::alpha > 1.0f, "entmax needs alpha > 1");
 };
+
+// The tape M of batch row b: in the owning CTA's shared memory when the launch keeps it there (every
+// tape item then has a CTA of its own, and CTA b owns row b for the whole launch), else in the workspace.
+// The tape functions below are instantiated for both (kShared), and the kernel picks one per launch:
+// a pointer that may point into either space costs 40 registers more at N = 32 (generic addressing).
+template <class Cfg, bool kShared>
+__device__ __forceinline__ float* tape_of(const E23ForwardParams& p, int b, float* smem) {
+  if constexpr (kShared) return smem + E23Traits<Cfg>::shared_floats;
+  else return p.m + (long long)b * Cfg::n_slots * Cfg::dim;
+}
 
 // Operands of the products: x_b[k], x_b[k + 1] in fp32.
 template <class T, int D>
@@ -82,7 +94,7 @@ struct NextState {  // h_{t+1} = tanh(z + v), made where it is needed
 };
 
 // Phase A, tape item of batch row b.
-template <class Cfg>
+template <class Cfg, bool kShared>
 __device__ void tape_read(const E23ForwardParams& p, int b, int t, float* smem) {
   using Tr = E23Traits<Cfg>;
   using T = typename Tr::T;
@@ -100,27 +112,27 @@ __device__ void tape_read(const E23ForwardParams& p, int b, int t, float* smem) 
   }
   for (int i = threadIdx.x; i < N; i += Cfg::threads) write_weights[i] = first ? 0.0f : __ldcg(p.b + b * N + i);
   __syncthreads();
-  float* tape = p.m + (long long)b * N * D;
+  float* tape = tape_of<Cfg, kShared>(p, b, smem);
   float* checkpoint = p.save_m != nullptr && t % p.checkpoint_every == 0
                           ? p.save_m + ((long long)(t / p.checkpoint_every) * p.batch + b) * N * D
                           : nullptr;
   const T* from = first ? static_cast<const T*>(p.m0) + (long long)b * N * D : nullptr;
   if (checkpoint != nullptr)
-    score_slots<Cfg, true>(tape, from, x, first ? nullptr : write_weights, w, scores, checkpoint);
+    score_slots<Cfg, kShared, true>(tape, from, x, first ? nullptr : write_weights, w, scores, checkpoint);
   else
-    score_slots<Cfg>(tape, from, x, first ? nullptr : write_weights, w, scores);
+    score_slots<Cfg, kShared>(tape, from, x, first ? nullptr : write_weights, w, scores);
   __syncthreads();
   if (threadIdx.x < 32) {
     const int support = normalize_slots<Cfg>(scores);
     if (threadIdx.x == 0 && p.read_support != nullptr) atomicAdd(p.read_support + t, float(support));
   }
   __syncthreads();
-  read_value<Cfg>(tape, scores, p.v + b * D);
+  read_value<Cfg, kShared>(tape, scores, p.v + b * D);
   __syncthreads();  // shared memory is reused by the next item
 }
 
 // Phase B, tape item of batch row b.
-template <class Cfg>
+template <class Cfg, bool kShared>
 __device__ void tape_write_weights(const E23ForwardParams& p, int b, int t, float* smem) {
   using Tr = E23Traits<Cfg>;
   using T = typename Tr::T;
@@ -140,7 +152,7 @@ __device__ void tape_write_weights(const E23ForwardParams& p, int b, int t, floa
     if (h_final != nullptr) store_output4(h_final + k, h);
   }
   __syncthreads();
-  score_slots<Cfg>(p.m + (long long)b * N * D, nullptr, x, nullptr, nullptr, scores);
+  score_slots<Cfg, kShared>(tape_of<Cfg, kShared>(p, b, smem), nullptr, x, nullptr, nullptr, scores);
   __syncthreads();
   if (threadIdx.x < 32) {
     const int support = normalize_slots<Cfg>(scores);
@@ -151,7 +163,7 @@ __device__ void tape_write_weights(const E23ForwardParams& p, int b, int t, floa
 }
 
 // After the last step: apply the last write and store the tape.
-template <class Cfg>
+template <class Cfg, bool kShared>
 __device__ void tape_final(const E23ForwardParams& p, int b, float* smem) {
   using Tr = E23Traits<Cfg>;
   using T = typename Tr::T;
@@ -162,13 +174,13 @@ __device__ void tape_final(const E23ForwardParams& p, int b, float* smem) {
     *reinterpret_cast<float4*>(w + k) = load_state4(p.w + b * D + k);
   for (int i = threadIdx.x; i < N; i += Cfg::threads) write_weights[i] = __ldcg(p.b + b * N + i);
   __syncthreads();
-  const float* tape = p.m + (long long)b * N * D;
+  const float* tape = tape_of<Cfg, kShared>(p, b, smem);
   T* out = static_cast<T*>(p.m_final) + (long long)b * N * D;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int i = warp; i < N; i += Tr::warps) {
     const float bi = write_weights[i];
     for (int k = 4 * lane; k < D; k += 128) {
-      float4 m = load_state4(tape + i * D + k);
+      float4 m = load_tape4<kShared>(tape + i * D + k);
       if (bi > 0.0f) m = blend4(m, *reinterpret_cast<const float4*>(w + k), bi);
       store_output4(out + i * D + k, m);
     }
@@ -190,20 +202,25 @@ __global__ void __launch_bounds__(Cfg::threads) e23_forward(const E23ForwardPara
   const int items = batch + Tr::row_tiles * ((batch + kGemvTileBatches - 1) / kGemvTileBatches);
   const T* w_h = static_cast<const T*>(p.w_h);
   const T* w_w = static_cast<const T*>(p.w_w);
+  GridBarrier barrier{p.barrier};
   for (int t = 0; t < p.steps; ++t) {
     const T* u_t = static_cast<const T*>(p.u) + (long long)t * batch * D;
-    auto store_z = [&](int b, int r, float sum) { __stcg(p.z + b * D + r, sum + to_float(u_t[b * D + r])); };
+    auto load_u = [&](int b, int r) { return to_float(u_t[b * D + r]); };  // loaded before the products
+    auto store_z = [&](int b, int r, float sum) { __stcg(p.z + b * D + r, sum); };
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
       if (item < batch) {
-        tape_read<Cfg>(p, item, t, smem);
+        if (p.tape_in_shared) tape_read<Cfg, true>(p, item, t, smem);
+        else tape_read<Cfg, false>(p, item, t, smem);
       } else {
         const int tile = item - batch;
         const int row0 = (tile % Tr::row_tiles) * kGemvTileRows, batch0 = (tile / Tr::row_tiles) * kGemvTileBatches;
-        if (t == 0) gemv_tile<Cfg>(w_h, InitialState<T, D>{static_cast<const T*>(p.h0)}, row0, batch0, batch, red, stage, store_z);
-        else gemv_tile<Cfg>(w_h, State<D>{p.h}, row0, batch0, batch, red, stage, store_z);
+        if (t == 0)
+          gemv_tile<Cfg>(w_h, InitialState<T, D>{static_cast<const T*>(p.h0)}, row0, batch0, batch, red, stage, store_z,
+                         load_u);
+        else gemv_tile<Cfg>(w_h, State<D>{p.h}, row0, batch0, batch, red, stage, store_z, load_u);
       }
     }
-    grid_sync(p.barrier);
+    barrier.sync();
     float* save_w = p.save_w != nullptr ? p.save_w + (long long)t * batch * D : nullptr;
     auto store_w = [&](int b, int r, float sum) {
       __stcg(p.w + b * D + r, sum);
@@ -211,17 +228,21 @@ __global__ void __launch_bounds__(Cfg::threads) e23_forward(const E23ForwardPara
     };
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
       if (item < batch) {
-        tape_write_weights<Cfg>(p, item, t, smem);
+        if (p.tape_in_shared) tape_write_weights<Cfg, true>(p, item, t, smem);
+        else tape_write_weights<Cfg, false>(p, item, t, smem);
       } else {
         const int tile = item - batch;
         const int row0 = (tile % Tr::row_tiles) * kGemvTileRows, batch0 = (tile / Tr::row_tiles) * kGemvTileBatches;
         gemv_tile<Cfg>(w_w, NextState<D>{p.z, p.v}, row0, batch0, batch, red, stage, store_w);
       }
     }
-    grid_sync(p.barrier);
+    barrier.sync();
   }
   if (p.m_final != nullptr)
-    for (int item = blockIdx.x; item < batch; item += gridDim.x) tape_final<Cfg>(p, item, smem);
+    for (int item = blockIdx.x; item < batch; item += gridDim.x) {
+      if (p.tape_in_shared) tape_final<Cfg, true>(p, item, smem);
+      else tape_final<Cfg, false>(p, item, smem);
+    }
   // Every support count was added before the last barrier: turn the sums into means.
   if (blockIdx.x == 0)
     for (int t = threadIdx.x; t < p.steps; t += Cfg::threads) {

@@ -140,22 +140,52 @@ __device__ __forceinline__ void gemv_tile_partial_fma(const T* __restrict__ w, c
   for (int j = 0; j < 16; ++j) mine[(lane % 16) * kGemvTileBatches + half * 16 + j] = acc[j];
 }
 
+// No addend: the epilogue gets the bare product.
+struct NoAddend {
+  __device__ __forceinline__ float operator()(int, int) const { return 0.f; }
+};
+template <class A> struct IsNoAddend { static constexpr bool value = false; };
+template <> struct IsNoAddend<NoAddend> { static constexpr bool value = true; };
+
 // The whole tile: partial products per warp, then their sum handed to epilogue(b, r, value) for every
-// row r < D and batch b < batch of the tile. Shared memory: WARPS * 512 floats at red (and as many at
-// stage for the FMA path). Starts and ends with the CTA in step (it holds __syncthreads).
-template <class Cfg, class Operand, class Epilogue>
+// row r < D and batch b < batch of the tile, value = the product + addend(b, r). On the tensor-core path
+// the addends are loaded before the products start, so their memory latency hides under the weight
+// loads instead of following the reduction (the FMA path has no registers to spare for them: it would
+// spill). Shared memory: WARPS * 512 floats at red (and as many at stage for the FMA path). Starts and
+// ends with the CTA in step (it holds __syncthreads).
+template <class Cfg, class Operand, class Epilogue, class Addend = NoAddend>
 __device__ __forceinline__ void gemv_tile(const typename Cfg::T* __restrict__ w, const Operand& x, int row0, int batch0,
-                                          int batch, float* red, float* stage, Epilogue epilogue) {
+                                          int batch, float* red, float* stage, Epilogue epilogue,
+                                          Addend addend = {}) {
   constexpr int warps = Cfg::threads / 32;
+  static_assert(kGemvTileOutputs % Cfg::threads == 0, "whole outputs a thread");
+  constexpr int per_thread = kGemvTileOutputs / Cfg::threads;
+  constexpr bool has_addend = !IsNoAddend<Addend>::value, early = has_addend && Cfg::tensor_cores;
+  // Output o = threadIdx.x + j * threads: consecutive threads take consecutive rows.
+  auto in_tile = [&](int j) {
+    const int o = threadIdx.x + j * Cfg::threads;
+    return row0 + o % kGemvTileRows < Cfg::dim && batch0 + o / kGemvTileRows < batch;
+  };
+  auto addend_of = [&](int j) {
+    const int o = threadIdx.x + j * Cfg::threads;
+    return in_tile(j) ? addend(batch0 + o / kGemvTileRows, row0 + o % kGemvTileRows) : 0.f;
+  };
+  float add[per_thread];
+  if constexpr (early)
+#pragma unroll
+    for (int j = 0; j < per_thread; ++j) add[j] = addend_of(j);
   if constexpr (Cfg::tensor_cores) gemv_tile_partial_mma<typename Cfg::T, Cfg::dim, warps>(w, x, row0, batch0, batch, red);
   else gemv_tile_partial_fma<typename Cfg::T, Cfg::dim, warps>(w, x, row0, batch0, batch, red, stage);
   __syncthreads();
-  for (int o = threadIdx.x; o < kGemvTileOutputs; o += Cfg::threads) {
-    const int bl = o / kGemvTileRows, rl = o % kGemvTileRows;  // consecutive threads: consecutive rows
+#pragma unroll
+  for (int j = 0; j < per_thread; ++j) {
+    const int o = threadIdx.x + j * Cfg::threads, bl = o / kGemvTileRows, rl = o % kGemvTileRows;
     float sum = 0.f;
 #pragma unroll
     for (int wi = 0; wi < warps; ++wi) sum += red[wi * kGemvTileOutputs + rl * kGemvTileBatches + bl];
-    if (row0 + rl < Cfg::dim && batch0 + bl < batch) epilogue(batch0 + bl, row0 + rl, sum);
+    if constexpr (early) sum += add[j];
+    else if constexpr (has_addend) sum += addend_of(j);
+    if (in_tile(j)) epilogue(batch0 + bl, row0 + rl, sum);
   }
   __syncthreads();
 }

@@ -3,7 +3,9 @@
 // It is correct only when every CTA of the grid is resident at once (a CTA spinning here would
 // otherwise wait for one that can never start): the front end launches at most the number of CTAs
 // the occupancy calculator allows on all SMs together. The counter is zeroed before the launch and
-// only ever grows, so barrier k waits until the counter reaches (k + 1) * gridDim.x.
+// only ever grows, so barrier k (counted from 0) ends once it reaches (k + 1) * gridDim.x. Each CTA
+// counts its own barriers, so the arrival needs no answer from the atomic: it is a fire-and-forget
+// reduction (RED), and the only round trips a CTA waits for are its fence and the polling loads.
 #pragma once
 
 namespace sjit_kernels {
@@ -14,19 +16,25 @@ __device__ __forceinline__ unsigned load_acquire_gpu(const unsigned* p) {
   return value;
 }
 
-// Every thread of every CTA calls it. The fences on either side make the CTA's writes before the
-// barrier visible to every CTA after it (the pattern of cooperative_groups::grid_group::sync).
-__device__ __forceinline__ void grid_sync(unsigned* counter) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const unsigned ticket = atomicAdd(counter, 1u);
-    const unsigned target = (ticket / gridDim.x + 1) * gridDim.x;
-    while (int(load_acquire_gpu(counter) - target) < 0) {
+// One per launch, constructed by every thread of every CTA with the launch's zeroed counter; every
+// thread calls sync() at the same points.
+struct GridBarrier {
+  unsigned* counter;
+  unsigned target = 0;  // the count that ends the next barrier (only thread 0's copy is used)
+
+  // The fence before the arrival makes the CTA's writes (ordered before it by __syncthreads) visible
+  // to every CTA that sees the arrival; the acquiring load orders what the CTA reads afterwards.
+  __device__ __forceinline__ void sync() {
+    __syncthreads();
+    target += gridDim.x;
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(counter, 1u);  // result unused: compiled to a reduction, no round trip
+      while (int(load_acquire_gpu(counter) - target) < 0) {
+      }
     }
-    __threadfence();
+    __syncthreads();
   }
-  __syncthreads();
-}
+};
 
 }  // namespace sjit_kernels

@@ -32,6 +32,9 @@ struct E23ForwardParams {
   float* save_m;      // [ceil(steps / K), batch, N, D]  the tape M_t at t = 0, K, 2K, ...
   int checkpoint_every;  // K >= 1
   int batch, steps;
+  // 1: each batch row's tape stays in the shared memory of the CTA that owns its tape item for the whole
+  // launch (the grid has a CTA per batch row and the launch asks for the room); p.m is then unused.
+  int tape_in_shared;
 };
 
 struct E23BackwardParams {

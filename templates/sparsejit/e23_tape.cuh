@@ -20,6 +20,19 @@ __device__ __forceinline__ float4 blend4(float4 m, float4 w, float b) {  // (1 -
   return make_float4(keep * m.x + b * w.x, keep * m.y + b * w.y, keep * m.z + b * w.z, keep * m.w + b * w.w);
 }
 
+// The tape of a batch row is touched only by the CTA that owns its tape item, and it lives either in
+// that CTA's shared memory (kShared) or in the workspace, read and written through L2 (docs/e23.md).
+template <bool kShared>
+__device__ __forceinline__ float4 load_tape4(const float* p) {
+  if constexpr (kShared) return *reinterpret_cast<const float4*>(p);
+  else return load_state4(p);
+}
+template <bool kShared>
+__device__ __forceinline__ void store_tape4(float* p, float4 v) {
+  if constexpr (kShared) *reinterpret_cast<float4*>(p) = v;
+  else store_state4(p, v);
+}
+
 template <class T>
 __device__ __forceinline__ float4 load_input4(const T* p) {
   float v[4];
@@ -81,12 +94,12 @@ __device__ __forceinline__ int normalize_slots(float* scores) {
   return support;
 }
 
-// scores[i] = scale * <M_i, x> for every slot, x in shared memory. With `apply_write`, each slot is first
+// scores[i] = scale * <M_i, x> for every slot, x in shared memory, the tape in shared or global memory. With `apply_write`, each slot is first
 // moved to (1 - b_i) M_i + b_i w (the pending write of the previous step) and stored back; with `from`
 // set (the first step), slots come from m0 in T and are all stored to the fp32 tape. With `checkpoint`
 // set, every slot (after the write) is also copied there: the tape saved for the backward.
 // (kCheckpoint is a template flag so that the launches that save nothing run the loop without it.)
-template <class Cfg, bool kCheckpoint = false>
+template <class Cfg, bool kShared, bool kCheckpoint = false>
 __device__ __forceinline__ void score_slots(float* tape, const typename Cfg::T* from, const float* x,
                                             const float* write_weights, const float* write_value, float* scores,
                                             float* checkpoint = nullptr) {
@@ -98,9 +111,9 @@ __device__ __forceinline__ void score_slots(float* tape, const typename Cfg::T* 
     const float bi = write_weights != nullptr ? write_weights[i] : 0.0f;
     float dot = 0.0f;
     for (int k = 4 * lane; k < D; k += 128) {
-      float4 m = from != nullptr ? load_input4(from + i * D + k) : load_state4(slot + k);
+      float4 m = from != nullptr ? load_input4(from + i * D + k) : load_tape4<kShared>(slot + k);
       if (bi > 0.0f) m = blend4(m, *reinterpret_cast<const float4*>(write_value + k), bi);
-      if (from != nullptr || bi > 0.0f) store_state4(slot + k, m);
+      if (from != nullptr || bi > 0.0f) store_tape4<kShared>(slot + k, m);
       if constexpr (kCheckpoint) store_state4(checkpoint + i * D + k, m);
       dot += dot4(m, *reinterpret_cast<const float4*>(x + k));
     }
@@ -111,7 +124,7 @@ __device__ __forceinline__ void score_slots(float* tape, const typename Cfg::T* 
 
 // out = sum_i a_i M_i over the slots with a_i > 0, spread over the CTA's threads by dimension. Slots go
 // eight at a time with their loads issued together (a slot with a_i = 0 is not read at all).
-template <class Cfg>
+template <class Cfg, bool kShared>
 __device__ __forceinline__ void read_value(const float* tape, const float* weights, float* out) {
   constexpr int D = Cfg::dim, kGroup = 8;
   for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads) {
@@ -123,7 +136,7 @@ __device__ __forceinline__ void read_value(const float* tape, const float* weigh
       for (int j = 0; j < kGroup; ++j) {
         const int i = i0 + j;
         a[j] = i < Cfg::n_slots ? weights[i] : 0.0f;
-        m[j] = a[j] > 0.0f ? load_state4(tape + i * D + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+        m[j] = a[j] > 0.0f ? load_tape4<kShared>(tape + i * D + k) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
 #pragma unroll
       for (int j = 0; j < kGroup; ++j)

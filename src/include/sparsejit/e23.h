@@ -104,6 +104,10 @@ class E23 {
   // CTAs of a launch for this batch on the current device (at most what can be resident at once).
   int grid_size(std::int64_t batch);
   int backward_grid_size(std::int64_t batch);
+  // Whether a forward launch for this batch keeps each batch row's tape in its CTA's shared memory (when
+  // a row's N x D fp32 tape fits next to the kernel's own shared memory and every row gets a CTA of its
+  // own; else the tape lives in the workspace). docs/e23.md "How a launch works".
+  bool tape_on_chip(std::int64_t batch);
 
   const E23Spec& spec() const;
 

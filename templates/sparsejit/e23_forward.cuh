@@ -22,6 +22,9 @@
 // The write of step t is applied in phase A of step t+1 rather than in phase B, because w only exists
 // once every tile of phase B is done; folding it into the next read costs no extra pass over the tape.
 // State lives in fp32 in the workspace (L2-resident for moderate sizes); only inputs and outputs are T.
+// Each batch row's tape is touched only by the CTA that owns its tape item, so when the launch has a
+// CTA per batch row and the row's tape fits, it stays in that CTA's shared memory for the whole launch
+// (p.tape_in_shared; the front end decides and asks for the room).
 // With save_h / save_w / save_m set, the launch also keeps what the backward needs (e23_backward.cuh):
 // every h_t and w_t in fp32, and the tape every checkpoint_every steps.
 #pragma once

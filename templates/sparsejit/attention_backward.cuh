@@ -148,6 +148,19 @@ __global__ void __launch_bounds__(256) attention_backward_prep(const AttentionBa
   }
 }
 
+// lse2 and delta of `ROWS` query rows from q0 into shared memory, by all THREADS threads. Rows past
+// the end get lse2 = +inf (P = 0) and delta = 0, as for a row that saw no key.
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void load_row_stats(float* lse2_out, float* delta_out, const AttentionBackwardParams& p,
+                                               int batch, int head_q, int q0) {
+  const long long row_base = (static_cast<long long>(batch) * p.heads_q + head_q) * p.seq_q;
+  for (int r = threadIdx.x; r < ROWS; r += THREADS) {
+    const bool valid = q0 + r < p.seq_q;
+    lse2_out[r] = valid ? p.lse2[row_base + q0 + r] : infinity();
+    delta_out[r] = valid ? p.delta[row_base + q0 + r] : 0.f;
+  }
+}
+
 // Which key tile a dK/dV CTA owns, head-major: blockIdx.x = (batch, K/V head) * key_tiles + key_tile.
 // The CTAs resident at one time then cover one or two heads, whose Q and dO (4 MB a head at S = 8192,
 // D = 128) stay in L2 while every key tile of the head reads them.
@@ -331,12 +344,7 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backwa
                                                      p.seq_q);
     load_tile_async<T, Tr::head_dim, C, Tr::threads>(do_ring + slot * Tr::other_tile_elems, d_o, p.do_row_stride, q0,
                                                      p.seq_q);
-    const long long row_base = (static_cast<long long>(batch) * p.heads_q + t.head_q) * p.seq_q;
-    for (int c = threadIdx.x; c < C; c += Tr::threads) {
-      const bool valid = q0 + c < p.seq_q;
-      lse2_ring[slot * C + c] = valid ? p.lse2[row_base + q0 + c] : infinity();
-      delta_ring[slot * C + c] = valid ? p.delta[row_base + q0 + c] : 0.f;
-    }
+    load_row_stats<C, Tr::threads>(lse2_ring + slot * C, delta_ring + slot * C, p, batch, t.head_q, q0);
   };
 
   const T* k = static_cast<const T*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
@@ -472,12 +480,7 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backwa
   };
   load_tile_async<T, Tr::head_dim, R, Tr::threads>(q_rows, q, p.q_row_stride, q0, p.seq_q);
   load_tile_async<T, Tr::head_dim, R, Tr::threads>(do_rows, d_o, p.do_row_stride, q0, p.seq_q);
-  const long long row_base = (static_cast<long long>(batch) * p.heads_q + head_q) * p.seq_q;
-  for (int r = threadIdx.x; r < R; r += Tr::threads) {
-    const bool valid = q0 + r < p.seq_q;
-    lse2_rows[r] = valid ? p.lse2[row_base + q0 + r] : infinity();
-    delta_rows[r] = valid ? p.delta[row_base + q0 + r] : 0.f;
-  }
+  load_row_stats<R, Tr::threads>(lse2_rows, delta_rows, p, batch, head_q, q0);
 #pragma unroll
   for (int j = 0; j < stages - 1; ++j) {
     if (j < count) load_key_tile(j);

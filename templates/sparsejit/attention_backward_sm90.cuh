@@ -71,12 +71,7 @@ __global__ void __launch_bounds__(256, 1) attention_backward_dkdv_sm90(const Att
     load_tile_swizzled<T, D, C, Tr::threads>(smem + L::q_ring + slot * L::other_bytes, q, p.q_row_stride, q0, p.seq_q);
     load_tile_swizzled<T, D, C, Tr::threads>(smem + L::do_ring + slot * L::other_bytes, d_o, p.do_row_stride, q0,
                                              p.seq_q);
-    const long long row_base = (static_cast<long long>(own.batch) * p.heads_q + t.head_q) * p.seq_q;
-    for (int c = threadIdx.x; c < C; c += Tr::threads) {
-      const bool valid = q0 + c < p.seq_q;
-      lse2_ring[slot * C + c] = valid ? p.lse2[row_base + q0 + c] : infinity();
-      delta_ring[slot * C + c] = valid ? p.delta[row_base + q0 + c] : 0.f;
-    }
+    load_row_stats<C, Tr::threads>(lse2_ring + slot * C, delta_ring + slot * C, p, own.batch, t.head_q, q0);
   };
 
   const T* k = static_cast<const T*>(p.k) + own.batch * p.k_batch_stride + own.kv_head * p.k_head_stride;

@@ -163,10 +163,12 @@ struct Attention::State {
     return *schedules.front();
   }
 
-  // The backward's three kernels in one context.
+  // The backward's three kernels in one context, and the tilings they were built for (the launch
+  // sizes its grids from them).
   struct BackwardKernels {
     CUcontext context;
-    std::shared_ptr<const jit::LoadedKernel> prep, dkdv, dq;
+    codegen::BackwardTiling dkdv_tiling, dq_tiling;
+    std::shared_ptr<const jit::LoadedKernel> prep, dkdv, dq;  // dq: the dQ pass or dq_convert
   };
   std::vector<BackwardKernels> backward_kernels;
   // Per (context, stream) scratch of the backward: delta and lse2, 8 bytes a query row, and with atomic
@@ -187,13 +189,14 @@ struct Attention::State {
     AttentionSpec bwd = spec;
     bwd.pass = Pass::backward;
     const bool sm90 = target.device->arch == "sm_90a" && !mma_only;
-    auto get = [&](codegen::BackwardPart part) {
-      const codegen::BackwardTiling tiling = codegen::default_backward_tiling(bwd, part, sm90);
-      return jit::get_kernel(target, key(bwd) + "|" + key(tiling),
-                             [&] { return codegen::attention_backward_source(bwd, tiling); });
+    auto tiling = [&](codegen::BackwardPart part) { return codegen::default_backward_tiling(bwd, part, sm90); };
+    auto get = [&](const codegen::BackwardTiling& t) {
+      return jit::get_kernel(target, key(bwd) + "|" + key(t), [&] { return codegen::attention_backward_source(bwd, t); });
     };
-    BackwardKernels k{target.context, get(codegen::BackwardPart::prep), get(codegen::BackwardPart::dkdv),
-                      get(codegen::atomic_dq(spec) ? codegen::BackwardPart::dq_convert : codegen::BackwardPart::dq)};
+    BackwardKernels k{target.context, tiling(codegen::BackwardPart::dkdv), tiling(codegen::BackwardPart::dq)};
+    k.prep = get(tiling(codegen::BackwardPart::prep));
+    k.dkdv = get(k.dkdv_tiling);
+    k.dq = get(codegen::atomic_dq(spec) ? tiling(codegen::BackwardPart::dq_convert) : k.dq_tiling);
     std::lock_guard lock(mutex);
     backward_kernels.push_back(std::move(k));
     return backward_kernels.back();
@@ -327,11 +330,8 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
 
   const jit::Target target = jit::current_target();
   const State::BackwardKernels& kernels = state_->backward(target);
-  AttentionSpec bwd = spec;
-  bwd.pass = Pass::backward;
-  const codegen::BackwardTiling kv_tiling =
-      codegen::default_backward_tiling(bwd, codegen::BackwardPart::dkdv, target.device->arch == "sm_90a" && !state_->mma_only);
-  const codegen::BackwardTiling q_tiling = codegen::default_backward_tiling(bwd, codegen::BackwardPart::dq);
+  const codegen::BackwardTiling& kv_tiling = kernels.dkdv_tiling;
+  const codegen::BackwardTiling& q_tiling = kernels.dq_tiling;
 
   const std::int64_t rows = a.batch * a.heads_q * a.seq_q;
   const bool atomic = codegen::atomic_dq(spec);

@@ -38,17 +38,6 @@ Causal causal_from(const std::string& text) {
   throw InvalidArgument(fmt::format("--causal {}: use none, tl or br", text));
 }
 
-DeviceBuffer random_tensor(std::int64_t elements, DType dtype, std::mt19937_64& rng) {
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> values(static_cast<std::size_t>(elements));
-  for (float& x : values) x = dist(rng);
-  std::vector<unsigned char> bytes(values.size() * size_of(dtype));
-  encode(dtype, values, bytes.data());
-  DeviceBuffer buffer(bytes.size());
-  buffer.upload(bytes.data(), bytes.size());
-  return buffer;
-}
-
 double median_ms(int warmup, int iterations, const std::function<void()>& run) {
   return median_gpu_ms(warmup, iterations, [&](int) { run(); });
 }
@@ -64,9 +53,9 @@ int run_attention(const AttentionBenchOptions& o) {
   const AttentionConfig config = o.config.empty() ? AttentionConfig{} : parse_attention_config(o.config);
 
   std::mt19937_64 rng(2026);
-  DeviceBuffer q = random_tensor(o.batch * o.heads * o.seq * o.head_dim, dtype, rng);
-  DeviceBuffer k = random_tensor(o.batch * heads_kv * seq_k * o.head_dim, dtype, rng);
-  DeviceBuffer v = random_tensor(o.batch * heads_kv * seq_k * o.head_dim, dtype, rng);
+  DeviceBuffer q = random_device_tensor(o.batch * o.heads * o.seq * o.head_dim, dtype, rng);
+  DeviceBuffer k = random_device_tensor(o.batch * heads_kv * seq_k * o.head_dim, dtype, rng);
+  DeviceBuffer v = random_device_tensor(o.batch * heads_kv * seq_k * o.head_dim, dtype, rng);
   DeviceBuffer out(std::size_t(o.batch * o.heads * o.seq * o.head_dim) * size_of(dtype));
   DeviceBuffer lse(std::size_t(o.batch * o.heads * o.seq) * 4);
   AttentionForwardArgs args;
@@ -85,7 +74,7 @@ int run_attention(const AttentionBenchOptions& o) {
   std::optional<DeviceBuffer> d_o, dq, dk, dv;
   AttentionBackwardArgs bargs;
   if (o.backward) {
-    d_o.emplace(random_tensor(o.batch * o.heads * o.seq * o.head_dim, dtype, rng));
+    d_o.emplace(random_device_tensor(o.batch * o.heads * o.seq * o.head_dim, dtype, rng));
     dq.emplace(out.bytes());
     dk.emplace(k.bytes());
     dv.emplace(v.bytes());
@@ -161,7 +150,7 @@ int run_attention(const AttentionBenchOptions& o) {
 }  // namespace
 
 Runner add_bench_attention(CLI::App& bench) {
-  auto* cmd = bench.add_subcommand("attention", "Attention forward: dense and block-sparse time, TFLOP/s, speedup");
+  auto* cmd = bench.add_subcommand("attention", "Attention forward (and --backward): dense and block-sparse time, TFLOP/s, speedup");
   auto o = std::make_shared<AttentionBenchOptions>();
   cmd->add_option("--batch", o->batch, "Batch (default 2)");
   cmd->add_option("--heads", o->heads, "Query heads (default 16)");

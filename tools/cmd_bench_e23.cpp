@@ -27,17 +27,6 @@ constexpr double kHbmBytesPerS = 3.35e12;
 constexpr double kTensorFlopsPerS = 989e12;
 constexpr double kFp32FlopsPerS = 67e12;
 
-DeviceBuffer random_tensor(std::int64_t elements, float scale, DType dtype, std::mt19937_64& rng) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> values(static_cast<std::size_t>(elements));
-  for (float& x : values) x = dist(rng);
-  std::vector<unsigned char> bytes(values.size() * size_of(dtype));
-  encode(dtype, values, bytes.data());
-  DeviceBuffer buffer(std::max<std::size_t>(bytes.size(), 16));
-  buffer.upload(bytes.data(), bytes.size());
-  return buffer;
-}
-
 // Forward with the state saved, then the backward through time, per kind. The training step's floor is
 // taken as three forward floors (the backward reads both weights again and touches the tape and its
 // gradient: about twice the forward's traffic; the dW products add 4 B D^2 FLOPs).
@@ -46,7 +35,7 @@ void run_e23_backward(const E23BenchOptions& o, E23ForwardArgs args, double fwd_
   const std::int64_t b = o.batch, t = o.steps, n = o.slots, d = o.dim;
   const std::size_t e = size_of(dtype);
   std::mt19937_64 rng(7);
-  DeviceBuffer dy = random_tensor(t * b * d, 0.5f, dtype, rng);
+  DeviceBuffer dy = random_device_tensor(t * b * d, dtype, rng, 0.5f);
   DeviceBuffer du(std::size_t(t * b * d) * e), dh0(std::size_t(b * d) * e), dm0(std::size_t(b * n * d) * e);
   DeviceBuffer dw_h(std::size_t(d * d) * e), dw_w(std::size_t(d * d) * e);
   fmt::print("\nbackward through time: forward saving its state, then backward_sequence (K = {}); median of {} runs\n",
@@ -93,9 +82,11 @@ int run_e23(const E23BenchOptions& o) {
 
   std::mt19937_64 rng(2026);
   const float w_scale = 0.9f / std::sqrt(float(d));
-  DeviceBuffer u = random_tensor(t * b * d, 0.5f, dtype, rng), h0 = random_tensor(b * d, 0.5f, dtype, rng);
-  DeviceBuffer m0 = random_tensor(b * n * d, 1.5f, dtype, rng);
-  DeviceBuffer w_h = random_tensor(d * d, w_scale, dtype, rng), w_w = random_tensor(d * d, 2 * w_scale, dtype, rng);
+  DeviceBuffer u = random_device_tensor(t * b * d, dtype, rng, 0.5f);
+  DeviceBuffer h0 = random_device_tensor(b * d, dtype, rng, 0.5f);
+  DeviceBuffer m0 = random_device_tensor(b * n * d, dtype, rng, 1.5f);
+  DeviceBuffer w_h = random_device_tensor(d * d, dtype, rng, w_scale);
+  DeviceBuffer w_w = random_device_tensor(d * d, dtype, rng, 2 * w_scale);
   DeviceBuffer y(std::size_t(t * b * d) * e), h_final(std::size_t(b * d) * e), m_final(std::size_t(b * n * d) * e);
   DeviceBuffer read_support(std::size_t(t) * 4), write_support(std::size_t(t) * 4);
   E23ForwardArgs args;

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ std::vector<std::string> split_commas(const std::string& text);
 // Median GPU time of run(i) in milliseconds: `warmup` untimed calls, then `iterations` calls each timed
 // alone with events on the default stream.
 double median_gpu_ms(int warmup, int iterations, const std::function<void(int)>& run);
+
+// A device buffer of `elements` values drawn from N(0, scale^2), rounded to dtype (at least 16 bytes).
+DeviceBuffer random_device_tensor(std::int64_t elements, DType dtype, std::mt19937_64& rng, float scale = 1.0f);
 
 // A plain table printed with aligned columns.
 class Table {

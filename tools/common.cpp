@@ -53,6 +53,17 @@ void Table::print() const {
   for (const auto& r : rows_) line(r);
 }
 
+DeviceBuffer random_device_tensor(std::int64_t elements, DType dtype, std::mt19937_64& rng, float scale) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> values(static_cast<std::size_t>(elements));
+  for (float& x : values) x = dist(rng);
+  std::vector<unsigned char> bytes(values.size() * size_of(dtype));
+  encode(dtype, values, bytes.data());
+  DeviceBuffer buffer(std::max<std::size_t>(bytes.size(), 16));
+  buffer.upload(bytes.data(), bytes.size());
+  return buffer;
+}
+
 double median_gpu_ms(int warmup, int iterations, const std::function<void(int)>& run) {
   EventTimer timer;
   for (int i = 0; i < warmup; ++i) run(i);

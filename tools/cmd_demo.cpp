@@ -1,58 +1,53 @@
-// sjit demo: the main job. Specializes and compiles a set of kernels; with a GPU, runs each against
-// the float64 reference on fresh random rows and prints what matched.
+// sjit demo: the main job. Specializes and compiles a kernel of every op family (row normalizers,
+// attention dense and block-sparse forward and backward, the E23 cell forward and backward), in
+// parallel, with progress; with a GPU, runs each against its float64 reference on fresh random inputs
+// and prints what matched. Without a GPU it compiles for sm_90a and says so.
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <random>
+#include <thread>
 
-#include "commands.h"
+#include "demo.h"
 
 namespace sjit::tool {
 namespace {
 
-struct Outcome {
+// ---- Row normalizers: forward and backward of 64 rows against reference::rownorm_*.
+
+struct RowNormOutcome {
   double max_error = 0;    // largest |gpu - reference| over forward and backward
   double worst_sum = 0;    // largest |sum(y) - 1| over the rows
   double mean_support = 0;
 };
 
-Outcome run_against_reference(const RowNormSpec& spec, std::mt19937_64& rng) {
+RowNormOutcome check_rownorm(const RowNormSpec& spec, std::mt19937_64& rng) {
   const int n = spec.n;
   const std::int64_t rows = 64;
-  const std::size_t elem = size_of(spec.dtype), bytes = std::size_t(rows) * n * elem;
-  std::normal_distribution<float> dist(0.0f, 2.0f);
-  std::vector<float> x(std::size_t(rows) * n), g(x.size());
-  for (float& v : x) v = dist(rng);
-  for (float& v : g) v = dist(rng);
-  std::vector<unsigned char> raw(bytes);
-  DeviceBuffer dx(bytes), dy(bytes), dg(bytes), dgrad(bytes), support(rows * 4);
-  encode(spec.dtype, x, raw.data());
-  decode(spec.dtype, raw.data(), x);  // the values the GPU sees
-  dx.upload(raw.data(), bytes);
-  encode(spec.dtype, g, raw.data());
-  decode(spec.dtype, raw.data(), g);
-  dg.upload(raw.data(), bytes);
-  dy.fill_bytes(0xFF);
-  dgrad.fill_bytes(0xFF);
-
+  const std::size_t elements = std::size_t(rows) * n, bytes = elements * size_of(spec.dtype);
+  const demo::Tensor x = demo::random_tensor(std::int64_t(elements), spec.dtype, rng, 2.0f);
+  const demo::Tensor g = demo::random_tensor(std::int64_t(elements), spec.dtype, rng, 2.0f);
+  DeviceBuffer dy = demo::poisoned(bytes), dgrad = demo::poisoned(bytes), support(rows * 4);
   RowNorm op(spec);
-  op.forward({dx.data(), dy.data(), rows, 0, 0, 1.0f, support.as<std::int32_t>()});
-  op.backward({dy.data(), dg.data(), dgrad.data(), rows});
+  op.forward({x.device.data(), dy.data(), rows, 0, 0, 1.0f, support.as<std::int32_t>()});
+  op.backward({dy.data(), g.device.data(), dgrad.data(), rows});
   synchronize();
-  std::vector<float> y(x.size()), grad(x.size());
-  dy.download(raw.data(), bytes);
-  decode(spec.dtype, raw.data(), y);
-  dgrad.download(raw.data(), bytes);
-  decode(spec.dtype, raw.data(), grad);
+  const std::vector<float> y = demo::download(dy, spec.dtype, elements), grad = demo::download(dgrad, spec.dtype, elements);
   std::vector<std::int32_t> sizes(rows);
   support.download(sizes.data(), rows * 4);
 
-  Outcome out;
+  RowNormOutcome out;
   for (std::int64_t r = 0; r < rows; ++r) {
-    const std::vector<double> z(x.begin() + r * n, x.begin() + (r + 1) * n);
+    const std::vector<double> z(x.values.begin() + r * n, x.values.begin() + (r + 1) * n);
     const std::vector<double> yr(y.begin() + r * n, y.begin() + (r + 1) * n);
-    const std::vector<double> gr(g.begin() + r * n, g.begin() + (r + 1) * n);
+    const std::vector<double> gr(g.values.begin() + r * n, g.values.begin() + (r + 1) * n);
     const auto want_y = reference::rownorm_forward(spec, z);
     const auto want_dx = reference::rownorm_backward(spec, yr, gr);
     double sum = 0;
@@ -67,47 +62,179 @@ Outcome run_against_reference(const RowNormSpec& spec, std::mt19937_64& rng) {
   return out;
 }
 
+// ---- Compiling every kernel key up front, in parallel, with progress.
+
+struct Compiled {
+  std::map<std::string, CompiledKernel> kernels;
+  std::map<std::string, std::string> failures;  // key -> what went wrong
+  int from_cache = 0;
+  double nvrtc_ms = 0, wall_s = 0;
+  int jobs = 0;
+};
+
+// With `load`, each kernel is also loaded into this process (from the disk cache just written, or by a
+// second compile where the cache is off), so that the checks find them all in memory.
+Compiled compile_all(const std::vector<std::string>& keys, const std::string& arch, bool load) {
+  Compiled out;
+  out.jobs = std::clamp(int(std::thread::hardware_concurrency()), 1, 8);
+  out.jobs = std::min<int>(out.jobs, int(keys.size()));
+  const bool terminal = isatty(STDERR_FILENO);
+  fmt::print("Compiling {} kernels for {}, {} at a time\n", keys.size(), arch, out.jobs);
+  std::fflush(stdout);
+  std::mutex mutex;
+  std::atomic<std::size_t> next{0};
+  int done = 0;
+  const auto start = std::chrono::steady_clock::now();
+  auto worker = [&] {
+    for (std::size_t i = next++; i < keys.size(); i = next++) {
+      std::optional<CompiledKernel> k;
+      std::string failure;
+      try {
+        k = compile_key(keys[i], arch);
+        if (load) prepare_key(keys[i]);
+      } catch (const CompileError& e) {
+        failure = fmt::format("NVRTC failed:\n{}", e.log());
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+      std::lock_guard lock(mutex);
+      ++done;
+      const std::string what = !k ? "FAILED" : k->from_cache ? "cached" : "compiled";
+      if (k) {
+        out.from_cache += k->from_cache;
+        out.nvrtc_ms += k->from_cache ? 0 : k->compile_ms;
+        out.kernels.emplace(keys[i], std::move(*k));
+      } else {
+        out.failures.emplace(keys[i], failure);
+      }
+      if (terminal) {  // one line redrawn: a bar, as `sjit warmup` draws it
+        const int width = 30, filled = width * done / int(keys.size());
+        fmt::print(stderr, "\r[{:#<{}}{:.<{}}] {}/{}  failed {}", "", filled, "", width - filled, done, keys.size(),
+                   out.failures.size());
+        if (done == int(keys.size())) fmt::print(stderr, "\n");
+      } else {
+        fmt::print("  {:<8} {}\n", what, keys[i]);
+        std::fflush(stdout);
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < out.jobs; ++t) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print("NVRTC {:.1f} s in all, {:.1f} s wall; {} of {} were in the disk cache ({})\n\n", out.nvrtc_ms / 1000,
+             out.wall_s, out.from_cache, keys.size(), cache_settings().dir);
+  return out;
+}
+
+// Compile time and registers of a row's kernels ("750 ms", "26/168/26"), or why one failed.
+struct RowKernels {
+  std::string compile, registers;
+  bool failed = false;
+};
+
+RowKernels describe(const Compiled& compiled, const std::vector<std::string>& keys) {
+  RowKernels r;
+  double ms = 0;
+  for (const std::string& k : keys) {
+    auto it = compiled.kernels.find(k);
+    if (it == compiled.kernels.end()) {
+      r.failed = true;
+      continue;
+    }
+    ms += it->second.compile_ms;
+    r.registers += (r.registers.empty() ? "" : "/") + std::to_string(it->second.usage.registers);
+  }
+  r.compile = fmt::format("{:.0f} ms", ms);
+  return r;
+}
+
 }  // namespace
 
 Runner add_demo(CLI::App& app) {
-  app.add_subcommand("demo", "Specialize, compile and (with a GPU) check a set of kernels against the reference");
-  return [] {
+  auto* cmd = app.add_subcommand("demo", "Specialize, compile and (with a GPU) check a kernel of every op against its reference");
+  auto compile_only = std::make_shared<bool>(false);
+  cmd->add_flag("--compile-only", *compile_only, "Compile every kernel but run nothing, even with a GPU");
+  return [=] {
     const SystemInfo info = system_info();
     const bool gpu = info.gpu_available;
+    const bool run = gpu && !*compile_only;
     const std::string arch = gpu ? current_device().arch : "sm_90a";
     fmt::print("sparsejit {} | NVRTC {} | {}\n\n", info.library_version, info.nvrtc_version,
                gpu ? fmt::format("GPU {} ({})", info.devices[0].name, arch)
                    : fmt::format("no GPU ({}): compiling for {} only", info.no_gpu_reason, arch));
-    std::vector<RowNormSpec> specs;
+
+    std::vector<RowNormSpec> rownorms;
     for (DType d : {DType::f32, DType::bf16})
       for (int n : {8, 64, 1000})
         for (const char* kind : {"softmax", "sparsemax", "entmax15", "entmax:1.25"})
-          specs.push_back(kind_from_name(kind, n, d));
-
-    Table table({"spec", "compile", "regs", "max |err|", "|sum-1|", "support", "result"});
+          rownorms.push_back(kind_from_name(kind, n, d));
+    auto rownorm_keys = [](const RowNormSpec& spec) {
+      RowNormSpec backward = spec;
+      backward.pass = Pass::backward;
+      return std::vector<std::string>{key(spec), key(backward)};
+    };
     std::mt19937_64 rng(std::random_device{}());
-    int failures = 0;
-    for (const RowNormSpec& spec : specs) {
-      const CompiledKernel k = compile(spec, {}, arch);
-      std::vector<std::string> row = {key(spec), fmt::format("{:.0f} ms", k.compile_ms), std::to_string(k.usage.registers)};
-      if (!gpu) {
-        row.insert(row.end(), {"-", "-", "-", "compiled"});
+    std::vector<demo::Case> ops = demo::attention_cases(gpu, arch, rng);
+    for (demo::Case& c : demo::e23_cases(rng)) ops.push_back(std::move(c));
+
+    std::vector<std::string> keys;
+    for (const RowNormSpec& spec : rownorms)
+      for (const std::string& k : rownorm_keys(spec)) keys.push_back(k);
+    for (const demo::Case& c : ops) keys.insert(keys.end(), c.kernel_keys.begin(), c.kernel_keys.end());
+    const Compiled compiled = compile_all(keys, arch, run);
+    const std::string not_run = gpu ? "compiled (not run)" : "compiled (no GPU)";
+
+    int checks = 0, failures = 0;
+    Table rownorm_table({"spec", "compile", "regs fwd/bwd", "max |err|", "|sum-1|", "support", "result"});
+    for (const RowNormSpec& spec : rownorms) {
+      const RowKernels k = describe(compiled, rownorm_keys(spec));
+      std::vector<std::string> row = {key(spec), k.compile, k.registers};
+      if (k.failed) {
+        row.insert(row.end(), {"-", "-", "-", "COMPILE FAILED"});
+      } else if (!run) {
+        row.insert(row.end(), {"-", "-", "-", not_run});
       } else {
-        const Outcome o = run_against_reference(spec, rng);
+        const RowNormOutcome o = check_rownorm(spec, rng);
         const double tolerance = spec.dtype == DType::f32 ? 1e-4 : 2e-2;
         const bool ok = o.max_error <= tolerance && o.worst_sum <= (spec.dtype == DType::f32 ? 1e-5 : 2e-2);
-        failures += ok ? 0 : 1;
+        ++checks, failures += ok ? 0 : 1;
         row.insert(row.end(), {fmt::format("{:.1e}", o.max_error), fmt::format("{:.1e}", o.worst_sum),
                                fmt::format("{:.1f}/{}", o.mean_support, spec.n), ok ? "ok" : "MISMATCH"});
       }
-      table.add(row);
+      rownorm_table.add(row);
     }
-    table.print();
-    const JitCounters c = jit_counters();
-    fmt::print("\n{} kernels specialized; NVRTC ran {} times in this process.{}\n", specs.size(), c.compiles,
-               gpu ? fmt::format(" {} of {} matched the float64 reference.", specs.size() - failures, specs.size())
-                   : " Run on a machine with a GPU to check results against the float64 reference.");
-    return failures == 0 ? 0 : 1;
+    fmt::print("Row normalizers: forward and backward of 64 random rows, against the float64 reference\n");
+    rownorm_table.print();
+
+    Table op_table({"spec", "runs", "compile", "regs", "max err", "tolerance", "result"});
+    for (const demo::Case& c : ops) {
+      const RowKernels k = describe(compiled, c.kernel_keys);
+      std::vector<std::string> row = {c.spec, c.run, k.compile, k.registers};
+      if (k.failed) {
+        row.insert(row.end(), {"-", c.tolerance, "COMPILE FAILED"});
+      } else if (!run) {
+        row.insert(row.end(), {"-", c.tolerance, not_run});
+      } else {
+        const demo::Outcome o = c.check();
+        ++checks, failures += o.ok() ? 0 : 1;
+        row.insert(row.end(), {fmt::format("{:.1e}", o.max_error), c.tolerance,
+                               fmt::format("{} ({:.0f}% of the bound){}", o.ok() ? "ok" : "MISMATCH", 100 * o.worst,
+                                           o.note.empty() ? "" : ", " + o.note)});
+      }
+      op_table.add(row);
+    }
+    fmt::print("\nAttention and E23: random bf16 inputs against the float64 references, with the GPU tests' bounds\n");
+    op_table.print();
+
+    for (const auto& [k, why] : compiled.failures) fmt::print(stderr, "\n{} for {}: {}\n", k, arch, why);
+    const JitCounters counters = jit_counters();
+    fmt::print("\n{} kernels specialized; NVRTC ran {} times in this process.", keys.size(), counters.compiles);
+    if (!compiled.failures.empty()) fmt::print(" {} did not compile.", compiled.failures.size());
+    if (run) fmt::print(" {} of {} checks matched the float64 reference.\n", checks - failures, checks);
+    else fmt::print(" {} to check the results against the float64 references.\n",
+                    gpu ? "Run without --compile-only" : "Run on a machine with a GPU");
+    return failures == 0 && compiled.failures.empty() ? 0 : 1;
   };
 }
 

@@ -1,0 +1,147 @@
+// sjit demo, attention: a dense causal forward, a block-sparse forward on a BigBird-like pattern, and
+// that block-sparse attention's backward, each on fresh random bf16 inputs against the float64
+// reference (sparsejit/attention_reference.h), with the bounds of tests/gpu/test_attention*_gpu.cpp.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <memory>
+
+#include "demo.h"
+#include "sparsejit/attention_reference.h"
+
+namespace sjit::tool::demo {
+namespace {
+
+struct Shape {
+  std::int64_t batch = 1, heads = 2, seq = 512;
+};
+
+// The reference's view of `spec` on `shape`, the pattern expanded to its element-wise key filter.
+reference::AttentionProblem reference_problem(const AttentionSpec& spec, const Shape& s, const BlockPattern* pattern) {
+  reference::AttentionProblem p;
+  p.batch = s.batch, p.heads_q = p.heads_kv = s.heads, p.seq_q = p.seq_k = s.seq, p.head_dim = spec.head_dim;
+  p.causal = spec.causal != Causal::none;
+  p.causal_bottom_right = spec.causal == Causal::bottom_right;
+  if (pattern != nullptr)
+    p.filter = [pattern](std::int64_t head, std::int64_t i, std::int64_t j) {
+      const int bs = pattern->block_size();
+      return pattern->active(pattern->heads() == 1 ? 0 : int(head), i / bs, j / bs);
+    };
+  return p;
+}
+
+// The forward's kernel key on the device that will run it; without a GPU, sm_90a's default tiling.
+std::string forward_key(const AttentionSpec& spec, bool gpu) {
+  const AttentionSpec canon = canonical(spec);
+  return key(canon) + "|" + key(gpu ? Attention(canon).config() : resolve(canon, {}, 90));
+}
+
+// The backward's three kernel keys. They name the backward's default tilings (docs/attention.md, `sjit
+// compile --list`): a preprocessing pass, the dK/dV pass (on wgmma on sm_90a at d = 128) and the dQ
+// conversion of the atomic mode. Compiling them here is a warm-up: were the defaults to change, the
+// backward would compile its own keys when it first runs.
+std::vector<std::string> backward_keys(const AttentionSpec& spec, const std::string& arch) {
+  AttentionSpec bwd = canonical(spec);
+  bwd.pass = Pass::backward;
+  const std::string tiling = fmt::format("warps=8,cols={},stages=2", spec.head_dim >= 256 ? 32 : 64);
+  const bool wgmma = arch == "sm_90a" && spec.head_dim == 128;
+  const bool atomic_dq = !spec.deterministic && spec.head_dim < 256;
+  return {key(bwd) + "|part=prep," + tiling, key(bwd) + "|part=dkdv," + tiling + (wgmma ? ",path=wgmma" : ""),
+          key(bwd) + (atomic_dq ? "|part=dq_convert," + tiling : "|part=dq,warps=4,cols=64,stages=2")};
+}
+
+struct Inputs {
+  Tensor q, k, v;
+  AttentionForwardArgs args;
+};
+
+Inputs random_inputs(const AttentionSpec& spec, const Shape& s, std::mt19937_64& rng) {
+  const std::int64_t elements = s.batch * s.heads * s.seq * spec.head_dim;
+  Inputs in{random_tensor(elements, spec.dtype, rng), random_tensor(elements, spec.dtype, rng),
+            random_tensor(elements, spec.dtype, rng), {}};
+  in.args.q = in.q.device.data(), in.args.k = in.k.device.data(), in.args.v = in.v.device.data();
+  in.args.batch = s.batch, in.args.heads_q = in.args.heads_kv = s.heads, in.args.seq_q = in.args.seq_k = s.seq;
+  return in;
+}
+
+// o within 2e-2 + 1e-2 |o| (bf16; f16 four times tighter), lse within 2e-3 max(1, |lse|).
+Outcome check_forward(const AttentionSpec& spec, const Shape& s, const BlockPattern* pattern, std::mt19937_64& rng) {
+  Inputs in = random_inputs(spec, s, rng);
+  const std::size_t rows = std::size_t(s.batch * s.heads * s.seq), elements = rows * spec.head_dim;
+  DeviceBuffer o = poisoned(elements * size_of(spec.dtype)), lse = poisoned(rows * 4);
+  in.args.o = o.data(), in.args.lse = lse.as<float>(), in.args.pattern = pattern;
+  Attention(spec).forward(in.args);
+  synchronize();
+  const std::vector<float> got_o = download(o, spec.dtype, elements), got_lse = download(lse, DType::f32, rows);
+  const auto want = reference::attention_forward(reference_problem(spec, s, pattern), in.q.values, in.k.values, in.v.values);
+
+  const double atol = spec.dtype == DType::bf16 ? 2e-2 : 5e-3, rtol = spec.dtype == DType::bf16 ? 1e-2 : 2.5e-3;
+  Outcome out;
+  for (std::size_t i = 0; i < elements; ++i) out.add(std::abs(got_o[i] - want.o[i]), atol + rtol * std::abs(want.o[i]));
+  for (std::size_t i = 0; i < rows; ++i) {
+    if (std::isinf(want.lse[i])) out.add(std::isinf(got_lse[i]) && got_lse[i] < 0 ? 0 : INFINITY, 1);
+    else out.add(std::abs(got_lse[i] - want.lse[i]), 2e-3 * std::max(1.0, std::abs(want.lse[i])));
+  }
+  return out;
+}
+
+// Each of dq, dk, dv within tol (|largest entry| + |entry|) + 1e-5: tol 2.5e-2 for bf16, 6e-3 for f16.
+Outcome check_backward(const AttentionSpec& spec, const Shape& s, const BlockPattern* pattern, std::mt19937_64& rng) {
+  Inputs in = random_inputs(spec, s, rng);
+  const Tensor d_o = random_tensor(std::int64_t(in.q.values.size()), spec.dtype, rng);
+  const std::size_t rows = std::size_t(s.batch * s.heads * s.seq), elements = rows * spec.head_dim;
+  const std::size_t bytes = elements * size_of(spec.dtype);
+  DeviceBuffer o(bytes), lse(rows * 4), dq = poisoned(bytes), dk = poisoned(bytes), dv = poisoned(bytes);
+  in.args.o = o.data(), in.args.lse = lse.as<float>(), in.args.pattern = pattern;
+  Attention attention(spec);
+  attention.forward(in.args);
+  AttentionBackwardArgs b;
+  b.q = in.args.q, b.k = in.args.k, b.v = in.args.v, b.o = o.data(), b.lse = lse.as<float>(), b.d_o = d_o.device.data();
+  b.dq = dq.data(), b.dk = dk.data(), b.dv = dv.data(), b.pattern = pattern;
+  b.batch = s.batch, b.heads_q = b.heads_kv = s.heads, b.seq_q = b.seq_k = s.seq;
+  attention.backward(b);
+  synchronize();
+  const auto want = reference::attention_backward(reference_problem(spec, s, pattern), in.q.values, in.k.values,
+                                                  in.v.values, d_o.values);
+
+  const double tol = spec.dtype == DType::bf16 ? 2.5e-2 : 6e-3;
+  Outcome out;
+  for (const auto& [buffer, exact] : {std::pair{&dq, &want.dq}, std::pair{&dk, &want.dk}, std::pair{&dv, &want.dv}}) {
+    const std::vector<float> got = download(*buffer, spec.dtype, elements);
+    double largest = 0;
+    for (double w : *exact) largest = std::max(largest, std::abs(w));
+    for (std::size_t i = 0; i < elements; ++i)
+      out.add(std::abs(got[i] - (*exact)[i]), tol * largest + tol * std::abs((*exact)[i]) + 1e-5);
+  }
+  return out;
+}
+
+std::string describe(const Shape& s, const BlockPattern* pattern) {
+  std::string text = fmt::format("B{} H{} S{}", s.batch, s.heads, s.seq);
+  if (pattern != nullptr) text += fmt::format(", bigbird {:.0f}% of blocks", 100 * pattern->stats().density);
+  return text;
+}
+
+}  // namespace
+
+std::vector<Case> attention_cases(bool gpu, const std::string& arch, std::mt19937_64& rng) {
+  const Shape shape;
+  AttentionSpec dense{.head_dim = 64, .dtype = DType::bf16, .causal = Causal::top_left};
+  AttentionSpec sparse{.head_dim = 128, .dtype = DType::bf16, .sparsity = Sparsity::block_sparse, .block_size = 64};
+  AttentionSpec sparse_backward = sparse;  // for its key text: an Attention runs both passes
+  sparse_backward.pass = Pass::backward;
+  // Local window 1, one global block, one random block a row: 5 of the 8 key blocks of most rows (a
+  // pattern with every block active would run on the dense kernel instead).
+  auto pattern = std::make_shared<const BlockPattern>(patterns::bigbird(64, shape.seq, shape.seq, 1, 1, 1, rng()));
+  const std::string fwd_tolerance = "2e-2 + 1e-2 |o|";
+  return {
+      {key(canonical(dense)), "fwd " + describe(shape, nullptr), {forward_key(dense, gpu)}, fwd_tolerance,
+       [=, &rng] { return check_forward(dense, shape, nullptr, rng); }},
+      {key(canonical(sparse)), "fwd " + describe(shape, pattern.get()), {forward_key(sparse, gpu)},
+       fwd_tolerance, [=, &rng] { return check_forward(sparse, shape, pattern.get(), rng); }},
+      {key(canonical(sparse_backward)), "fwd+bwd " + describe(shape, pattern.get()), backward_keys(sparse, arch),
+       "2.5e-2 (max|d*| + |d*|)", [=, &rng] { return check_backward(sparse, shape, pattern.get(), rng); }},
+  };
+}
+
+}  // namespace sjit::tool::demo

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the lent GPU machine: build, the E23 GPU tests (forward and backward), and `sjit bench e23` at the
 # issue's goal shapes. Logs in $OUT. Usage there (carrying .deps):
-#   bash scripts/device-e23.sh [tests|bench|backward|global|all]...
-# bench: the forward; backward: the forward and forward + backward tables; global: the forward with
+#   bash scripts/device-e23.sh [tests|bench|backward|profile|global|all]...
+# bench: the forward; backward: the forward and forward + backward tables; profile: the forward table
+# with a per-phase timing of one instrumented launch (softmax, entmax15); global: the forward with
 # SJIT_E23_TAPE=global (the tape in the workspace, to measure what keeping it on chip gains);
 # all = tests backward.
 set -uo pipefail
@@ -24,6 +25,10 @@ for what in $modes; do
       for shape in "${shapes[@]}"; do
         timeout 60 ./build-gpu/sjit bench e23 $shape --dim 512 --steps 64 --dtype bf16 --kind $kinds --backward
       done 2>&1 | tee "$OUT/bench-e23-backward.log" ;;
+    profile)
+      for shape in "${shapes[@]}"; do
+        timeout 60 ./build-gpu/sjit bench e23 $shape --dim 512 --steps 64 --dtype bf16 --kind softmax,entmax15 --profile
+      done 2>&1 | tee "$OUT/bench-e23-profile.log" ;;
     global)
       for shape in "${shapes[@]}"; do
         SJIT_E23_TAPE=global timeout 60 ./build-gpu/sjit bench e23 $shape --dim 512 --steps 64 --dtype bf16 --kind $kinds
@@ -31,6 +36,6 @@ for what in $modes; do
     f32)
       timeout 60 ./build-gpu/sjit bench e23 --batch 4 --slots 8 --dim 512 --steps 64 --dtype f32 --kind softmax,entmax15 2>&1 |
         tee "$OUT/bench-e23-f32.log" ;;
-    *) echo "unknown mode $what (tests, bench, backward, global, f32, all)"; exit 2 ;;
+    *) echo "unknown mode $what (tests, bench, backward, profile, global, f32, all)"; exit 2 ;;
   esac
 done

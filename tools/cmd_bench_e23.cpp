@@ -17,7 +17,7 @@ struct E23BenchOptions {
   std::string kinds = "entmax15";
   std::string dtype = "bf16";
   int iterations = 50, warmup = 5;
-  bool backward = false;
+  bool backward = false, profile = false;
   std::int64_t checkpoint_every = 0;
 };
 
@@ -71,6 +71,24 @@ void run_e23_backward(const E23BenchOptions& o, E23ForwardArgs args, double fwd_
              "forward floors ({:.3f} us). saved = the activation memory kept from forward to backward; tape history = "
              "what storing every M_t in fp32 would take.\n",
              t, 3.0 * std::max(fwd_bytes_us, fwd_flops_us));
+}
+
+// Per-phase timing of one instrumented launch per kind (E23::profile_forward), after a warm-up launch.
+void print_e23_profile(const E23BenchOptions& o, const E23ForwardArgs& args) {
+  const DType dtype = parse_dtype(o.dtype);
+  for (const std::string& kind : split_commas(o.kinds)) {
+    const RowNormSpec norm = kind_from_name(kind, o.slots, dtype);
+    E23 cell(e23_spec(norm.kind, norm.alpha, o.slots, o.dim, dtype));
+    cell.prepare(o.batch);
+    cell.forward_sequence(args);
+    const std::vector<E23ProfileSpan> spans = cell.profile_forward(args);
+    fmt::print("\nprofile, {}: ns per step (mean over steps 1..{} and the role's CTAs; max = slowest CTA's mean)\n",
+               kind, o.steps - 1);
+    Table table({"role", "span", "ns/step", "max"});
+    for (const E23ProfileSpan& s : spans)
+      table.add({s.role, s.span, fmt::format("{:.0f}", s.ns_per_step), fmt::format("{:.0f}", s.max_ns)});
+    table.print();
+  }
 }
 
 int run_e23(const E23BenchOptions& o) {
@@ -132,6 +150,7 @@ int run_e23(const E23BenchOptions& o) {
                fmt::format("{:.2f}", mean_write)});
   }
   table.print();
+  if (o.profile) print_e23_profile(o, args);
   fmt::print("us/step = time of one launch of all {} steps / {}. Floors per step: {:.0f} KB of weights and state "
              "over {:.2f} TB/s; {:.1f} MFLOP over {:.0f} TFLOP/s.\n",
              t, t, bytes / 1024, kHbmBytesPerS / 1e12, flops / 1e6,
@@ -154,6 +173,7 @@ Runner add_bench_e23(CLI::App& bench) {
   cmd->add_option("--iters", o->iterations, "Timed runs (median reported)");
   cmd->add_option("--warmup", o->warmup, "Untimed runs first");
   cmd->add_flag("--backward", o->backward, "Also time the forward that saves its state and the backward through time");
+  cmd->add_flag("--profile", o->profile, "Also time each phase of one instrumented launch per kind (docs/e23.md)");
   cmd->add_option("--checkpoint-every", o->checkpoint_every, "K, steps between saved tapes (0: ceil(sqrt(steps)))");
   return [=] { return cmd->parsed() ? run_e23(*o) : -1; };
 }

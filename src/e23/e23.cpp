@@ -11,6 +11,7 @@
 
 #include "codegen/e23_codegen.h"
 #include "e23/e23_args.h"
+#include "e23/e23_profile.h"
 #include "jit/jit.h"
 #include "runtime/driver.h"
 #include "sparsejit/error.h"
@@ -19,9 +20,13 @@
 namespace sjit {
 namespace {
 
-// Work items of one phase (mirrors e23_forward.cuh): a tape item per batch row, and one product tile
-// per 16 weight rows and 32 batch rows.
-std::int64_t items_per_phase(const E23Spec& spec, std::int64_t batch) {
+// Work items (mirrors the kernels): a tape item per batch row, and product tiles of 16 weight rows and
+// 32 batch rows: the forward has one per row tile of each of W_h and W_w (both products of a step take
+// the same operand, so they run in the same pass), the backward one per row tile a phase.
+std::int64_t forward_items(const E23Spec& spec, std::int64_t batch) {
+  return batch + 2 * std::int64_t((spec.dim + 15) / 16) * ((batch + 31) / 32);
+}
+std::int64_t backward_items(const E23Spec& spec, std::int64_t batch) {
   return batch + std::int64_t((spec.dim + 15) / 16) * ((batch + 31) / 32);
 }
 
@@ -82,7 +87,7 @@ struct ForwardLaunch {
 };
 
 ForwardLaunch plan_forward(const LoadedE23Kernel& k, const E23Spec& spec, std::int64_t batch) {
-  const std::int64_t items = items_per_phase(spec, batch);
+  const std::int64_t items = forward_items(spec, batch);
   const std::int64_t grid_on_chip = std::min<std::int64_t>(items, k.tape_resident_ctas);
   if (k.tape_shared_bytes > 0 && grid_on_chip >= batch && tape_on_chip_allowed())
     return {unsigned(grid_on_chip), k.tape_shared_bytes, true};
@@ -173,7 +178,7 @@ bool E23::tape_on_chip(std::int64_t batch) {
 
 int E23::backward_grid_size(std::int64_t batch) {
   const State::PerContext& per = state_->on(jit::current_target(), true);
-  return int(std::min<std::int64_t>(items_per_phase(state_->spec, batch), per.backward.resident_ctas));
+  return int(std::min<std::int64_t>(backward_items(state_->spec, batch), per.backward.resident_ctas));
 }
 
 std::int64_t E23::checkpoint_interval(std::int64_t steps, std::int64_t checkpoint_every) {
@@ -205,7 +210,23 @@ void E23::step(const E23ForwardArgs& args, Stream stream) {
   forward_sequence(args, stream);
 }
 
-void E23::forward_sequence(const E23ForwardArgs& a, Stream stream) {
+void E23::forward_sequence(const E23ForwardArgs& a, Stream stream) { launch_forward(a, stream, nullptr); }
+
+std::vector<E23ProfileSpan> E23::profile_forward(const E23ForwardArgs& a, Stream stream) {
+  e23::check_forward_args(state_->spec, a);
+  if (a.batch == 0 || a.steps == 0) return {};
+  const int grid = grid_size(a.batch);
+  const std::size_t words = std::size_t(grid) * std::size_t(a.steps) * sjit_kernels::kE23Marks * 2;
+  DeviceBuffer marks(words * 8);
+  marks.fill_bytes(0, stream);
+  launch_forward(a, stream, marks.as<unsigned long long>());
+  synchronize(stream);
+  std::vector<unsigned long long> host(words);
+  marks.download(host.data(), words * 8);
+  return e23::summarize_profile(host, grid, a.batch, a.steps);
+}
+
+void E23::launch_forward(const E23ForwardArgs& a, Stream stream, unsigned long long* profile) {
   const E23Spec& spec = state_->spec;
   e23::check_forward_args(spec, a);
   if (a.batch == 0) return;
@@ -232,9 +253,9 @@ void E23::forward_sequence(const E23ForwardArgs& a, Stream stream) {
   p.barrier = reinterpret_cast<unsigned*>(workspace + layout.barrier);
   p.h = reinterpret_cast<float*>(workspace + layout.h);
   p.z = reinterpret_cast<float*>(workspace + layout.z);
-  p.v = reinterpret_cast<float*>(workspace + layout.v);
   p.w = reinterpret_cast<float*>(workspace + layout.w);
   p.m = reinterpret_cast<float*>(workspace + layout.m);
+  p.q = reinterpret_cast<float*>(workspace + layout.q);
   p.b = reinterpret_cast<float*>(workspace + layout.b);
   p.checkpoint_every = int(checkpoint_interval(a.steps, a.checkpoint_every));
   if (a.saved != nullptr) {
@@ -247,10 +268,11 @@ void E23::forward_sequence(const E23ForwardArgs& a, Stream stream) {
   p.batch = int(a.batch), p.steps = int(a.steps);
   const ForwardLaunch launch = plan_forward(per.forward, spec, a.batch);
   p.tape_in_shared = launch.tape_in_shared ? 1 : 0;
+  p.profile = profile;
 
   const CUstream s = reinterpret_cast<CUstream>(stream);
   const runtime::DriverApi& cu = runtime::driver();
-  SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p.barrier), 0, 4, s));
+  SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p.barrier), 0, e23::forward_counter_bytes(a.batch), s));
   if (a.read_support) SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(a.read_support), 0, 4 * a.steps, s));
   if (a.write_support) SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(a.write_support), 0, 4 * a.steps, s));
   void* params[] = {&p};
@@ -306,7 +328,7 @@ void E23::backward_sequence(const E23BackwardArgs& a, Stream stream) {
   p.batch = int(a.batch), p.steps = int(a.steps);
 
   SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p.barrier), 0, 4, s));
-  const unsigned grid = unsigned(std::min<std::int64_t>(items_per_phase(spec, a.batch), per.backward.resident_ctas));
+  const unsigned grid = unsigned(std::min<std::int64_t>(backward_items(spec, a.batch), per.backward.resident_ctas));
   void* params[] = {&p};
   jit::launch(*per.backward.kernel, grid, unsigned(codegen::kE23Threads), s, params);
 }

@@ -135,16 +135,21 @@ BackwardLayout backward_layout(const E23Spec& spec, std::int64_t batch, std::int
   return l;
 }
 
+std::size_t forward_counter_bytes(std::int64_t batch) {
+  const std::size_t groups = std::size_t((batch + 31) / 32);
+  return 128 * (1 + 2 * groups);
+}
+
 WorkspaceLayout workspace_layout(const E23Spec& spec, std::int64_t batch) {
   const std::size_t b = std::size_t(batch), n = std::size_t(spec.n_slots), d = std::size_t(spec.dim);
   WorkspaceLayout l;
   Carver c;
-  l.barrier = c.part(4);
+  l.barrier = c.part(forward_counter_bytes(batch));
   l.h = c.part(b * d * 4);
   l.z = c.part(b * d * 4);
-  l.v = c.part(b * d * 4);
   l.w = c.part(b * d * 4);
   l.m = c.part(b * n * d * 4);
+  l.q = c.part(b * n * 4);
   l.b = c.part(b * n * 4);
   l.total = c.at;
   return l;

@@ -5,28 +5,33 @@
 //   read   a = f(s M h),  v = sum_i a_i M_i          update  h' = tanh(W_h h + u_t + v)
 //   write  w = W_w h',  b = f(s M h'),  M'_i = (1 - b_i) M_i + b_i w
 //
-// Work items. A tape item is one batch row: its scores, normalizers, read value and write (one CTA,
-// e23_tape.cuh). A product tile is 16 rows of a weight matrix times a group of 32 batch rows
-// (e23_gemv.cuh). CTA c takes items c, c + grid, ...; the grid is never larger than what can be
-// resident at once, and two grid barriers per step order the phases:
+// Two facts shape the schedule. (1) Both products of a step take the same operand: W_h h_{t+1} (for the
+// next step) and W_w h_{t+1} (this step's write) are made together. (2) The read of step t+1 scores the
+// written tape M' against the same h' the write scored M with, so its scores need no pass over the tape:
+//   r'_i = s <M'_i, h'> = (1 - b_i) q_i + b_i s <w, h'>,   q_i = s <M_i, h'> (the write's own scores).
+// A step is then one pass of product tiles and one pass of tape items, in turn:
 //
-//   phase A (step t)  tape items: apply the pending write of step t-1 (M_t = (1 - b) M_{t-1} + b w),
-//                     score M_t against h_t, a = f(.), v = sum a_i M_i
-//                     tiles:      z = W_h h_t + u_t
-//   -- barrier --
-//   phase B (step t)  tape items: h_{t+1} = tanh(z + v) -> state and y_t; b = f(s M_t h_{t+1})
-//                     tiles:      w = W_w tanh(z + v)   (each tile computes its operand itself)
-//   -- barrier --
-//   final             tape items: apply the last write, store M_T; h_T was stored in the last phase B.
+//   tiles, phase t    (matrix, 16 rows, 32 batch rows): z_t = W_h h_t + u_t  and  w_{t-1} = W_w h_t
+//   tape,  phase t    (one batch row): r = (1 - b) q + b s <w_{t-1}, h_t>, a = f(r); one pass over the slots
+//                     applies the pending write (M_t = (1 - b) M_{t-1} + b w_{t-1}) and sums v = sum a_i M_i;
+//                     h_{t+1} = tanh(z_t + v) -> y_t; **signal**; then q = s M_t h_{t+1}, b = f(q) for the
+//                     next phase, while the tiles already work on h_{t+1}.
 //
-// The write of step t is applied in phase A of step t+1 rather than in phase B, because w only exists
-// once every tile of phase B is done; folding it into the next read costs no extra pass over the tape.
-// State lives in fp32 in the workspace (L2-resident for moderate sizes); only inputs and outputs are T.
-// Each batch row's tape is touched only by the CTA that owns its tape item, so when the launch has a
-// CTA per batch row and the row's tape fits, it stays in that CTA's shared memory for the whole launch
-// (p.tape_in_shared; the front end decides and asks for the room).
-// With save_h / save_w / save_m set, the launch also keeps what the backward needs (e23_backward.cuh):
-// every h_t and w_t in fp32, and the tape every checkpoint_every steps.
+// Only the first half of a tape item (from z_t to h_{t+1}) and the tiles lie on the step's critical path;
+// the write's score pass and normalizer run in the shadow of the next products. Instead of grid barriers,
+// each batch group (the 32 rows a tile covers) has two counters: tiles of the group add to `zw` when their
+// z and w rows are stored, the group's tape items to `hs` when h_{t+1} is; each side waits only for what it
+// reads. The scheme is deadlock-free whenever every CTA is resident (the front end sizes the grid so): a
+// CTA does its tiles of phase t, then its tape items of phase t, and each waits only on the other kind
+// of the same or the previous phase.
+//
+// CTA c takes items c, c + grid, ... (tape items first), the same ones every phase, so a batch row's tape
+// is only ever touched by one CTA: with a CTA per row and room for it, the tape stays in that CTA's
+// shared memory for the whole launch (p.tape_in_shared). With as many CTAs as items and D <= 512, each
+// tile CTA keeps its 16 rows of W in registers for the whole launch (HeldWeights).
+// State between phases lives in fp32 in the workspace (L2-resident at moderate sizes); only inputs and
+// outputs are T. With save_h / save_w / save_m set, the launch also keeps what the backward needs
+// (e23_backward.cuh): every h_t and w_t in fp32, and the tape every checkpoint_every steps.
 #pragma once
 
 #include "sparsejit/e23_gemv.cuh"
@@ -68,6 +73,17 @@ __device__ __forceinline__ float* tape_of(const E23ForwardParams& p, int b, floa
   else return p.m + (long long)b * Cfg::n_slots * Cfg::dim;
 }
 
+// The opt-in profile (E23ForwardParams::profile): thread 0 stores clock64 and the global nanosecond timer
+// at point `mark` of step t. Stores only (no round trip); nothing at all when not profiling.
+__device__ __forceinline__ void profile_mark(const E23ForwardParams& p, int t, int mark) {
+  if (p.profile == nullptr || threadIdx.x != 0 || t >= p.steps) return;
+  unsigned long long ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  const unsigned long long cycles = clock64();
+  unsigned long long* at = p.profile + ((((long long)blockIdx.x * p.steps + t) * kE23Marks + mark) * 2);
+  asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(at), "l"(cycles), "l"(ns) : "memory");
+}
+
 // Operands of the products: x_b[k], x_b[k + 1] in fp32.
 template <class T, int D>
 struct InitialState {  // h_0 as given, in T
@@ -85,97 +101,146 @@ struct State {  // h_t from the workspace
   }
 };
 
-template <int D>
-struct NextState {  // h_{t+1} = tanh(z + v), made where it is needed
-  const float* z;
-  const float* v;
-  __device__ __forceinline__ float2 operator()(int b, int k) const {
-    const float2 zz = __ldcg(reinterpret_cast<const float2*>(z + b * D + k));
-    const float2 vv = __ldcg(reinterpret_cast<const float2*>(v + b * D + k));
-    return make_float2(fast_tanh(zz.x + vv.x), fast_tanh(zz.y + vv.y));
-  }
-};
 
-// Phase A, tape item of batch row b.
+// The counters of batch group g (E23ForwardParams::barrier, one 128-byte line each): zw counts tile items
+// done, hs tape items done; both only grow during a launch.
+__device__ __forceinline__ unsigned* zw_counter(const E23ForwardParams& p, int g) { return p.barrier + 32 * (1 + 2 * g); }
+__device__ __forceinline__ unsigned* hs_counter(const E23ForwardParams& p, int g) { return p.barrier + 32 * (2 + 2 * g); }
+
+// Prologue of a tape item: the tape from m0 (in fp32, where it will stay), h_0, and the scores q = s M_0 h_0
+// that phase 0 reads with no pending write (b = 0).
 template <class Cfg, bool kShared>
-__device__ void tape_read(const E23ForwardParams& p, int b, int t, float* smem) {
+__device__ void tape_prologue(const E23ForwardParams& p, int b, float* smem) {
   using Tr = E23Traits<Cfg>;
   using T = typename Tr::T;
   constexpr int D = Tr::D, N = Tr::N;
-  float* x = smem;                          // h_t
-  float* w = smem + D;                      // w_{t-1}
-  float* write_weights = smem + 2 * D;      // b_{t-1}
-  float* scores = write_weights + Tr::slots_padded;
-  const bool first = t == 0;
+  float* x = smem;
+  float* scores = smem + 2 * D;
   for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads) {
-    const float4 h = first ? load_input4(static_cast<const T*>(p.h0) + b * D + k) : load_state4(p.h + b * D + k);
+    const float4 h = load_input4(static_cast<const T*>(p.h0) + b * D + k);
     *reinterpret_cast<float4*>(x + k) = h;
-    if (first && p.save_h != nullptr) store_state4(p.save_h + b * D + k, h);
-    if (!first) *reinterpret_cast<float4*>(w + k) = load_state4(p.w + b * D + k);
+    store_state4(p.h + b * D + k, h);
+    if (p.save_h != nullptr) store_state4(p.save_h + b * D + k, h);
   }
-  for (int i = threadIdx.x; i < N; i += Cfg::threads) write_weights[i] = first ? 0.0f : __ldcg(p.b + b * N + i);
   __syncthreads();
-  float* tape = tape_of<Cfg, kShared>(p, b, smem);
-  float* checkpoint = p.save_m != nullptr && t % p.checkpoint_every == 0
-                          ? p.save_m + ((long long)(t / p.checkpoint_every) * p.batch + b) * N * D
-                          : nullptr;
-  const T* from = first ? static_cast<const T*>(p.m0) + (long long)b * N * D : nullptr;
-  if (checkpoint != nullptr)
-    score_slots<Cfg, kShared, true>(tape, from, x, first ? nullptr : write_weights, w, scores, checkpoint);
-  else
-    score_slots<Cfg, kShared>(tape, from, x, first ? nullptr : write_weights, w, scores);
+  score_slots<Cfg, kShared>(tape_of<Cfg, kShared>(p, b, smem), static_cast<const T*>(p.m0) + (long long)b * N * D, x,
+                            nullptr, nullptr, scores);
   __syncthreads();
+  for (int i = threadIdx.x; i < N; i += Cfg::threads) {
+    __stcg(p.q + b * N + i, scores[i]);
+    __stcg(p.b + b * N + i, 0.0f);
+  }
+  __syncthreads();
+}
+
+// Tape item of batch row b, phase t (see the top of the file).
+template <class Cfg, bool kShared>
+__device__ void tape_step(const E23ForwardParams& p, int b, int t, unsigned zw_target, float* smem) {
+  using Tr = E23Traits<Cfg>;
+  using T = typename Tr::T;
+  constexpr int D = Tr::D, N = Tr::N;
+  constexpr int per_thread = (D + 4 * Cfg::threads - 1) / (4 * Cfg::threads);  // float4 columns a thread
+  float* x = smem;                        // h_t, then h_{t+1}
+  float* w = smem + D;                    // w_{t-1}
+  float* scores = smem + 2 * D;           // q, then r, then a; then the next q
+  float* weights = scores + Tr::slots_padded;  // b of step t-1, then of step t
+  const int g = b / kGemvTileBatches;
+  profile_mark(p, t, kMarkTapeStart);
+  // The row's own state first (written by this CTA): its latency overlaps the wait.
+  for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads)
+    *reinterpret_cast<float4*>(x + k) = load_state4(p.h + b * D + k);
+  for (int i = threadIdx.x; i < N; i += Cfg::threads) {
+    scores[i] = __ldcg(p.q + b * N + i);
+    weights[i] = __ldcg(p.b + b * N + i);
+  }
+  wait_counter(zw_counter(p, g), zw_target);
+  profile_mark(p, t, kMarkTapeGo);
+  // z_t waits in registers through the normalizer (its latency then overlaps w's); the f32 build has no
+  // registers to spare for it (it would spill) and loads it where it is used.
+  constexpr bool early_z = Cfg::tensor_cores;
+  float4 z[per_thread];
+#pragma unroll
+  for (int j = 0; j < per_thread; ++j) {
+    const int k = 4 * (threadIdx.x + j * Cfg::threads);
+    if (k < D) {
+      if constexpr (early_z) z[j] = load_state4(p.z + b * D + k);
+      if (t > 0) *reinterpret_cast<float4*>(w + k) = load_state4(p.w + b * D + k);
+    }
+  }
+  __syncthreads();
+  profile_mark(p, t, kMarkTapeLoaded);
+  // The read weights, by one warp: r_i = (1 - b_i) q_i + b_i s <w, h_t>.
   if (threadIdx.x < 32) {
+    float wh = 0.0f;
+    if (t > 0) {
+      for (int k = 4 * threadIdx.x; k < D; k += 128)
+        wh += dot4(*reinterpret_cast<const float4*>(w + k), *reinterpret_cast<const float4*>(x + k));
+      wh = Cfg::scale * warp_sum(wh);
+    }
+    for (int i = threadIdx.x; i < N; i += 32) {
+      const float bi = weights[i];
+      if (bi > 0.0f) scores[i] = (1.0f - bi) * scores[i] + bi * wh;
+    }
+    __syncwarp();
     const int support = normalize_slots<Cfg>(scores);
     if (threadIdx.x == 0 && p.read_support != nullptr) atomicAdd(p.read_support + t, float(support));
   }
   __syncthreads();
-  read_value<Cfg, kShared>(tape, scores, p.v + b * D);
-  __syncthreads();  // shared memory is reused by the next item
-}
-
-// Phase B, tape item of batch row b.
-template <class Cfg, bool kShared>
-__device__ void tape_write_weights(const E23ForwardParams& p, int b, int t, float* smem) {
-  using Tr = E23Traits<Cfg>;
-  using T = typename Tr::T;
-  constexpr int D = Tr::D, N = Tr::N;
-  float* x = smem;  // h_{t+1}
-  float* scores = smem + 2 * D + Tr::slots_padded;
-  const NextState<D> next{p.z, p.v};
+  profile_mark(p, t, kMarkTapeNormed);
+  // One pass over the slots: the pending write, the read value, h_{t+1}.
+  float* tape = tape_of<Cfg, kShared>(p, b, smem);
   T* y = static_cast<T*>(p.y) + ((long long)t * p.batch + b) * D;
   T* h_final = t == p.steps - 1 && p.h_final != nullptr ? static_cast<T*>(p.h_final) + b * D : nullptr;
-  for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads) {
-    const float2 lo = next(b, k), hi = next(b, k + 2);
-    const float4 h = make_float4(lo.x, lo.y, hi.x, hi.y);
+#pragma unroll
+  for (int j = 0; j < per_thread; ++j) {
+    const int k = 4 * (threadIdx.x + j * Cfg::threads);
+    if (k >= D) break;
+    if constexpr (!early_z) z[j] = load_state4(p.z + b * D + k);
+    const float4 v = write_and_read<Cfg, kShared>(tape, scores, weights, w, k);
+    const float4 h = make_float4(fast_tanh(z[j].x + v.x), fast_tanh(z[j].y + v.y), fast_tanh(z[j].z + v.z),
+                                 fast_tanh(z[j].w + v.w));
     *reinterpret_cast<float4*>(x + k) = h;
     store_state4(p.h + b * D + k, h);
     if (p.save_h != nullptr) store_state4(p.save_h + ((long long)(t + 1) * p.batch + b) * D + k, h);
     store_output4(y + k, h);
     if (h_final != nullptr) store_output4(h_final + k, h);
   }
-  __syncthreads();
-  score_slots<Cfg, kShared>(tape_of<Cfg, kShared>(p, b, smem), nullptr, x, nullptr, nullptr, scores);
+  signal_counter(hs_counter(p, g));  // h_{t+1} is out: the group's tiles may start step t + 1
+  profile_mark(p, t, kMarkTapeSignalled);
+  // In the shadow of the next products: the write's scores q = s M_t h_{t+1} (and the checkpoint of M_t)
+  // and its weights b = f(q), both kept for the next phase.
+  float* checkpoint = p.save_m != nullptr && t % p.checkpoint_every == 0
+                          ? p.save_m + ((long long)(t / p.checkpoint_every) * p.batch + b) * N * D
+                          : nullptr;
+  if (checkpoint != nullptr) score_slots<Cfg, kShared, true>(tape, nullptr, x, nullptr, nullptr, scores, checkpoint);
+  else score_slots<Cfg, kShared>(tape, nullptr, x, nullptr, nullptr, scores);
   __syncthreads();
   if (threadIdx.x < 32) {
-    const int support = normalize_slots<Cfg>(scores);
-    for (int i = threadIdx.x; i < N; i += 32) __stcg(p.b + b * N + i, scores[i]);
+    for (int i = threadIdx.x; i < N; i += 32) {
+      __stcg(p.q + b * N + i, scores[i]);
+      weights[i] = scores[i];
+    }
+    __syncwarp();
+    const int support = normalize_slots<Cfg>(weights);
+    for (int i = threadIdx.x; i < N; i += 32) __stcg(p.b + b * N + i, weights[i]);
     if (threadIdx.x == 0 && p.write_support != nullptr) atomicAdd(p.write_support + t, float(support));
   }
-  __syncthreads();
+  __syncthreads();  // shared memory is reused by the next item
+  profile_mark(p, t, kMarkTapeDone);
 }
 
 // After the last step: apply the last write and store the tape.
 template <class Cfg, bool kShared>
-__device__ void tape_final(const E23ForwardParams& p, int b, float* smem) {
+__device__ void tape_final(const E23ForwardParams& p, int b, unsigned zw_target, float* smem) {
   using Tr = E23Traits<Cfg>;
   using T = typename Tr::T;
   constexpr int D = Tr::D, N = Tr::N;
   float* w = smem + D;
   float* write_weights = smem + 2 * D;
+  for (int i = threadIdx.x; i < N; i += Cfg::threads) write_weights[i] = __ldcg(p.b + b * N + i);
+  wait_counter(zw_counter(p, b / kGemvTileBatches), zw_target);
   for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads)
     *reinterpret_cast<float4*>(w + k) = load_state4(p.w + b * D + k);
-  for (int i = threadIdx.x; i < N; i += Cfg::threads) write_weights[i] = __ldcg(p.b + b * N + i);
   __syncthreads();
   const float* tape = tape_of<Cfg, kShared>(p, b, smem);
   T* out = static_cast<T*>(p.m_final) + (long long)b * N * D;
@@ -191,67 +256,105 @@ __device__ void tape_final(const E23ForwardParams& p, int b, float* smem) {
   __syncthreads();
 }
 
-template <class Cfg>
-__global__ void __launch_bounds__(Cfg::threads) e23_forward(const E23ForwardParams p) {
+// Tile item `tile` of phase t (0 .. steps): 16 rows of W_h (z_t = W_h h_t + u_t, for t < steps) or of W_w
+// (w_{t-1} = W_w h_t, for t > 0) for one batch group. Weights: W's pointer or the tile's HeldWeights.
+template <class Cfg, class WeightsH, class WeightsW>
+__device__ void tile_step(const E23ForwardParams& p, int tile, int t, const WeightsH& w_h, const WeightsW& w_w,
+                          float* smem) {
   using Tr = E23Traits<Cfg>;
   using T = typename Tr::T;
   constexpr int D = Tr::D;
-  extern __shared__ float4 shared4[];
-  float* smem = reinterpret_cast<float*>(shared4);
+  const int batch = p.batch;
+  const int row0 = (tile % Tr::row_tiles) * kGemvTileRows;
+  const bool write_side = (tile / Tr::row_tiles) % 2 == 1;
+  const int g = tile / (2 * Tr::row_tiles), batch0 = g * kGemvTileBatches;
+  const int rows_in_group = min(kGemvTileBatches, batch - batch0);
   float* red = smem;
   float* stage = smem + Tr::warps * kGemvTileOutputs;
-
-  const int batch = p.batch;
-  const int items = batch + Tr::row_tiles * ((batch + kGemvTileBatches - 1) / kGemvTileBatches);
-  const T* w_h = static_cast<const T*>(p.w_h);
-  const T* w_w = static_cast<const T*>(p.w_w);
-  GridBarrier barrier{p.barrier};
-  for (int t = 0; t < p.steps; ++t) {
+  profile_mark(p, t, kMarkTileStart);
+  if (t > 0) wait_counter(hs_counter(p, g), unsigned(rows_in_group) * unsigned(t));
+  profile_mark(p, t, kMarkTileGo);
+  if (!write_side && t < p.steps) {
     const T* u_t = static_cast<const T*>(p.u) + (long long)t * batch * D;
     auto load_u = [&](int b, int r) { return to_float(u_t[b * D + r]); };  // loaded before the products
     auto store_z = [&](int b, int r, float sum) { __stcg(p.z + b * D + r, sum); };
-    for (int item = blockIdx.x; item < items; item += gridDim.x) {
-      if (item < batch) {
-        if (p.tape_in_shared) tape_read<Cfg, true>(p, item, t, smem);
-        else tape_read<Cfg, false>(p, item, t, smem);
-      } else {
-        const int tile = item - batch;
-        const int row0 = (tile % Tr::row_tiles) * kGemvTileRows, batch0 = (tile / Tr::row_tiles) * kGemvTileBatches;
-        if (t == 0)
-          gemv_tile<Cfg>(w_h, InitialState<T, D>{static_cast<const T*>(p.h0)}, row0, batch0, batch, red, stage, store_z,
-                         load_u);
-        else gemv_tile<Cfg>(w_h, State<D>{p.h}, row0, batch0, batch, red, stage, store_z, load_u);
-      }
-    }
-    barrier.sync();
-    float* save_w = p.save_w != nullptr ? p.save_w + (long long)t * batch * D : nullptr;
+    if (t == 0)
+      gemv_tile<Cfg>(w_h, InitialState<T, D>{static_cast<const T*>(p.h0)}, row0, batch0, batch, red, stage, store_z,
+                     load_u);
+    else gemv_tile<Cfg>(w_h, State<D>{p.h}, row0, batch0, batch, red, stage, store_z, load_u);
+  } else if (write_side && t > 0) {
+    float* save_w = p.save_w != nullptr ? p.save_w + (long long)(t - 1) * batch * D : nullptr;
     auto store_w = [&](int b, int r, float sum) {
       __stcg(p.w + b * D + r, sum);
       if (save_w != nullptr) __stcg(save_w + b * D + r, sum);
     };
-    for (int item = blockIdx.x; item < items; item += gridDim.x) {
-      if (item < batch) {
-        if (p.tape_in_shared) tape_write_weights<Cfg, true>(p, item, t, smem);
-        else tape_write_weights<Cfg, false>(p, item, t, smem);
-      } else {
-        const int tile = item - batch;
-        const int row0 = (tile % Tr::row_tiles) * kGemvTileRows, batch0 = (tile / Tr::row_tiles) * kGemvTileBatches;
-        gemv_tile<Cfg>(w_w, NextState<D>{p.z, p.v}, row0, batch0, batch, red, stage, store_w);
-      }
+    gemv_tile<Cfg>(w_w, State<D>{p.h}, row0, batch0, batch, red, stage, store_w);
+  }
+  profile_mark(p, t, kMarkTileDone);
+  signal_counter(zw_counter(p, g));
+  profile_mark(p, t, kMarkTileSignalled);
+}
+
+template <class Cfg, class WeightsH, class WeightsW>
+__device__ void forward_steps(const E23ForwardParams& p, const WeightsH& w_h, const WeightsW& w_w, float* smem) {
+  using Tr = E23Traits<Cfg>;
+  const int batch = p.batch, groups = (batch + kGemvTileBatches - 1) / kGemvTileBatches;
+  const int items = batch + 2 * Tr::row_tiles * groups;
+  const unsigned tiles_per_group = 2 * Tr::row_tiles;
+  for (int item = blockIdx.x; item < batch; item += gridDim.x) {
+    if (p.tape_in_shared) tape_prologue<Cfg, true>(p, item, smem);
+    else tape_prologue<Cfg, false>(p, item, smem);
+  }
+  for (int t = 0; t <= p.steps; ++t) {
+    for (int item = blockIdx.x; item < items; item += gridDim.x)
+      if (item >= batch) tile_step<Cfg>(p, item - batch, t, w_h, w_w, smem);
+    if (t == p.steps) break;
+    for (int item = blockIdx.x; item < batch; item += gridDim.x) {
+      if (p.tape_in_shared) tape_step<Cfg, true>(p, item, t, tiles_per_group * unsigned(t + 1), smem);
+      else tape_step<Cfg, false>(p, item, t, tiles_per_group * unsigned(t + 1), smem);
     }
-    barrier.sync();
   }
   if (p.m_final != nullptr)
     for (int item = blockIdx.x; item < batch; item += gridDim.x) {
-      if (p.tape_in_shared) tape_final<Cfg, true>(p, item, smem);
-      else tape_final<Cfg, false>(p, item, smem);
+      if (p.tape_in_shared) tape_final<Cfg, true>(p, item, tiles_per_group * unsigned(p.steps + 1), smem);
+      else tape_final<Cfg, false>(p, item, tiles_per_group * unsigned(p.steps + 1), smem);
     }
-  // Every support count was added before the last barrier: turn the sums into means.
-  if (blockIdx.x == 0)
-    for (int t = threadIdx.x; t < p.steps; t += Cfg::threads) {
-      if (p.read_support != nullptr) p.read_support[t] /= float(batch);
-      if (p.write_support != nullptr) p.write_support[t] /= float(batch);
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::threads, 2) e23_forward(const E23ForwardParams p) {
+  using Tr = E23Traits<Cfg>;
+  using T = typename Tr::T;
+  extern __shared__ float4 shared4[];
+  float* smem = reinterpret_cast<float*>(shared4);
+  const T* w_h = static_cast<const T*>(p.w_h);
+  const T* w_w = static_cast<const T*>(p.w_w);
+  using Held = HeldWeights<T, Tr::D, Tr::warps>;
+  const int groups = (p.batch + kGemvTileBatches - 1) / kGemvTileBatches;
+  const int items = p.batch + 2 * Tr::row_tiles * groups;
+  if constexpr (Cfg::tensor_cores && Held::possible) {
+    // A CTA with exactly one tile item (and no tape item) keeps that tile's weights in registers.
+    if (items <= int(gridDim.x) && int(blockIdx.x) >= p.batch && int(blockIdx.x) < items) {
+      const int tile = blockIdx.x - p.batch;
+      Held held;
+      held.load((tile / Tr::row_tiles) % 2 == 1 ? w_w : w_h, (tile % Tr::row_tiles) * kGemvTileRows);
+      for (int t = 0; t <= p.steps; ++t) tile_step<Cfg>(p, tile, t, held, held, smem);
+    } else {
+      forward_steps<Cfg>(p, w_h, w_w, smem);
     }
+  } else {
+    forward_steps<Cfg>(p, w_h, w_w, smem);
+  }
+  // Means of the support counts, once every CTA has added its own.
+  if (p.read_support != nullptr || p.write_support != nullptr) {
+    GridBarrier barrier{p.barrier};
+    barrier.sync();
+    if (blockIdx.x == 0)
+      for (int t = threadIdx.x; t < p.steps; t += Cfg::threads) {
+        if (p.read_support != nullptr) p.read_support[t] /= float(p.batch);
+        if (p.write_support != nullptr) p.write_support[t] /= float(p.batch);
+      }
+  }
 }
 
 }  // namespace sjit_kernels

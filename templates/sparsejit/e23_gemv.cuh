@@ -35,31 +35,70 @@ __device__ __forceinline__ unsigned load_weight_pair(const T* __restrict__ w, in
   return __ldg(reinterpret_cast<const unsigned*>(w + index));
 }
 
-// Tensor cores. Each warp accumulates 16 rows x 32 batches for its k-steps into red[warp][row * 32 + batch].
-// Operand: float2 x(int b, int k), the fp32 values x_b[k], x_b[k + 1].
-template <class T, int D, int WARPS, class Operand>
-__device__ __forceinline__ void gemv_tile_partial_mma(const T* __restrict__ w, const Operand& x, int row0, int batch0,
-                                                     int batch, float* red) {
+// Loads for kGemvChunk k-steps are issued before any of their products: one L2 round trip per chunk
+// instead of one per k-step (the mma asm statements would otherwise pin each step's loads in place).
+inline constexpr int kGemvChunk = 4;
+
+// The A fragments (16 rows of W) of one warp's chunk of k-steps first, first + WARPS, ...
+template <class T, int D, int WARPS>
+__device__ __forceinline__ void load_weight_chunk(const T* __restrict__ w, int row0, int first,
+                                                  unsigned (&a)[kGemvChunk][4]) {
   constexpr int k_steps = (D + 15) / 16;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int row_a = row0 + g, row_b = row0 + g + 8;
+#pragma unroll
+  for (int c = 0; c < kGemvChunk; ++c) {
+    const int ks = first + c * WARPS, k0 = ks * 16;
+    const bool valid = ks < k_steps;
+    const bool upper = valid && k0 + 8 < D;  // D % 16 == 8: the last k-step has only its lower half
+    a[c][0] = valid && row_a < D ? load_weight_pair(w, row_a * D + k0 + 2 * t) : 0u;
+    a[c][1] = valid && row_b < D ? load_weight_pair(w, row_b * D + k0 + 2 * t) : 0u;
+    a[c][2] = upper && row_a < D ? load_weight_pair(w, row_a * D + k0 + 8 + 2 * t) : 0u;
+    a[c][3] = upper && row_b < D ? load_weight_pair(w, row_b * D + k0 + 8 + 2 * t) : 0u;
+  }
+}
+
+// A tile's 16 rows of W held in registers for a whole launch (the persistent-RNN trick): when every
+// warp's share of the k-steps is one chunk (D <= 16 * WARPS * kGemvChunk: 512 with 8 warps), a CTA that
+// owns one tile for all steps loads its weights once instead of once a step (16 registers a thread).
+template <class T, int D, int WARPS>
+struct HeldWeights {
+  static constexpr bool possible = (D + 15) / 16 <= WARPS * kGemvChunk;
+  unsigned a[kGemvChunk][4];
+  __device__ __forceinline__ void load(const T* __restrict__ w, int row0) {
+    load_weight_chunk<T, D, WARPS>(w, row0, threadIdx.x / 32, a);
+  }
+};
+template <class W> struct IsHeldWeights { static constexpr bool value = false; };
+template <class T, int D, int WARPS> struct IsHeldWeights<HeldWeights<T, D, WARPS>> { static constexpr bool value = true; };
+
+// Tensor cores. Each warp accumulates 16 rows x 32 batches for its k-steps into red[warp][row * 32 + batch].
+// Operand: float2 x(int b, int k), the fp32 values x_b[k], x_b[k + 1]. Weights: a pointer to W (loaded
+// here, chunk by chunk) or HeldWeights (already in registers).
+template <class T, int D, int WARPS, class Weights, class Operand>
+__device__ __forceinline__ void gemv_tile_partial_mma(const Weights& w, const Operand& x, int row0, int batch0,
+                                                     int batch, float* red) {
+  constexpr int k_steps = (D + 15) / 16, kChunk = kGemvChunk;
+  constexpr bool held = IsHeldWeights<Weights>::value;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   float acc[4][4] = {};
-  const int row_a = row0 + g, row_b = row0 + g + 8;
   const int tiles_used = min(4, (batch - batch0 + 7) / 8);  // warp-uniform
-  // Loads for kChunk k-steps are issued before any of their products: one L2 round trip per chunk
-  // instead of one per k-step (the mma asm statements would otherwise pin each step's loads in place).
-  constexpr int kChunk = 4;
   for (int first = warp; first < k_steps; first += WARPS * kChunk) {
     unsigned a[kChunk][4];
+    if constexpr (held) {
+#pragma unroll
+      for (int c = 0; c < kChunk; ++c)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[c][i] = w.a[c][i];
+    } else {
+      load_weight_chunk<T, D, WARPS>(w, row0, first, a);
+    }
     float2 x_lo[kChunk][4], x_hi[kChunk][4];
 #pragma unroll
     for (int c = 0; c < kChunk; ++c) {
       const int ks = first + c * WARPS, k0 = ks * 16;
       const bool valid = ks < k_steps;
-      const bool upper = valid && k0 + 8 < D;  // D % 16 == 8: the last k-step has only its lower half
-      a[c][0] = valid && row_a < D ? load_weight_pair(w, row_a * D + k0 + 2 * t) : 0u;
-      a[c][1] = valid && row_b < D ? load_weight_pair(w, row_b * D + k0 + 2 * t) : 0u;
-      a[c][2] = upper && row_a < D ? load_weight_pair(w, row_a * D + k0 + 8 + 2 * t) : 0u;
-      a[c][3] = upper && row_b < D ? load_weight_pair(w, row_b * D + k0 + 8 + 2 * t) : 0u;
+      const bool upper = valid && k0 + 8 < D;
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int b = batch0 + nt * 8 + g;
@@ -83,6 +122,7 @@ __device__ __forceinline__ void gemv_tile_partial_mma(const T* __restrict__ w, c
         mma_16x8x16<T>(acc[nt], a[c], b0_rest, b1_rest);
       }
     }
+    if constexpr (held) break;  // one chunk covers every k-step (HeldWeights::possible)
   }
   float* mine = red + warp * kGemvTileOutputs;
 #pragma unroll
@@ -153,8 +193,8 @@ template <> struct IsNoAddend<NoAddend> { static constexpr bool value = true; };
 // loads instead of following the reduction (the FMA path has no registers to spare for them: it would
 // spill). Shared memory: WARPS * 512 floats at red (and as many at stage for the FMA path). Starts and
 // ends with the CTA in step (it holds __syncthreads).
-template <class Cfg, class Operand, class Epilogue, class Addend = NoAddend>
-__device__ __forceinline__ void gemv_tile(const typename Cfg::T* __restrict__ w, const Operand& x, int row0, int batch0,
+template <class Cfg, class Weights, class Operand, class Epilogue, class Addend = NoAddend>
+__device__ __forceinline__ void gemv_tile(const Weights& w, const Operand& x, int row0, int batch0,
                                           int batch, float* red, float* stage, Epilogue epilogue,
                                           Addend addend = {}) {
   constexpr int warps = Cfg::threads / 32;
@@ -175,7 +215,8 @@ __device__ __forceinline__ void gemv_tile(const typename Cfg::T* __restrict__ w,
 #pragma unroll
     for (int j = 0; j < per_thread; ++j) add[j] = addend_of(j);
   if constexpr (Cfg::tensor_cores) gemv_tile_partial_mma<typename Cfg::T, Cfg::dim, warps>(w, x, row0, batch0, batch, red);
-  else gemv_tile_partial_fma<typename Cfg::T, Cfg::dim, warps>(w, x, row0, batch0, batch, red, stage);
+  else gemv_tile_partial_fma<typename Cfg::T, Cfg::dim, warps>(static_cast<const typename Cfg::T*>(w), x, row0, batch0,
+                                                               batch, red, stage);
   __syncthreads();
 #pragma unroll
   for (int j = 0; j < per_thread; ++j) {

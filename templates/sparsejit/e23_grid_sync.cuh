@@ -16,6 +16,21 @@ __device__ __forceinline__ unsigned load_acquire_gpu(const unsigned* p) {
   return value;
 }
 
+// Point-to-point signals between CTAs: a counter that producers add to once their stores are done and
+// consumers wait on until it reaches a target. The release on the add (after __syncthreads) makes every
+// store of the CTA before it visible to a CTA whose acquiring load sees the new count.
+__device__ __forceinline__ void signal_counter(unsigned* counter) {
+  __syncthreads();
+  if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+}
+// Every thread of the CTA; the CTA's later loads see what the producers stored before their adds.
+__device__ __forceinline__ void wait_counter(const unsigned* counter, unsigned target) {
+  if (threadIdx.x == 0)
+    while (int(load_acquire_gpu(counter) - target) < 0) {
+    }
+  __syncthreads();
+}
+
 // One per launch, constructed by every thread of every CTA with the launch's zeroed counter; every
 // thread calls sync() at the same points.
 struct GridBarrier {
@@ -24,16 +39,24 @@ struct GridBarrier {
 
   // The fence before the arrival makes the CTA's writes (ordered before it by __syncthreads) visible
   // to every CTA that sees the arrival; the acquiring load orders what the CTA reads afterwards.
-  __device__ __forceinline__ void sync() {
+  // arrive() and wait() are the two halves of sync(), split so that a profile can time each.
+  __device__ __forceinline__ void arrive() {
     __syncthreads();
     target += gridDim.x;
     if (threadIdx.x == 0) {
       __threadfence();
       atomicAdd(counter, 1u);  // result unused: compiled to a reduction, no round trip
+    }
+  }
+  __device__ __forceinline__ void wait() {
+    if (threadIdx.x == 0)
       while (int(load_acquire_gpu(counter) - target) < 0) {
       }
-    }
     __syncthreads();
+  }
+  __device__ __forceinline__ void sync() {
+    arrive();
+    wait();
   }
 };
 

@@ -4,6 +4,24 @@
 
 namespace sjit_kernels {
 
+// Opt-in timing of a forward launch (E23ForwardParams::profile, docs/e23.md "Where the time goes"): thread 0
+// of every CTA records, at each of these points of every step, clock64() and %globaltimer (ns) as a pair
+// of 64-bit words at profile[((cta * steps + t) * kE23Marks + mark) * 2]. A point a CTA does not reach
+// in a step (a tile CTA has no tape marks) stays as the caller zeroed it.
+enum E23Mark : int {
+  kMarkTileStart,      // tile item: before waiting for h_t
+  kMarkTileGo,         // h_t of the tile's batch group is out
+  kMarkTileDone,       // z_t or w_{t-1} stored
+  kMarkTileSignalled,  // after the release add
+  kMarkTapeStart,      // tape item: own state requested, before waiting for z_t, w_{t-1}
+  kMarkTapeGo,         // every tile of the row's group is done
+  kMarkTapeLoaded,     // z_t in registers, w_{t-1} in shared memory
+  kMarkTapeNormed,     // the read weights a
+  kMarkTapeSignalled,  // h_{t+1} stored and signalled
+  kMarkTapeDone,       // the write's scores and weights for the next phase
+  kE23Marks
+};
+
 struct E23ForwardParams {
   // Inputs, in the spec's element type T (row-major, docs/e23.md "Shapes and layouts").
   const void* u;    // [steps, batch, D]
@@ -19,12 +37,14 @@ struct E23ForwardParams {
   float* read_support;
   float* write_support;
   // Workspace, fp32: the state between steps and the values passed between CTAs inside one step.
-  unsigned* barrier;  // grid barrier counter, zeroed before launch
+  // Counters, zeroed before launch, one 128-byte line (32 words) each: [0] the grid barrier of the end,
+  // then per batch group g of 32 rows: [32 (1 + 2 g)] tile items done, [32 (2 + 2 g)] tape items done.
+  unsigned* barrier;
   float* h;           // [batch, D]     h_t
   float* z;           // [batch, D]     W_h h_t + u_t
-  float* v;           // [batch, D]     read value sum_i a_i M_i
   float* w;           // [batch, D]     write value W_w h_{t+1}
   float* m;           // [batch, N, D]  tape M_t
+  float* q;           // [batch, N]     write scores s M_t h_{t+1} of the last step (the next read's basis)
   float* b;           // [batch, N]     write weights of the last step, applied at the start of the next
   // Saved for the backward (all null when not saving; docs/e23.md "Backward through time on the GPU").
   float* save_h;      // [steps + 1, batch, D]  h_0 .. h_T in fp32
@@ -35,6 +55,8 @@ struct E23ForwardParams {
   // 1: each batch row's tape stays in the shared memory of the CTA that owns its tape item for the whole
   // launch (the grid has a CTA per batch row and the launch asks for the room); p.m is then unused.
   int tape_in_shared;
+  // Null, or [grid, steps, kE23Marks, 2] 64-bit words, zeroed before launch: the per-phase timing above.
+  unsigned long long* profile;
 };
 
 struct E23BackwardParams {

@@ -122,28 +122,35 @@ __device__ __forceinline__ void score_slots(float* tape, const typename Cfg::T* 
   }
 }
 
-// out = sum_i a_i M_i over the slots with a_i > 0, spread over the CTA's threads by dimension. Slots go
-// eight at a time with their loads issued together (a slot with a_i = 0 is not read at all).
+// One float4 column k of the tape, for the slots that matter: applies the pending write
+// (M_i = (1 - b_i) M_i + b_i w where b_i > 0, stored back) and returns v = sum_i a_i M_i of the written
+// tape (a in `read`, b in `write`, w in shared memory). Slots with a_i = b_i = 0 are not touched; slots go
+// four at a time with their loads issued together.
 template <class Cfg, bool kShared>
-__device__ __forceinline__ void read_value(const float* tape, const float* weights, float* out) {
-  constexpr int D = Cfg::dim, kGroup = 8;
-  for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads) {
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int i0 = 0; i0 < Cfg::n_slots; i0 += kGroup) {
-      float4 m[kGroup];
-      float a[kGroup];
+__device__ __forceinline__ float4 write_and_read(float* tape, const float* read, const float* write, const float* w,
+                                                 int k) {
+  constexpr int D = Cfg::dim, kGroup = 4;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int i0 = 0; i0 < Cfg::n_slots; i0 += kGroup) {
+    float4 m[kGroup];
+    float a[kGroup], b[kGroup];
 #pragma unroll
-      for (int j = 0; j < kGroup; ++j) {
-        const int i = i0 + j;
-        a[j] = i < Cfg::n_slots ? weights[i] : 0.0f;
-        m[j] = a[j] > 0.0f ? load_tape4<kShared>(tape + i * D + k) : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-#pragma unroll
-      for (int j = 0; j < kGroup; ++j)
-        acc.x += a[j] * m[j].x, acc.y += a[j] * m[j].y, acc.z += a[j] * m[j].z, acc.w += a[j] * m[j].w;
+    for (int j = 0; j < kGroup; ++j) {
+      const int i = i0 + j;
+      a[j] = i < Cfg::n_slots ? read[i] : 0.0f;
+      b[j] = i < Cfg::n_slots ? write[i] : 0.0f;
+      m[j] = a[j] > 0.0f || b[j] > 0.0f ? load_tape4<kShared>(tape + i * D + k) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    store_state4(out + k, acc);
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) {
+      if (b[j] > 0.0f) {
+        m[j] = blend4(m[j], *reinterpret_cast<const float4*>(w + k), b[j]);
+        store_tape4<kShared>(tape + (i0 + j) * D + k, m[j]);
+      }
+      acc.x += a[j] * m[j].x, acc.y += a[j] * m[j].y, acc.z += a[j] * m[j].z, acc.w += a[j] * m[j].w;
+    }
   }
+  return acc;
 }
 
 }  // namespace sjit_kernels

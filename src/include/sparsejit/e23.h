@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "sparsejit/device.h"
 #include "sparsejit/e23_spec.h"
@@ -64,6 +66,15 @@ struct E23BackwardArgs {
   void* workspace = nullptr;
 };
 
+// One span of a profiled forward launch (E23::profile_forward): the mean time per step that the CTAs of
+// one role spend between two points of a step, or a cross-CTA figure (role "grid").
+struct E23ProfileSpan {
+  std::string role;  // "tape" (CTAs that own a batch row's tape item), "tile" (product tiles only), "grid"
+  std::string span;  // e.g. "A: scores -> normalized", "A: arrived -> released"
+  double ns_per_step = 0;  // mean over the steps after the first and over the role's CTAs
+  double max_ns = 0;       // the largest per-CTA mean
+};
+
 // A prepared E23 cell: compiles (or finds) its kernel once, then launches with little host work.
 class E23 {
  public:
@@ -85,6 +96,11 @@ class E23 {
   void step(const E23ForwardArgs& args, Stream stream = nullptr);
 
   std::size_t workspace_bytes(std::int64_t batch) const;
+
+  // One forward launch of `args` with per-phase timing (clock64 and the global timer at each phase
+  // boundary, recorded by every CTA; docs/e23.md "Where the time goes"), synchronized, summarized per
+  // role and span. For measurement only: the stores of the timing slow the launch a little.
+  std::vector<E23ProfileSpan> profile_forward(const E23ForwardArgs& args, Stream stream = nullptr);
 
   // The backward through time of a forward_sequence call that saved its state (args.saved). One
   // persistent launch, like the forward: it replays the tape segment by segment from the checkpoints
@@ -112,6 +128,7 @@ class E23 {
   const E23Spec& spec() const;
 
  private:
+  void launch_forward(const E23ForwardArgs& args, Stream stream, unsigned long long* profile);
   struct State;
   std::unique_ptr<State> state_;
 };

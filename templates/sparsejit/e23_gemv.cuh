@@ -124,14 +124,25 @@ __device__ __forceinline__ void gemv_tile_partial_mma(const Weights& w, const Op
     }
     if constexpr (held) break;  // one chunk covers every k-step (HeldWeights::possible)
   }
-  float* mine = red + warp * kGemvTileOutputs;
+  // In fragment order (partial_slot): one float4 a lane and n-tile, so the stores and the reduction's
+  // loads are free of bank conflicts.
+  float4* mine = reinterpret_cast<float4*>(red + warp * kGemvTileOutputs);
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt) {
-    const int col = nt * 8 + 2 * t;
-    mine[g * kGemvTileBatches + col] = acc[nt][0];
-    mine[g * kGemvTileBatches + col + 1] = acc[nt][1];
-    mine[(g + 8) * kGemvTileBatches + col] = acc[nt][2];
-    mine[(g + 8) * kGemvTileBatches + col + 1] = acc[nt][3];
+  for (int nt = 0; nt < 4; ++nt) mine[nt * 32 + lane] = make_float4(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]);
+}
+
+// The output (row rl, batch bl) of a tile that slot o of each warp's partial sums holds. Tensor cores:
+// the accumulator fragments of m16n8k16 (n-tile o / 128, lane (o / 4) % 32, register o % 4: rows g and
+// g + 8, batches 2 t and 2 t + 1 of the n-tile); FMAs: row-major [16][32]. The reduction reads slot o
+// with thread o, so consecutive threads read consecutive floats (no bank conflicts: with the row-major
+// order read row-first, the 16 rows of a batch sat in one bank, and the reduction cost ~1 us a tile).
+template <bool kTensorCores>
+__device__ __forceinline__ int2 partial_slot(int o) {
+  if constexpr (kTensorCores) {
+    const unsigned u = unsigned(o), lane = (u >> 2) & 31u, i = u & 3u;  // n-tile u >> 7
+    return make_int2(int((lane >> 2) + 8 * (i >> 1)), int(((u >> 7) << 3) + 2 * (lane & 3u) + (i & 1u)));
+  } else {
+    return make_int2(o / kGemvTileBatches, o % kGemvTileBatches);
   }
 }
 
@@ -201,32 +212,29 @@ __device__ __forceinline__ void gemv_tile(const Weights& w, const Operand& x, in
   static_assert(kGemvTileOutputs % Cfg::threads == 0, "whole outputs a thread");
   constexpr int per_thread = kGemvTileOutputs / Cfg::threads;
   constexpr bool has_addend = !IsNoAddend<Addend>::value, early = has_addend && Cfg::tensor_cores;
-  // Output o = threadIdx.x + j * threads: consecutive threads take consecutive rows.
-  auto in_tile = [&](int j) {
-    const int o = threadIdx.x + j * Cfg::threads;
-    return row0 + o % kGemvTileRows < Cfg::dim && batch0 + o / kGemvTileRows < batch;
-  };
-  auto addend_of = [&](int j) {
-    const int o = threadIdx.x + j * Cfg::threads;
-    return in_tile(j) ? addend(batch0 + o / kGemvTileRows, row0 + o % kGemvTileRows) : 0.f;
-  };
+  // Output j of this thread: slot o = threadIdx.x + j * threads of the partial sums (partial_slot).
+  auto coords = [&](int j) { return partial_slot<Cfg::tensor_cores>(threadIdx.x + j * Cfg::threads); };
+  auto in_tile = [&](int2 c) { return row0 + c.x < Cfg::dim && batch0 + c.y < batch; };
+  auto addend_of = [&](int2 c) { return in_tile(c) ? addend(batch0 + c.y, row0 + c.x) : 0.f; };
   float add[per_thread];
   if constexpr (early)
 #pragma unroll
-    for (int j = 0; j < per_thread; ++j) add[j] = addend_of(j);
+    for (int j = 0; j < per_thread; ++j) add[j] = addend_of(coords(j));
   if constexpr (Cfg::tensor_cores) gemv_tile_partial_mma<typename Cfg::T, Cfg::dim, warps>(w, x, row0, batch0, batch, red);
   else gemv_tile_partial_fma<typename Cfg::T, Cfg::dim, warps>(static_cast<const typename Cfg::T*>(w), x, row0, batch0,
                                                                batch, red, stage);
   __syncthreads();
 #pragma unroll
   for (int j = 0; j < per_thread; ++j) {
-    const int o = threadIdx.x + j * Cfg::threads, bl = o / kGemvTileRows, rl = o % kGemvTileRows;
-    float sum = 0.f;
+    const int2 c = coords(j);
+    if (in_tile(c)) {
+      float sum = 0.f;
 #pragma unroll
-    for (int wi = 0; wi < warps; ++wi) sum += red[wi * kGemvTileOutputs + rl * kGemvTileBatches + bl];
-    if constexpr (early) sum += add[j];
-    else if constexpr (has_addend) sum += addend_of(j);
-    if (in_tile(j)) epilogue(batch0 + bl, row0 + rl, sum);
+      for (int wi = 0; wi < warps; ++wi) sum += red[wi * kGemvTileOutputs + threadIdx.x + j * Cfg::threads];
+      if constexpr (early) sum += add[j];
+      else if constexpr (has_addend) sum += addend_of(c);
+      epilogue(batch0 + c.y, row0 + c.x, sum);
+    }
   }
   __syncthreads();
 }

@@ -109,8 +109,9 @@ __device__ __forceinline__ void slot_dots(const float* rows, const float* minus,
 }
 
 // Replays the segment [t0, t1) of batch row b from its checkpoint: seg_m[k] = M_{t0 + k}, seg_a[k] = a,
-// seg_b[k] = b of that step. The same arithmetic as the forward (score_slots, normalize_slots,
-// blend4), so the weights come out with the forward's bits.
+// seg_b[k] = b of that step. The write scores use the forward's arithmetic (score_slots, normalize_slots,
+// blend4), so the write weights come out with the forward's bits; the forward forms its read scores
+// from the write's ((1 - b) q + b s <w, h>), so the read weights here agree with it to rounding.
 template <class Cfg>
 __device__ __forceinline__ void replay_segment(const E23BackwardParams& p, int b, int t0, int t1, float* smem) {
   using Bt = E23BackwardTraits<Cfg>;

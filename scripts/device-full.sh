@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The full GPU pass for a closing note (on the lent machine; carry .deps and .warm-cache):
-# build, GPU tests, demo on a cache warmed elsewhere (must compile nothing), bench jit,
+# build, GPU tests, demo on a cache warmed elsewhere (must compile nothing: warm .warm-cache here with
+# `SJIT_CACHE_DIR=$PWD/.warm-cache ./build/sjit demo --compile-only`), bench jit,
 # bench rownorm, tuning sweeps. Returns three logs in $OUT (the device tool brings back 8 files).
 set -uo pipefail
 OUT=${OUT:-/tmp/sjit-out}; mkdir -p "$OUT"

@@ -30,24 +30,19 @@ reference::AttentionProblem reference_problem(const AttentionSpec& spec, const S
   return p;
 }
 
-// The forward's kernel key on the device that will run it; without a GPU, sm_90a's default tiling.
-std::string forward_key(const AttentionSpec& spec, bool gpu) {
+// The forward's kernel key as an Attention loads it: with a GPU from its config (which a tuning
+// database may have chosen); without one, the default for `arch`.
+std::string forward_key(const AttentionSpec& spec, bool gpu, const std::string& arch) {
   const AttentionSpec canon = canonical(spec);
-  return key(canon) + "|" + key(gpu ? Attention(canon).config() : resolve(canon, {}, 90));
+  return gpu ? key(canon) + "|" + key(Attention(canon).config()) : attention_kernel_keys(canon, arch).front();
 }
 
-// The backward's three kernel keys. They name the backward's default tilings (docs/attention.md, `sjit
-// compile --list`): a preprocessing pass, the dK/dV pass (on wgmma on sm_90a at d = 128) and the dQ
-// conversion of the atomic mode. Compiling them here is a warm-up: were the defaults to change, the
-// backward would compile its own keys when it first runs.
+// The backward's three kernel keys (pre-pass, dK/dV, dQ conversion): attention_kernel_keys after the
+// forward's.
 std::vector<std::string> backward_keys(const AttentionSpec& spec, const std::string& arch) {
-  AttentionSpec bwd = canonical(spec);
-  bwd.pass = Pass::backward;
-  const std::string tiling = fmt::format("warps=8,cols={},stages=2", spec.head_dim >= 256 ? 32 : 64);
-  const bool wgmma = arch == "sm_90a" && spec.head_dim == 128;
-  const bool atomic_dq = !spec.deterministic && spec.head_dim < 256;
-  return {key(bwd) + "|part=prep," + tiling, key(bwd) + "|part=dkdv," + tiling + (wgmma ? ",path=wgmma" : ""),
-          key(bwd) + (atomic_dq ? "|part=dq_convert," + tiling : "|part=dq,warps=4,cols=64,stages=2")};
+  std::vector<std::string> keys = attention_kernel_keys(spec, arch);
+  keys.erase(keys.begin());
+  return keys;
 }
 
 struct Inputs {
@@ -135,9 +130,9 @@ std::vector<Case> attention_cases(bool gpu, const std::string& arch, std::mt1993
   auto pattern = std::make_shared<const BlockPattern>(patterns::bigbird(64, shape.seq, shape.seq, 1, 1, 1, rng()));
   const std::string fwd_tolerance = "2e-2 + 1e-2 |o|";
   return {
-      {key(canonical(dense)), "fwd " + describe(shape, nullptr), {forward_key(dense, gpu)}, fwd_tolerance,
+      {key(canonical(dense)), "fwd " + describe(shape, nullptr), {forward_key(dense, gpu, arch)}, fwd_tolerance,
        [=, &rng] { return check_forward(dense, shape, nullptr, rng); }},
-      {key(canonical(sparse)), "fwd " + describe(shape, pattern.get()), {forward_key(sparse, gpu)},
+      {key(canonical(sparse)), "fwd " + describe(shape, pattern.get()), {forward_key(sparse, gpu, arch)},
        fwd_tolerance, [=, &rng] { return check_forward(sparse, shape, pattern.get(), rng); }},
       {key(canonical(sparse_backward)), "fwd+bwd " + describe(shape, pattern.get()), backward_keys(sparse, arch),
        "2.5e-2 (max|d*| + |d*|)", [=, &rng] { return check_backward(sparse, shape, pattern.get(), rng); }},

@@ -37,6 +37,17 @@ struct DeviceSchedule {
 
 std::size_t round_up_8(std::size_t bytes) { return (bytes + 7) / 8 * 8; }
 
+// The backward's three tilings for `spec` (pass=bwd): the pre-pass, the dK/dV pass (wgmma where sm90
+// and the kernel exists), and the dQ pass or, with atomic dQ, the conversion of its accumulator.
+struct BackwardTilings {
+  codegen::BackwardTiling prep, dkdv, dq;
+};
+BackwardTilings backward_tilings(const AttentionSpec& bwd, bool sm90) {
+  auto tiling = [&](codegen::BackwardPart part) { return codegen::default_backward_tiling(bwd, part, sm90); };
+  return {tiling(codegen::BackwardPart::prep), tiling(codegen::BackwardPart::dkdv),
+          tiling(codegen::atomic_dq(bwd) ? codegen::BackwardPart::dq_convert : codegen::BackwardPart::dq)};
+}
+
 // 10 * major + minor of the device this thread launches on, or 0 without one (the default tiling is
 // then the portable mma.sync one).
 int current_compute_capability() {
@@ -189,14 +200,14 @@ struct Attention::State {
     AttentionSpec bwd = spec;
     bwd.pass = Pass::backward;
     const bool sm90 = target.device->arch == "sm_90a" && !mma_only;
-    auto tiling = [&](codegen::BackwardPart part) { return codegen::default_backward_tiling(bwd, part, sm90); };
     auto get = [&](const codegen::BackwardTiling& t) {
       return jit::get_kernel(target, key(bwd) + "|" + key(t), [&] { return codegen::attention_backward_source(bwd, t); });
     };
-    BackwardKernels k{target.context, tiling(codegen::BackwardPart::dkdv), tiling(codegen::BackwardPart::dq)};
-    k.prep = get(tiling(codegen::BackwardPart::prep));
-    k.dkdv = get(k.dkdv_tiling);
-    k.dq = get(codegen::atomic_dq(spec) ? tiling(codegen::BackwardPart::dq_convert) : k.dq_tiling);
+    const BackwardTilings t = backward_tilings(bwd, sm90);
+    BackwardKernels k{target.context, t.dkdv, t.dq};
+    k.prep = get(t.prep);
+    k.dkdv = get(t.dkdv);
+    k.dq = get(t.dq);
     std::lock_guard lock(mutex);
     backward_kernels.push_back(std::move(k));
     return backward_kernels.back();
@@ -394,6 +405,27 @@ void attention_backward(const AttentionSpec& spec, const AttentionBackwardArgs& 
 
 void attention_forward(const AttentionSpec& spec, const AttentionForwardArgs& args, Stream stream) {
   Attention(spec).forward(args, stream);  // the kernel itself comes from the process-wide cache
+}
+
+std::vector<std::string> attention_kernel_keys(const AttentionSpec& in, std::string_view arch) {
+  AttentionSpec spec = canonical(in);
+  if (spec.sparsity == Sparsity::baked)
+    throw InvalidArgument(fmt::format("attention_kernel_keys: '{}' is baked: its kernel keys name the pattern's "
+                                      "digest and are made by an Attention built from the BlockPattern", key(spec)));
+  int cc = 0;  // "sm_90a" -> 90
+  for (const char c : arch.substr(arch.starts_with("sm_") ? 3 : arch.size()))
+    if (c >= '0' && c <= '9') cc = 10 * cc + (c - '0');
+  if (!arch.starts_with("sm_") || cc < 80)
+    throw InvalidArgument(fmt::format("attention_kernel_keys: arch '{}': use sm_80 or later, e.g. sm_90a", arch));
+  // Only sm_90a has the wgmma kernels (sm_90 without the arch-specific features does not).
+  const bool sm90 = arch == "sm_90a";
+  spec.pass = Pass::forward;
+  std::vector<std::string> keys = {codegen::attention_kernel_key(spec, resolve(spec, {}, sm90 ? 90 : 80))};
+  AttentionSpec bwd = spec;
+  bwd.pass = Pass::backward;
+  const BackwardTilings t = backward_tilings(bwd, sm90);
+  for (const codegen::BackwardTiling& tiling : {t.prep, t.dkdv, t.dq}) keys.push_back(key(bwd) + "|" + key(tiling));
+  return keys;
 }
 
 double attention_forward_flops(const AttentionSpec& in, const AttentionForwardArgs& args) {

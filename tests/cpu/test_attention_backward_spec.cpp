@@ -154,3 +154,41 @@ TEST_CASE("the Hopper dK/dV kernels compile for sm_90a without spills", "[attent
   }
   set_cache_settings(saved);
 }
+
+TEST_CASE("attention_kernel_keys names the kernels an Attention loads, per arch", "[attention][backward][spec]") {
+  AttentionSpec spec;
+  spec.head_dim = 128;
+  spec.sparsity = Sparsity::block_sparse;
+  spec.block_size = 64;
+  const std::string fwd = "attention:d=128,dtype=bf16,causal=none,sparsity=bsr,block=64,pass=fwd|";
+  const std::string bwd = "attention:d=128,dtype=bf16,causal=none,sparsity=bsr,block=64,pass=bwd|";
+  // The forward's default tiling for the device, then the backward's pre-pass, dK/dV and dQ parts.
+  const std::vector<std::string> hopper = attention_kernel_keys(spec, "sm_90a");
+  REQUIRE(hopper.size() == 4);
+  CHECK(hopper[0] == fwd + key(resolve(spec, {}, 90)));
+  CHECK_THAT(hopper[0], Contains("path=wgmma"));
+  CHECK(hopper[1] == bwd + codegen::key(codegen::default_backward_tiling(spec, codegen::BackwardPart::prep, true)));
+  CHECK_THAT(hopper[2], Contains("part=dkdv") && Contains("path=wgmma"));
+  CHECK_THAT(hopper[3], Contains("part=dq_convert"));  // atomic dQ by default
+  const std::vector<std::string> ampere = attention_kernel_keys(spec, "sm_80");
+  CHECK(ampere[0] == fwd + key(resolve(spec, {}, 80)));
+  CHECK_THAT(ampere[0], Contains("path=mma"));
+  CHECK_THAT(ampere[2], !Contains("wgmma"));
+  CHECK_THAT(attention_kernel_keys(spec, "sm_90")[2], !Contains("wgmma"));  // no arch-specific features
+  spec.deterministic = true;  // a dQ pass of its own; the forward key ignores the option
+  const std::vector<std::string> det = attention_kernel_keys(spec, "sm_90a");
+  CHECK(det[0] == hopper[0]);
+  CHECK_THAT(det[3], Contains("part=dq,") && Contains("det=1"));
+  // Each key compiles (the forward and the dK/dV pass here; the others share their templates).
+  const CacheSettings saved = cache_settings();
+  set_cache_settings({saved.dir, CacheMode::off, saved.max_bytes});
+  for (const std::string& k : {hopper[0], hopper[3]}) {
+    CAPTURE(k);
+    CHECK(compile_key(k, "sm_90a").usage.registers > 0);
+  }
+  set_cache_settings(saved);
+  CHECK_THROWS_WITH(attention_kernel_keys(spec, "sm_75"), Contains("sm_75") && Contains("sm_80 or later"));
+  CHECK_THROWS_WITH(attention_kernel_keys(spec, "gfx90a"), Contains("gfx90a"));
+  spec.sparsity = Sparsity::baked;
+  CHECK_THROWS_WITH(attention_kernel_keys(spec, "sm_90a"), Contains("baked"));
+}

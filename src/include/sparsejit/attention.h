@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "sparsejit/attention_spec.h"
 #include "sparsejit/device.h"
@@ -123,6 +124,13 @@ class Attention {
 // One-shot forms: look the kernels up in the process cache on every call.
 void attention_forward(const AttentionSpec& spec, const AttentionForwardArgs& args, Stream stream = nullptr);
 void attention_backward(const AttentionSpec& spec, const AttentionBackwardArgs& args, Stream stream = nullptr);
+
+// The kernel keys an Attention constructed with this spec and no config loads on a device of `arch`
+// ("sm_90a", "sm_80", ...; the default tilings, no tuning database): the forward's, then the
+// backward's pre-pass, dK/dV pass, and dQ pass or dQ conversion. For warming a cache without a GPU
+// (`sjit compile KEY --arch A`, `sjit demo --compile-only`). A baked spec is refused (its keys need
+// the pattern).
+std::vector<std::string> attention_kernel_keys(const AttentionSpec& spec, std::string_view arch);
 
 // FLOPs of a forward over what the mask allows: 4 * D * batch * the number of (head, query, key) triples
 // the pattern, causality and the sequence ends allow (so a causal dense forward counts about half).

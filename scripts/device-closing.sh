@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# On the lent GPU machine, for a closing note: every GPU test, the demo on an empty cache, the attention
+# forward and backward benchmarks of issues 6 and 7, and the E23 forward and forward + backward at the
+# issue-5 shapes. Logs in $OUT. Usage there (carrying .deps):
+#   bash scripts/device-closing.sh
+set -uo pipefail
+source scripts/device-build.sh
+timeout 400 ./build-gpu/tests/sjit_gpu_tests >"$OUT/gpu-tests.log" 2>&1
+echo "gpu tests exit $?"; grep -E "FAILED|failed|passed|with expansion|seed" "$OUT/gpu-tests.log" | head -30
+SJIT_CACHE_DIR=$(mktemp -d) timeout 120 ./build-gpu/sjit demo >"$OUT/demo.log" 2>&1
+echo "demo exit $?"; tail -n 16 "$OUT/demo.log"
+timeout 120 ./build-gpu/sjit bench attention --iters 10 --density 1,0.5,0.25,0.1,0.05,0.02 --backward \
+  >"$OUT/bench-attention.log" 2>&1
+cat "$OUT/bench-attention.log"
+for shape in "--batch 4 --slots 8" "--batch 64 --slots 32"; do
+  timeout 60 ./build-gpu/sjit bench e23 $shape --dim 512 --steps 64 --dtype bf16 \
+    --kind softmax,sparsemax,entmax15,entmax:1.25 --backward
+done >"$OUT/bench-e23.log" 2>&1
+cat "$OUT/bench-e23.log"

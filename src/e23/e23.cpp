@@ -327,7 +327,7 @@ void E23::backward_sequence(const E23BackwardArgs& a, Stream stream) {
   p.checkpoint_every = k;
   p.batch = int(a.batch), p.steps = int(a.steps);
 
-  SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p.barrier), 0, 4, s));
+  SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p.barrier), 0, e23::forward_counter_bytes(a.batch), s));
   const unsigned grid = unsigned(std::min<std::int64_t>(backward_items(spec, a.batch), per.backward.resident_ctas));
   void* params[] = {&p};
   jit::launch(*per.backward.kernel, grid, unsigned(codegen::kE23Threads), s, params);

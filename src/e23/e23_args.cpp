@@ -119,7 +119,7 @@ BackwardLayout backward_layout(const E23Spec& spec, std::int64_t batch, std::int
                     d = std::size_t(spec.dim), kk = std::size_t(k), elem = size_of(spec.dtype);
   BackwardLayout l;
   Carver c;
-  l.barrier = c.part(4);
+  l.barrier = c.part(forward_counter_bytes(batch));  // the same counters: a grid barrier, two per batch group
   l.w_h_t = c.part(d * d * elem);
   l.w_w_t = c.part(d * d * elem);
   l.g_m = c.part(b * n * d * 4);

@@ -8,21 +8,26 @@
 //
 // Work items are the forward's: a tape item per batch row, a product tile per 16 rows x 32 batch rows.
 // The products are the transposed ones (g_h = W_h^T g_z, g_h' += W_w^T g_w); the prologue writes W^T
-// into the workspace so the forward's tile code (e23_gemv.cuh) runs unchanged on it. Per step t:
+// into the workspace so the forward's tile code (e23_gemv.cuh) runs unchanged on it. A step t is one
+// pass of tape items and one of tiles, in turn, with no grid barrier: as in the forward, each side waits
+// on its batch group's counters for only what it reads (e23_grid_sync.cuh):
 //
-//   phase A (step t)  tape items: undo the read of step t+1 (g_z_{t+1} -> g_M_{t+1}, the tape's part
-//                                 of g_{h_{t+1}}); when t ends a segment, replay that segment from its
-//                                 checkpoint; undo the write of step t (g_M_{t+1} -> g_w_t, g_M_t
-//                                 partly, the write scores' part of g_{h_{t+1}})
-//                     tiles:      W_h^T g_z_{t+1}           (the recurrence's part of g_{h_{t+1}})
-//   -- barrier --
-//   phase B (step t)  tiles:      g_{h_{t+1}}' = W_w^T g_w_t + dy_t + the three parts above;
-//                                 g_z_t = g' (1 - h_{t+1}^2) -> du_t
-//   -- barrier --
-//   then              tape items: undo the read of step 0 -> dm0; tiles: W_h^T g_z_0;  -- barrier --
-//                     dh0 = the two parts of g_{h_0};  dW_w = sum_t g_w_t h_{t+1}^T,
-//                     dW_h = sum_t g_z_t h_t^T (each 64 x 64 output tile summed by one CTA in a fixed
-//                     order: deterministic).
+//   tape item (row b)  wait for g_z_{t+1} of the group; undo the read of step t + 1 (g_z_{t+1} -> g_M,
+//                      the tape's part of g_{h_{t+1}}); undo the write of step t (g_M -> g_w_t, g_M_t,
+//                      the write scores' part of g_{h_{t+1}}); **signal**; then replay a step of the
+//                      next segment down, off the critical path
+//   tile (16 rows)     in the shadow of the tape items: W_h^T g_z_{t+1} (the recurrence's part);
+//                      then wait for the group's tape items: g_{h_{t+1}} = W_w^T g_w_t + dy_t + the
+//                      three parts; g_z_t = g_{h_{t+1}} (1 - h_{t+1}^2) -> du_t; **signal**
+//   after step 0       tape items: undo the read of step 0 -> dm0; tiles: W_h^T g_z_0;  -- barrier --
+//                      dh0 = the two parts of g_{h_0};  dW_w = sum_t g_w_t h_{t+1}^T,
+//                      dW_h = sum_t g_z_t h_t^T (each 64 x 64 output tile summed by one CTA in a fixed
+//                      order: deterministic).
+//
+// The tapes of a segment (K steps from a checkpoint) are replayed into a K-entry buffer before it is
+// undone; the segment below is replayed into the entries the undo has freed, one step a step after the
+// tape item's signal (segment_entry), so only one replay step a segment lies on the critical path (the
+// last segment, undone first, is replayed whole before the first step).
 //
 // Sparsity: the normalizer Jacobian J = diag(c) - c c^T / sum(c) is zero off the support, so undoing a
 // read or a write touches only the slots with a_i > 0 (b_i > 0); only the replay's scores see every slot.
@@ -108,12 +113,25 @@ __device__ __forceinline__ void slot_dots(const float* rows, const float* minus,
   }
 }
 
-// Replays the segment [t0, t1) of batch row b from its checkpoint: seg_m[k] = M_{t0 + k}, seg_a[k] = a,
-// seg_b[k] = b of that step. The write scores use the forward's arithmetic (score_slots, normalize_slots,
-// blend4), so the write weights come out with the forward's bits; the forward forms its read scores
-// from the write's ((1 - b) q + b s <w, h>), so the read weights here agree with it to rounding.
+// The segment buffer (seg_m, seg_a, seg_b: K entries) holds the replayed tapes of one segment while it is
+// undone, and the next segment down is replayed into the entries already undone (see e23_backward): step
+// k of segment j sits at entry k for even j and at K - 1 - k for odd j, so that undoing one segment from
+// its end frees entries in the order the replay of the one before it fills them.
+__device__ __forceinline__ int segment_entry(const E23BackwardParams& p, int segment, int k) {
+  return segment % 2 == 0 ? k : p.checkpoint_every - 1 - k;
+}
+__device__ __forceinline__ int entry_of_step(const E23BackwardParams& p, int t) {
+  return segment_entry(p, t / p.checkpoint_every, t % p.checkpoint_every);
+}
+
+// Replays step k of segment j for batch row b (t = j K + k): M_t from M_{t-1} (the checkpoint when k = 0)
+// with the write of step t - 1, the read weights a_t = f(s M_t h_t) and the write weights
+// b_t = f(s M_t h_{t+1}); stored at the step's entry. The write scores use the forward's arithmetic
+// (score_slots, normalize_slots, blend4), so the write weights come out with the forward's bits; the
+// forward forms its read scores from the write's ((1 - b) q + b s <w, h>), so the read weights here
+// agree with it to rounding. Everything it needs is saved state or an entry this CTA wrote.
 template <class Cfg>
-__device__ __forceinline__ void replay_segment(const E23BackwardParams& p, int b, int t0, int t1, float* smem) {
+__device__ void replay_step(const E23BackwardParams& p, int b, int j, int k, float* smem) {
   using Bt = E23BackwardTraits<Cfg>;
   constexpr int D = Bt::D, N = Bt::N, warps = Cfg::threads / 32;
   float* h_now = smem;            // h_t
@@ -123,77 +141,91 @@ __device__ __forceinline__ void replay_segment(const E23BackwardParams& p, int b
   float* write = read + Bt::slots_padded;          // scores, then b_t
   float* write_prev = write + Bt::slots_padded;    // b_{t-1}
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int t = j * p.checkpoint_every + k;
   const long long bd = (long long)p.batch * D, bnd = bd * N;
-  const float* checkpoint = p.save_m + ((long long)(t0 / p.checkpoint_every) * p.batch + b) * N * D;
-  for (int t = t0; t < t1; ++t) {
-    const int k_local = t - t0;
-    load_vector<Cfg>(h_now, p.save_h + t * bd + b * D);
-    load_vector<Cfg>(h_next, p.save_h + (t + 1) * bd + b * D);
-    __syncthreads();
-    const float* from = k_local == 0 ? checkpoint : p.seg_m + (k_local - 1) * bnd + (long long)b * N * D;
-    float* to = p.seg_m + k_local * bnd + (long long)b * N * D;
-#pragma unroll 2
-    for (int i = warp; i < N; i += warps) {
-      const float bi = k_local == 0 ? 0.0f : write_prev[i];
-      float dot_read = 0.0f, dot_write = 0.0f;
-      for (int k = 4 * lane; k < D; k += 128) {
-        float4 m = load_state4(from + i * D + k);
-        if (bi > 0.0f) m = blend4(m, *reinterpret_cast<const float4*>(w_prev + k), bi);
-        store_state4(to + i * D + k, m);
-        dot_read += dot4(m, *reinterpret_cast<const float4*>(h_now + k));
-        dot_write += dot4(m, *reinterpret_cast<const float4*>(h_next + k));
-      }
-      dot_read = warp_sum(dot_read);
-      dot_write = warp_sum(dot_write);
-      if (lane == 0) read[i] = Cfg::scale * dot_read, write[i] = Cfg::scale * dot_write;
-    }
-    __syncthreads();
-    if (warp == 0) normalize_slots<Cfg>(read);
-    if (warp == warps - 1) normalize_slots<Cfg>(write);
-    __syncthreads();
-    for (int i = threadIdx.x; i < N; i += Cfg::threads) {
-      __stcg(p.seg_a + (k_local * (long long)p.batch + b) * N + i, read[i]);
-      __stcg(p.seg_b + (k_local * (long long)p.batch + b) * N + i, write[i]);
-      write_prev[i] = write[i];
-    }
-    load_vector<Cfg>(w_prev, p.save_w + t * bd + b * D);
-    __syncthreads();
+  const long long row = (long long)b * N * D;
+  const int entry = segment_entry(p, j, k), entry_prev = k > 0 ? segment_entry(p, j, k - 1) : 0;
+  load_vector<Cfg>(h_now, p.save_h + t * bd + b * D);
+  load_vector<Cfg>(h_next, p.save_h + (t + 1) * bd + b * D);
+  if (k > 0) {
+    load_vector<Cfg>(w_prev, p.save_w + (t - 1) * bd + b * D);
+    for (int i = threadIdx.x; i < N; i += Cfg::threads)
+      write_prev[i] = __ldcg(p.seg_b + (entry_prev * (long long)p.batch + b) * N + i);
   }
+  __syncthreads();
+  const float* from = k == 0 ? p.save_m + ((long long)j * p.batch + b) * N * D : p.seg_m + entry_prev * bnd + row;
+  float* to = p.seg_m + entry * bnd + row;
+#pragma unroll 2
+  for (int i = warp; i < N; i += warps) {
+    const float bi = k == 0 ? 0.0f : write_prev[i];
+    float dot_read = 0.0f, dot_write = 0.0f;
+    for (int d = 4 * lane; d < D; d += 128) {
+      float4 m = load_state4(from + i * D + d);
+      if (bi > 0.0f) m = blend4(m, *reinterpret_cast<const float4*>(w_prev + d), bi);
+      store_state4(to + i * D + d, m);
+      dot_read += dot4(m, *reinterpret_cast<const float4*>(h_now + d));
+      dot_write += dot4(m, *reinterpret_cast<const float4*>(h_next + d));
+    }
+    dot_read = warp_sum(dot_read);
+    dot_write = warp_sum(dot_write);
+    if (lane == 0) read[i] = Cfg::scale * dot_read, write[i] = Cfg::scale * dot_write;
+  }
+  __syncthreads();
+  if (warp == 0) normalize_slots<Cfg>(read);
+  if (warp == warps - 1) normalize_slots<Cfg>(write);
+  __syncthreads();
+  for (int i = threadIdx.x; i < N; i += Cfg::threads) {
+    __stcg(p.seg_a + (entry * (long long)p.batch + b) * N + i, read[i]);
+    __stcg(p.seg_b + (entry * (long long)p.batch + b) * N + i, write[i]);
+  }
+  __syncthreads();  // shared memory is reused next
 }
 
-// Undoes the read of step t for batch row b (its tape is seg_m[t - segment start]):
+// Shared memory of a tape item (E23BackwardTraits::tape_floats): h_{t+1} (which both the read of step
+// t + 1 and the write of step t saw), g_z_{t+1}, w_t; then a_{t+1}, b_t and the slots' gradients.
+template <class Cfg>
+struct TapeItemSmem {
+  float *h, *gz, *w, *a, *b, *grads;
+  __device__ __forceinline__ explicit TapeItemSmem(float* smem) {
+    constexpr int D = Cfg::dim, S = E23BackwardTraits<Cfg>::slots_padded;
+    h = smem, gz = smem + D, w = smem + 2 * D, a = smem + 3 * D, b = a + S, grads = b + S;
+  }
+};
+
+// The saved operands of undo_write(t) (h_{t+1}, w_t, b_t): issued before the tape item waits for g_z_{t+1}.
+template <class Cfg>
+__device__ __forceinline__ void load_write_operands(const E23BackwardParams& p, int b, int t, const TapeItemSmem<Cfg>& s) {
+  constexpr int D = Cfg::dim, N = Cfg::n_slots;
+  const long long bd = (long long)p.batch * D;
+  load_vector<Cfg>(s.h, p.save_h + (t + 1) * bd + b * D);
+  load_vector<Cfg>(s.w, p.save_w + t * bd + b * D);
+  const int entry = entry_of_step(p, t);
+  for (int i = threadIdx.x; i < N; i += Cfg::threads) s.b[i] = __ldcg(p.seg_b + (entry * (long long)p.batch + b) * N + i);
+}
+
+// Undoes the read of step t for batch row b (s.h = h_t, s.gz = g_z_t, s.a = a_t loaded, CTA in step):
 //   g_a_i = <M_i, g_z>,  g_r = J(a) g_a,  g_M_i += a_i g_z + s g_r_i h_t,  g_h_tape = s M^T g_r.
 // With `final_out` set (t = 0) the finished g_M_0 is also written there in T.
 template <class Cfg>
-__device__ __forceinline__ void undo_read(const E23BackwardParams& p, int b, int t, typename Cfg::T* final_out, float* smem) {
-  using Bt = E23BackwardTraits<Cfg>;
-  using T = typename Cfg::T;
-  constexpr int D = Bt::D, N = Bt::N;
-  float* h = smem;                // h_t
-  float* gz = smem + D;           // g_z_t
-  float* weights = smem + 3 * D;  // a_t
-  float* grads = weights + Bt::slots_padded;  // g_a, then g_r
-  const long long bd = (long long)p.batch * D, bnd = bd * N;
-  const int k_local = t % p.checkpoint_every;
-  const float* tape = p.seg_m + k_local * bnd + (long long)b * N * D;
+__device__ __forceinline__ void undo_read(const E23BackwardParams& p, int b, int t, typename Cfg::T* final_out,
+                                          const TapeItemSmem<Cfg>& s) {
+  constexpr int D = Cfg::dim, N = Cfg::n_slots;
+  const long long bnd = (long long)p.batch * D * N;
+  const float* tape = p.seg_m + entry_of_step(p, t) * bnd + (long long)b * N * D;
   float* g_m = p.g_m + (long long)b * N * D;
-  load_vector<Cfg>(h, p.save_h + t * bd + b * D);
-  load_vector<Cfg>(gz, p.g_z + t * bd + b * D);
-  for (int i = threadIdx.x; i < N; i += Cfg::threads) weights[i] = __ldcg(p.seg_a + (k_local * (long long)p.batch + b) * N + i);
+  slot_dots<Cfg>(tape, nullptr, s.gz, s.a, s.grads);
   __syncthreads();
-  slot_dots<Cfg>(tape, nullptr, gz, weights, grads);
-  __syncthreads();
-  if (threadIdx.x < 32) jacobian_product<Cfg>(weights, grads);
+  if (threadIdx.x < 32) jacobian_product<Cfg>(s.a, s.grads);
   __syncthreads();
   for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads) {
-    const float4 hk = *reinterpret_cast<const float4*>(h + k), gk = *reinterpret_cast<const float4*>(gz + k);
+    const float4 hk = *reinterpret_cast<const float4*>(s.h + k), gk = *reinterpret_cast<const float4*>(s.gz + k);
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int i = 0; i < N; ++i) {
-      const float ai = weights[i];
+      const float ai = s.a[i];
       if (!(ai > 0.f) && final_out == nullptr) continue;  // uniform: off the support nothing changes
       float4 g = load_state4(g_m + i * D + k);
       if (ai > 0.f) {
-        const float gr = Cfg::scale * grads[i];
+        const float gr = Cfg::scale * s.grads[i];
         const float4 m = load_state4(tape + i * D + k);
         g = make_float4(g.x + ai * gk.x + gr * hk.x, g.y + ai * gk.y + gr * hk.y, g.z + ai * gk.z + gr * hk.z,
                         g.w + ai * gk.w + gr * hk.w);
@@ -207,36 +239,27 @@ __device__ __forceinline__ void undo_read(const E23BackwardParams& p, int b, int
   __syncthreads();
 }
 
-// Undoes the write of step t for batch row b, with g_M' = g_{M_{t+1}} in p.g_m:
+// Undoes the write of step t for batch row b, with g_M' = g_{M_{t+1}} in p.g_m (s.h = h_{t+1}, s.w = w_t,
+// s.b = b_t loaded, CTA in step):
 //   g_w = sum_i b_i g_M'_i,  g_b_i = <g_M'_i, w - M_i>,  g_q = J(b) g_b,
 //   g_M_i = (1 - b_i) g_M'_i + s g_q_i h_{t+1},  g_h_write = s M^T g_q.
 template <class Cfg>
-__device__ __forceinline__ void undo_write(const E23BackwardParams& p, int b, int t, float* smem) {
-  using Bt = E23BackwardTraits<Cfg>;
-  constexpr int D = Bt::D, N = Bt::N;
-  float* h = smem;                // h_{t+1}
-  float* w = smem + D;            // w_t
-  float* weights = smem + 3 * D;  // b_t
-  float* grads = weights + Bt::slots_padded;  // g_b, then g_q
+__device__ __forceinline__ void undo_write(const E23BackwardParams& p, int b, int t, const TapeItemSmem<Cfg>& s) {
+  constexpr int D = Cfg::dim, N = Cfg::n_slots;
   const long long bd = (long long)p.batch * D, bnd = bd * N;
-  const int k_local = t % p.checkpoint_every;
-  const float* tape = p.seg_m + k_local * bnd + (long long)b * N * D;
+  const float* tape = p.seg_m + entry_of_step(p, t) * bnd + (long long)b * N * D;
   float* g_m = p.g_m + (long long)b * N * D;
-  load_vector<Cfg>(h, p.save_h + (t + 1) * bd + b * D);
-  load_vector<Cfg>(w, p.save_w + t * bd + b * D);
-  for (int i = threadIdx.x; i < N; i += Cfg::threads) weights[i] = __ldcg(p.seg_b + (k_local * (long long)p.batch + b) * N + i);
+  slot_dots<Cfg>(g_m, tape, s.w, s.b, s.grads);  // <g_M'_i, w - M_i>
   __syncthreads();
-  slot_dots<Cfg>(g_m, tape, w, weights, grads);  // <g_M'_i, w - M_i>
-  __syncthreads();
-  if (threadIdx.x < 32) jacobian_product<Cfg>(weights, grads);
+  if (threadIdx.x < 32) jacobian_product<Cfg>(s.b, s.grads);
   __syncthreads();
   for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads) {
-    const float4 hk = *reinterpret_cast<const float4*>(h + k);
+    const float4 hk = *reinterpret_cast<const float4*>(s.h + k);
     float4 gw = make_float4(0.f, 0.f, 0.f, 0.f), acc = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int i = 0; i < N; ++i) {
-      const float bi = weights[i];
+      const float bi = s.b[i];
       if (!(bi > 0.f)) continue;  // uniform: off the support nothing changes
-      const float gq = Cfg::scale * grads[i], keep = 1.f - bi;
+      const float gq = Cfg::scale * s.grads[i], keep = 1.f - bi;
       const float4 g = load_state4(g_m + i * D + k), m = load_state4(tape + i * D + k);
       gw = make_float4(gw.x + bi * g.x, gw.y + bi * g.y, gw.z + bi * g.z, gw.w + bi * g.w);
       store_state4(g_m + i * D + k, make_float4(keep * g.x + gq * hk.x, keep * g.y + gq * hk.y,
@@ -289,15 +312,123 @@ __device__ __forceinline__ void outer_product_tile(const float* g, const float* 
     }
 }
 
+// The counters of batch group g (E23BackwardParams::barrier, one 128-byte line each, after the grid
+// barrier's): gz counts the group's tiles that stored g_z_t, tape the group's tape items that stored g_w_t
+// and their parts of g_{h_{t+1}}. Both only grow during a launch.
+__device__ __forceinline__ unsigned* gz_counter(const E23BackwardParams& p, int g) { return p.barrier + 32 * (1 + 2 * g); }
+__device__ __forceinline__ unsigned* tape_counter(const E23BackwardParams& p, int g) { return p.barrier + 32 * (2 + 2 * g); }
+
+// Tape item of batch row b at step t (see e23_backward): undo the read of step t + 1 and the write of step
+// t, signal, then replay part of the next segment down in the shadow of the tiles' products.
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::threads) e23_backward(const E23BackwardParams p) {
+__device__ void tape_item_step(const E23BackwardParams& p, int b, int t, float* smem) {
+  using T = typename Cfg::T;
+  constexpr int D = Cfg::dim, N = Cfg::n_slots;
+  const int K = p.checkpoint_every, steps = p.steps, j = t / K, k = t % K;
+  const int g = b / kGemvTileBatches;
+  const long long bd = (long long)p.batch * D;
+  const TapeItemSmem<Cfg> s(smem);
+  const bool read_next = t < steps - 1;          // step t + 1 exists: its read is undone first
+  const bool segment_end = read_next && k == K - 1;  // this segment's last step is still to replay
+  // Saved operands first: their latency overlaps the wait. At a segment end b_t is not replayed yet.
+  if (!segment_end) load_write_operands<Cfg>(p, b, t, s);
+  else load_vector<Cfg>(s.h, p.save_h + (t + 1) * bd + b * D);
+  if (read_next) {
+    const int entry = entry_of_step(p, t + 1);
+    for (int i = threadIdx.x; i < N; i += Cfg::threads) s.a[i] = __ldcg(p.seg_a + (entry * (long long)p.batch + b) * N + i);
+    wait_counter(gz_counter(p, g), unsigned(E23Traits<Cfg>::row_tiles) * unsigned(steps - 1 - t));  // g_z_{t+1}
+    load_vector<Cfg>(s.gz, p.g_z + (t + 1) * bd + b * D);
+    __syncthreads();
+    undo_read<Cfg>(p, b, t + 1, static_cast<T*>(nullptr), s);
+  }
+  if (segment_end) {  // on the path once a segment: step K - 1, whose entry the read above just freed
+    replay_step<Cfg>(p, b, j, K - 1, smem);
+    load_write_operands<Cfg>(p, b, t, s);
+  }
+  __syncthreads();
+  undo_write<Cfg>(p, b, t, s);
+  signal_counter(tape_counter(p, g));  // g_w_t, g_h_tape, g_h_write are out: the group's tiles may go on
+}
+
+// Off the critical path, after step t of batch row b is undone (while the tiles multiply): replay steps of
+// segment j - 1 into the entries of segment j already undone. After step t = j K + k, segment j's steps
+// k + 1 .. are free, and their entries are those of segment j - 1's steps 0 .. K - 2 - k (segment_entry);
+// step K - 1 follows at the segment end (tape_item_step). The last segment may be short: its first step
+// catches up on the steps before.
+template <class Cfg>
+__device__ void tape_item_replay(const E23BackwardParams& p, int b, int t, float* smem) {
+  const int K = p.checkpoint_every, j = t / K, k = t % K;
+  if (j == 0) return;
+  const int length = min(K, p.steps - j * K), last_k = K - 2 - k;
+  for (int kk = k == length - 1 ? 0 : last_k; kk <= last_k; ++kk) replay_step<Cfg>(p, b, j - 1, kk, smem);
+}
+
+// Tile item `tile` (16 rows of W^T, one batch group): the recurrence's part of g_{h_{t+1}},
+// W_h^T g_z_{t+1}, into g_h_gemm (for t = -1: of g_{h_0}). Runs while the tape items undo step t.
+template <class Cfg>
+__device__ void tile_recurrence(const E23BackwardParams& p, int tile, int t, float* smem) {
+  using Tr = E23Traits<Cfg>;
+  constexpr int D = Tr::D;
+  const int row0 = (tile % Tr::row_tiles) * kGemvTileRows, g = tile / Tr::row_tiles;
+  const long long bd = (long long)p.batch * D;
+  wait_counter(gz_counter(p, g), unsigned(Tr::row_tiles) * unsigned(p.steps - 1 - t));  // g_z_{t+1} of the group
+  auto store = [&](int b, int r, float sum) { __stcg(p.g_h_gemm + b * D + r, sum); };
+  gemv_tile<Cfg>(static_cast<const typename Tr::T*>(p.w_h_t), State<D>{p.g_z + (t + 1) * bd}, row0,
+                 g * kGemvTileBatches, p.batch, smem, smem + Tr::warps * kGemvTileOutputs, store);
+}
+
+// Tile item `tile` at step t, on the critical path: g_{h_{t+1}} = W_w^T g_w_t + dy_t + the write
+// scores' part + (t < steps - 1: the read scores' and the recurrence's parts; else dh_final), and
+// g_z_t = g_{h_{t+1}} (1 - h_{t+1}^2) -> g_z (kept for dW_h and the next products) and du_t.
+template <class Cfg>
+__device__ void tile_gradient(const E23BackwardParams& p, int tile, int t, float* smem) {
+  using Tr = E23Traits<Cfg>;
+  using T = typename Tr::T;
+  constexpr int D = Tr::D;
+  const int row0 = (tile % Tr::row_tiles) * kGemvTileRows, g = tile / Tr::row_tiles, batch0 = g * kGemvTileBatches;
+  const long long bd = (long long)p.batch * D;
+  const bool last = t == p.steps - 1;
+  const T* dy_t = static_cast<const T*>(p.dy) + t * bd;
+  const T* dh_final = static_cast<const T*>(p.dh_final);
+  const float* h_next = p.save_h + (t + 1) * bd;
+  float* g_z = p.g_z + t * bd;
+  T* du_t = static_cast<T*>(p.du) + t * bd;
+  wait_counter(tape_counter(p, g), unsigned(min(kGemvTileBatches, p.batch - batch0)) * unsigned(p.steps - t));
+  // The parts of g_{h_{t+1}} besides the product: on tensor cores gemv_tile's addend, loaded before the
+  // products start; the FMA path has no registers to spare for them (ptxas spills) and adds them last.
+  auto parts = [&](int b, int r) {
+    const int e = b * D + r;
+    float sum = to_float(dy_t[e]) + __ldcg(p.g_h_write + e);
+    if (!last) sum += __ldcg(p.g_h_tape + e) + __ldcg(p.g_h_gemm + e);
+    else if (dh_final != nullptr) sum += to_float(dh_final[e]);
+    return sum;
+  };
+  auto finish = [&](int b, int r, float g_h) {
+    const int e = b * D + r;
+    if constexpr (!Cfg::tensor_cores) g_h += parts(b, r);
+    const float h = __ldcg(h_next + e);
+    const float gz = g_h * (1.f - h * h);
+    __stcg(g_z + e, gz);
+    du_t[e] = from_float<T>(gz);
+  };
+  const T* w = static_cast<const T*>(p.w_w_t);
+  const State<D> g_w{p.g_w + t * bd};
+  float* stage = smem + Tr::warps * kGemvTileOutputs;
+  if constexpr (Cfg::tensor_cores) gemv_tile<Cfg>(w, g_w, row0, batch0, p.batch, smem, stage, finish, parts);
+  else gemv_tile<Cfg>(w, g_w, row0, batch0, p.batch, smem, stage, finish);
+  signal_counter(gz_counter(p, g));  // g_z_t rows out: the group's tape items and tiles may undo step t
+}
+
+// One CTA an SM is asked for: ptxas then gives the kernel 120 to 185 registers and spills none, where
+// holding it to 128 (two CTAs an SM) spilled up to 250 bytes; the goal shapes have at most 128 items
+// (a CTA each on 132 SMs), and a larger batch only gives a CTA more items.
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::threads, 1) e23_backward(const E23BackwardParams p) {
   using Tr = E23Traits<Cfg>;
   using T = typename Tr::T;
   constexpr int D = Tr::D, N = Tr::N;
   extern __shared__ float4 shared4[];
   float* smem = reinterpret_cast<float*>(shared4);
-  float* red = smem;
-  float* stage = smem + Tr::warps * kGemvTileOutputs;
 
   const int batch = p.batch, steps = p.steps, K = p.checkpoint_every;
   const long long bd = (long long)batch * D;
@@ -319,63 +450,41 @@ __global__ void __launch_bounds__(Cfg::threads) e23_backward(const E23BackwardPa
     const T* dm_final = static_cast<const T*>(p.dm_final);
     for (long long e = thread; e < bd * N; e += threads) p.g_m[e] = dm_final != nullptr ? to_float(dm_final[e]) : 0.f;
   }
+  // The last segment (the first undone) is replayed whole before any step; each later one a step at a
+  // time while the one after it is undone (tape_item_replay).
+  {
+    const int last_segment = (steps - 1) / K;
+    for (int item = blockIdx.x; item < batch; item += gridDim.x)
+      for (int k = 0; k < steps - last_segment * K; ++k) replay_step<Cfg>(p, item, last_segment, k, smem);
+  }
   barrier.sync();
 
-  const T* w_h_t = static_cast<const T*>(p.w_h_t);
-  const T* w_w_t = static_cast<const T*>(p.w_w_t);
-  const T* dy = static_cast<const T*>(p.dy);
-  const T* dh_final = static_cast<const T*>(p.dh_final);
-  T* du = static_cast<T*>(p.du);
+  // Steps T - 1 down to 0. No grid barrier: each side waits on its batch group's counters for what it
+  // reads (the forward's scheme, docs/e23.md "Backward through time on the GPU"). A CTA does, per step,
+  // its tiles' recurrence products, its tape items, its tiles' gradient products, then its replay work;
+  // every wait is on work of an earlier one of these stages, so with every CTA resident nothing deadlocks.
   for (int t = steps - 1; t >= 0; --t) {
-    const bool last = t == steps - 1;
-    auto store_g_h_gemm = [&](int b, int r, float sum) { __stcg(p.g_h_gemm + b * D + r, sum); };
-    for (int item = blockIdx.x; item < items; item += gridDim.x) {
-      if (item < batch) {
-        if (!last) undo_read<Cfg>(p, item, t + 1, nullptr, smem);
-        if (last || (t + 1) % K == 0) replay_segment<Cfg>(p, item, t / K * K, t + 1, smem);
-        undo_write<Cfg>(p, item, t, smem);
-      } else if (!last) {
-        const int tile = item - batch;
-        const int row0 = (tile % Tr::row_tiles) * kGemvTileRows, batch0 = (tile / Tr::row_tiles) * kGemvTileBatches;
-        gemv_tile<Cfg>(w_h_t, State<D>{p.g_z + (t + 1) * bd}, row0, batch0, batch, red, stage, store_g_h_gemm);
-      }
-    }
-    barrier.sync();
-    const T* dy_t = dy + t * bd;
-    const float* h_next = p.save_h + (t + 1) * bd;
-    float* g_z = p.g_z + t * bd;
-    T* du_t = du + t * bd;
-    auto finish = [&](int b, int r, float sum) {
-      const int e = b * D + r;
-      float g = sum + to_float(dy_t[e]) + __ldcg(p.g_h_write + e);
-      if (!last) g += __ldcg(p.g_h_tape + e) + __ldcg(p.g_h_gemm + e);
-      else if (dh_final != nullptr) g += to_float(dh_final[e]);
-      const float h = __ldcg(h_next + e);
-      const float gz = g * (1.f - h * h);
-      __stcg(g_z + e, gz);
-      du_t[e] = from_float<T>(gz);
-    };
-    for (int item = blockIdx.x; item < items; item += gridDim.x) {
-      if (item >= batch) {
-        const int tile = item - batch;
-        const int row0 = (tile % Tr::row_tiles) * kGemvTileRows, batch0 = (tile / Tr::row_tiles) * kGemvTileBatches;
-        gemv_tile<Cfg>(w_w_t, State<D>{p.g_w + t * bd}, row0, batch0, batch, red, stage, finish);
-      }
-    }
-    barrier.sync();
+    if (t < steps - 1)
+      for (int item = blockIdx.x; item < items; item += gridDim.x)
+        if (item >= batch) tile_recurrence<Cfg>(p, item - batch, t, smem);
+    for (int item = blockIdx.x; item < batch; item += gridDim.x) tape_item_step<Cfg>(p, item, t, smem);
+    for (int item = blockIdx.x; item < items; item += gridDim.x)
+      if (item >= batch) tile_gradient<Cfg>(p, item - batch, t, smem);
+    for (int item = blockIdx.x; item < batch; item += gridDim.x) tape_item_replay<Cfg>(p, item, t, smem);
   }
 
-  // Step 0's read, and the recurrence's part of g_{h_0}.
-  {
-    auto store_g_h_gemm = [&](int b, int r, float sum) { __stcg(p.g_h_gemm + b * D + r, sum); };
-    for (int item = blockIdx.x; item < items; item += gridDim.x) {
-      if (item < batch) {
-        undo_read<Cfg>(p, item, 0, static_cast<T*>(p.dm0) + (long long)item * N * D, smem);
-      } else {
-        const int tile = item - batch;
-        const int row0 = (tile % Tr::row_tiles) * kGemvTileRows, batch0 = (tile / Tr::row_tiles) * kGemvTileBatches;
-        gemv_tile<Cfg>(w_h_t, State<D>{p.g_z}, row0, batch0, batch, red, stage, store_g_h_gemm);
-      }
+  // Step 0's read (-> dm0), and the recurrence's part of g_{h_0}.
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    if (item < batch) {
+      const TapeItemSmem<Cfg> s(smem);
+      load_vector<Cfg>(s.h, p.save_h + item * D);
+      for (int i = threadIdx.x; i < N; i += Cfg::threads) s.a[i] = __ldcg(p.seg_a + (long long)item * N + i);  // entry 0
+      wait_counter(gz_counter(p, item / kGemvTileBatches), unsigned(Tr::row_tiles) * unsigned(steps));
+      load_vector<Cfg>(s.gz, p.g_z + item * D);
+      __syncthreads();
+      undo_read<Cfg>(p, item, 0, static_cast<T*>(p.dm0) + (long long)item * N * D, s);
+    } else {
+      tile_recurrence<Cfg>(p, item - batch, -1, smem);
     }
   }
   barrier.sync();

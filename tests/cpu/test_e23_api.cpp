@@ -64,18 +64,17 @@ TEST_CASE("e23: the backward unit includes the backward template", "[e23][codege
   CHECK_THAT(src, Contains("static constexpr int n_slots = 16;"));
 }
 
-TEST_CASE("e23: backward kernels compile for sm_90a with at most a few bytes of spills", "[e23][codegen][nvrtc]") {
-  // ptxas holds the backward to 128 registers (two CTAs an SM) and spills a few words at some keys:
-  // 4 bytes at the goal shape, 128 at N = 64, D = 1024. __launch_bounds__(256, 1) removes them at 160
-  // registers but halves the CTAs that fit, which costs more once the batch needs more than one wave.
+TEST_CASE("e23: backward kernels compile for sm_90a without spills", "[e23][codegen][nvrtc]") {
+  // The backward asks for one CTA an SM (__launch_bounds__(256, 1)): 120 to 185 registers, no spills;
+  // held to 128 registers it spilled up to 250 bytes.
   for (const char* k : {"e23:kind=entmax,alpha=1.5,n_slots=8,dim=512,dtype=bf16|pass=bwd",
                         "e23:kind=softmax,n_slots=33,dim=520,dtype=f32|pass=bwd",
                         "e23:kind=entmax,alpha=1.25,n_slots=8,dim=256,dtype=f16|pass=bwd"}) {
     const CompiledKernel c = compile_key(k, "sm_90a", Emit::cubin);
     CAPTURE(k, c.log);
     CHECK(c.binary.compare(0, 4, "\x7f" "ELF") == 0);
-    CHECK(c.usage.registers <= 128);
-    CHECK(c.usage.spill_store_bytes <= 16);
+    CHECK(c.usage.registers <= 255);
+    CHECK(c.usage.spill_store_bytes == 0);
   }
 }
 

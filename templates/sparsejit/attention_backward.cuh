@@ -44,6 +44,17 @@ struct BackwardTraits {
   static_assert(block_n % 16 == 0, "block_cols must be a multiple of 16");
 };
 
+// Whether the tile of queries [q0, q0 + q_rows) x keys [key0, key0 + key_rows) needs an element mask:
+// it crosses a sequence end or the causal edge, or its pattern blocks are smaller than the tile.
+template <class Cfg>
+__device__ __forceinline__ bool backward_tile_needs_mask(const AttentionBackwardParams& p, int q0, int q_rows,
+                                                         int key0, int key_rows, unsigned long long pattern_mask) {
+  const bool partial = q0 + q_rows > p.seq_q || key0 + key_rows > p.seq_k;
+  const bool causal_edge = Cfg::causal != kNotCausal &&
+                           key0 + key_rows - 1 > q0 + (Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0);
+  return partial || causal_edge || pattern_mask != kWholeTile;
+}
+
 // Scores of masked elements to -inf. Rows are `row0 + r` and columns `col0 + c` of the score tile;
 // `keys_are_rows` says which side is the key (dkdv computes S^T). Pattern bits index the tile's
 // (row group, column group) in the same orientation as the schedule that produced them.
@@ -381,10 +392,8 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backwa
 
     float s[1][Tr::n_tiles][4];  // S^T: this warp's keys x the tile's queries
     score_tile<Tr, false>(s, no_q_fragment, k_tile, q_slot, warp_row0);
-    const bool partial = q0 + C > p.seq_q || key0 + R > p.seq_k;
-    const bool causal_edge = Cfg::causal != kNotCausal &&
-                             key0 + R - 1 > q0 + (Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0);
-    if (partial || causal_edge || t.mask != kWholeTile) mask_backward_tile<Cfg, true>(s, p, key0, q0, warp_row0, t.mask);
+    if (backward_tile_needs_mask<Cfg>(p, q0, C, key0, R, t.mask))
+      mask_backward_tile<Cfg, true>(s, p, key0, q0, warp_row0, t.mask);
 #pragma unroll
     for (int nt = 0; nt < Tr::n_tiles; ++nt)
 #pragma unroll
@@ -508,10 +517,7 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backwa
 
     float s[1][Tr::n_tiles][4];
     score_tile<Tr, false>(s, no_q_fragment, q_rows, k_slot, warp_row0);
-    const bool partial = key0 + C > p.seq_k || q0 + R > p.seq_q;
-    const bool causal_edge = Cfg::causal != kNotCausal &&
-                             key0 + C - 1 > q0 + (Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0);
-    if (partial || causal_edge || mask != kWholeTile) mask_backward_tile<Cfg, false>(s, p, q0, key0, warp_row0, mask);
+    if (backward_tile_needs_mask<Cfg>(p, q0, R, key0, C, mask)) mask_backward_tile<Cfg, false>(s, p, q0, key0, warp_row0, mask);
     float ds[1][Tr::n_tiles][4];
     score_tile<Tr, false>(ds, no_q_fragment, do_rows, v_slot, warp_row0);  // dP = dO V^T
 #pragma unroll

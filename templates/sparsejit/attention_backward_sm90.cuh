@@ -122,10 +122,8 @@ __global__ void __launch_bounds__(256, 1) attention_backward_dkdv_sm90(const Att
     wgmma_fence_operands(s[0]);
     wgmma_fence_operands(ds[0]);
 
-    const bool partial = q0 + C > p.seq_q || own.key0 + R > p.seq_k;
-    const bool causal_edge = Cfg::causal != kNotCausal &&
-                             own.key0 + R - 1 > q0 + (Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0);
-    if (partial || causal_edge || t.mask != kWholeTile) mask_backward_tile<Cfg, true>(s, p, own.key0, q0, warp_row0, t.mask);
+    if (backward_tile_needs_mask<Cfg>(p, q0, C, own.key0, R, t.mask))
+      mask_backward_tile<Cfg, true>(s, p, own.key0, q0, warp_row0, t.mask);
 #pragma unroll
     for (int nt = 0; nt < Tr::n_tiles; ++nt)
 #pragma unroll

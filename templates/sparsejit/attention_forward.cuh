@@ -95,30 +95,38 @@ __device__ __forceinline__ int last_key_tile(const AttentionForwardParams& p, in
   return last_key < 0 ? -1 : last_key / Tr::block_n;
 }
 
-// Which (batch, head, query tile) this CTA computes. Launch order is heaviest first so that long
-// rows start early and short ones fill the tail (longest-processing-time scheduling).
+// Query tiles per head (dense), or schedule items (pattern head x query tile) per group of heads that
+// share a pattern head: the `rank`s of work_item.
 template <class Cfg>
-__device__ __forceinline__ WorkItem locate_work(const AttentionForwardParams& p) {
-  using Tr = AttentionForwardTraits<Cfg>;
+__device__ __forceinline__ int ranks_per_group(const AttentionForwardParams& p) {
+  if constexpr (Cfg::sparsity == kDense) {
+    return (p.seq_q + AttentionForwardTraits<Cfg>::block_m - 1) / AttentionForwardTraits<Cfg>::block_m;
+  } else {
+    const Schedule s = schedule_of<Cfg>(p);
+    return s.pattern_heads * s.q_tiles;
+  }
+}
+
+// The work item of launch rank `rank` (heaviest first: the query tile, or the schedule's item order)
+// for group `group` (batch x the heads that share a pattern head). Dense causal kernels start with the
+// last query tiles, which see the most keys.
+template <class Cfg>
+__device__ __forceinline__ WorkItem work_item(const AttentionForwardParams& p, int rank, int group) {
   WorkItem w;
   if constexpr (Cfg::sparsity == kDense) {
-    const int per_rank = p.batch * p.heads_q;
-    const int rank = blockIdx.x / per_rank, rest = blockIdx.x % per_rank;
-    const int q_tiles = (p.seq_q + Tr::block_m - 1) / Tr::block_m;
-    w.q_tile = Cfg::causal != kNotCausal ? q_tiles - 1 - rank : rank;  // causal: later rows see more keys
-    w.batch = rest / p.heads_q;
-    w.head_q = rest % p.heads_q;
+    const int q_tiles = ranks_per_group<Cfg>(p);
+    w.q_tile = Cfg::causal != kNotCausal ? q_tiles - 1 - rank : rank;
+    w.batch = group / p.heads_q;
+    w.head_q = group % p.heads_q;
     w.tiles.count = last_key_tile<Cfg>(p, w.q_tile) + 1;
   } else {
     const Schedule s = schedule_of<Cfg>(p);
     const int heads_per_pattern = p.heads_q / s.pattern_heads;
-    const int per_rank = p.batch * heads_per_pattern;
-    const int rank = blockIdx.x / per_rank, rest = blockIdx.x % per_rank;
     const int item = s.item_order[rank];
     const int pattern_head = item / s.q_tiles;
     w.q_tile = item % s.q_tiles;
-    w.batch = rest / heads_per_pattern;
-    w.head_q = pattern_head * heads_per_pattern + rest % heads_per_pattern;
+    w.batch = group / heads_per_pattern;
+    w.head_q = pattern_head * heads_per_pattern + group % heads_per_pattern;
     const int begin = s.item_tile_begin[item];
     int end = s.item_tile_begin[item + 1];
     // Tiles past the causal edge form a suffix of the ascending list: drop them before any load.
@@ -127,6 +135,43 @@ __device__ __forceinline__ WorkItem locate_work(const AttentionForwardParams& p)
     w.tiles = {end - begin, s.tile_index + begin, s.tile_mask + begin};
   }
   return w;
+}
+
+// Which (batch, head, query tile) this CTA computes, rank-major: all groups' heaviest items first, so
+// that long rows start early and short ones fill the tail (longest-processing-time scheduling).
+template <class Cfg>
+__device__ __forceinline__ WorkItem locate_work(const AttentionForwardParams& p) {
+  const int groups = Cfg::sparsity == kDense ? p.batch * p.heads_q
+                                             : p.batch * (p.heads_q / schedule_of<Cfg>(p).pattern_heads);
+  return work_item<Cfg>(p, blockIdx.x / groups, blockIdx.x % groups);
+}
+
+// The item's Q rows, and the K and V of its key/value head (GQA: heads_q / heads_kv query heads each).
+template <class T>
+struct ItemInputs {
+  const T* q;
+  const T* k;
+  const T* v;
+};
+template <class T>
+__device__ __forceinline__ ItemInputs<T> item_inputs(const AttentionForwardParams& p, const WorkItem& w) {
+  const int kv_head = w.head_q / (p.heads_q / p.heads_kv);
+  return {static_cast<const T*>(p.q) + w.batch * p.q_batch_stride + w.head_q * p.q_head_stride,
+          static_cast<const T*>(p.k) + w.batch * p.k_batch_stride + kv_head * p.k_head_stride,
+          static_cast<const T*>(p.v) + w.batch * p.v_batch_stride + kv_head * p.v_head_stride};
+}
+
+// Whether the key tile at key0 of the query tile at q_row0 needs an element mask: the sequence end,
+// the causal edge, or pattern blocks smaller than the tile. Other tiles skip mask_tile entirely.
+template <class Cfg>
+__device__ __forceinline__ bool tile_needs_mask(const AttentionForwardParams& p, int q_row0, int key0,
+                                                unsigned long long pattern_mask) {
+  constexpr int block_n = AttentionForwardTraits<Cfg>::block_n;
+  const bool partial = key0 + block_n > p.seq_k;
+  const bool causal_edge =
+      Cfg::causal != kNotCausal &&
+      key0 + block_n - 1 > q_row0 + (Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0);
+  return partial || causal_edge || pattern_mask != kWholeTile;
 }
 
 // S = Q K^T for the warp's rows and one key tile.
@@ -331,10 +376,8 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads)
   const WorkItem w = locate_work<Cfg>(p);
   const int q_row0 = w.q_tile * Tr::block_m;
   if (q_row0 >= p.seq_q) return;  // a schedule item past the end of a short sequence: nothing to do
-  const int kv_head = w.head_q / (p.heads_q / p.heads_kv);
-  const T* q = static_cast<const T*>(p.q) + w.batch * p.q_batch_stride + w.head_q * p.q_head_stride;
-  const T* k = static_cast<const T*>(p.k) + w.batch * p.k_batch_stride + kv_head * p.k_head_stride;
-  const T* v = static_cast<const T*>(p.v) + w.batch * p.v_batch_stride + kv_head * p.v_head_stride;
+  const ItemInputs<T> in = item_inputs<T>(p, w);
+  const T *q = in.q, *k = in.k, *v = in.v;
   const KeyTiles& tiles = w.tiles;
 
   auto load_key_tile = [&](int j) {  // the j-th tile of the list into ring slot j % stages
@@ -386,11 +429,7 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads)
 
     float s[Tr::m_tiles][Tr::n_tiles][4];
     score_tile<Tr, Cfg::q_in_registers>(s, q_frag, q_tile, k_ring + slot * Tr::kv_tile_elems, warp_row0);
-    const bool partial = key0 + Tr::block_n > p.seq_k;
-    const bool causal_edge =
-        Cfg::causal != kNotCausal &&
-        key0 + Tr::block_n - 1 > q_row0 + (Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0);
-    if (partial || causal_edge || pattern_mask != kWholeTile) mask_tile<Cfg>(s, p, q_row0, warp_row0, key0, pattern_mask);
+    if (tile_needs_mask<Cfg>(p, q_row0, key0, pattern_mask)) mask_tile<Cfg>(s, p, q_row0, warp_row0, key0, pattern_mask);
     online_softmax<Tr>(s, row_max, row_sum, o, p.scale_log2);
     accumulate_values<Tr>(o, s, v_ring + slot * Tr::kv_tile_elems);
   }

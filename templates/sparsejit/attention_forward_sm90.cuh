@@ -66,32 +66,8 @@ __device__ __forceinline__ void load_tile_swizzled(unsigned char* tile, const T*
 // DRAM at density 0.1, B2 H16 S8192 D128, against 0.26 GB head-major).
 template <class Cfg>
 __device__ __forceinline__ WorkItem locate_work_head_major(const AttentionForwardParams& p) {
-  using Tr = AttentionForwardTraits<Cfg>;
-  WorkItem w;
-  if constexpr (Cfg::sparsity == kDense) {
-    const int q_tiles = (p.seq_q + Tr::block_m - 1) / Tr::block_m;
-    const int rank = blockIdx.x % q_tiles, group = blockIdx.x / q_tiles;
-    w.q_tile = Cfg::causal != kNotCausal ? q_tiles - 1 - rank : rank;  // causal: later rows see more keys
-    w.batch = group / p.heads_q;
-    w.head_q = group % p.heads_q;
-    w.tiles.count = last_key_tile<Cfg>(p, w.q_tile) + 1;
-  } else {
-    const Schedule s = schedule_of<Cfg>(p);
-    const int heads_per_pattern = p.heads_q / s.pattern_heads;
-    const int items = s.pattern_heads * s.q_tiles;
-    const int rank = blockIdx.x % items, group = blockIdx.x / items;
-    const int item = s.item_order[rank];
-    const int pattern_head = item / s.q_tiles;
-    w.q_tile = item % s.q_tiles;
-    w.batch = group / heads_per_pattern;
-    w.head_q = pattern_head * heads_per_pattern + group % heads_per_pattern;
-    const int begin = s.item_tile_begin[item];
-    int end = s.item_tile_begin[item + 1];
-    const int last = last_key_tile<Cfg>(p, w.q_tile);  // tiles past the causal edge: a suffix
-    while (end > begin && s.tile_index[end - 1] > last) --end;
-    w.tiles = {end - begin, s.tile_index + begin, s.tile_mask + begin};
-  }
-  return w;
+  const int ranks = ranks_per_group<Cfg>(p);
+  return work_item<Cfg>(p, blockIdx.x % ranks, blockIdx.x / ranks);
 }
 
 template <class Cfg>
@@ -109,10 +85,8 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, Attentio
   const WorkItem w = locate_work_head_major<Cfg>(p);
   const int q_row0 = w.q_tile * Tr::block_m;
   if (q_row0 >= p.seq_q) return;  // a schedule item past the end of a short sequence: nothing to do
-  const int kv_head = w.head_q / (p.heads_q / p.heads_kv);
-  const T* q = static_cast<const T*>(p.q) + w.batch * p.q_batch_stride + w.head_q * p.q_head_stride;
-  const T* k = static_cast<const T*>(p.k) + w.batch * p.k_batch_stride + kv_head * p.k_head_stride;
-  const T* v = static_cast<const T*>(p.v) + w.batch * p.v_batch_stride + kv_head * p.v_head_stride;
+  const ItemInputs<T> in = item_inputs<T>(p, w);
+  const T *q = in.q, *k = in.k, *v = in.v;
   const KeyTiles& tiles = w.tiles;
 
   auto load_key_tile = [&](int j) {  // the j-th tile of the list into ring slot j % stages
@@ -166,11 +140,7 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, Attentio
   auto softmax_tile = [&](int j) {
     const int key0 = tiles.tile(j) * Tr::block_n;
     const unsigned long long pattern_mask = tiles.pattern_mask(j);
-    const bool partial = key0 + Tr::block_n > p.seq_k;
-    const bool causal_edge =
-        Cfg::causal != kNotCausal &&
-        key0 + Tr::block_n - 1 > q_row0 + (Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0);
-    if (partial || causal_edge || pattern_mask != kWholeTile) mask_tile<Cfg>(s, p, q_row0, warp_row0, key0, pattern_mask);
+    if (tile_needs_mask<Cfg>(p, q_row0, key0, pattern_mask)) mask_tile<Cfg>(s, p, q_row0, warp_row0, key0, pattern_mask);
     softmax_scores<Tr>(s, row_max, row_sum, correction, p.scale_log2);
   };
   auto pack_probabilities = [&] {

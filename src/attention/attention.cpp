@@ -370,7 +370,9 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   p.scale_log2 = a.scale * 1.4426950408889634f;
 
   std::int64_t kv_grid = (a.seq_k + kv_tiling.block_rows() - 1) / kv_tiling.block_rows() * a.batch * a.heads_kv;
-  std::int64_t q_grid = (a.seq_q + q_tiling.block_rows() - 1) / q_tiling.block_rows() * a.batch * a.heads_q;
+  // The dQ pass's grid, or with atomic dQ the conversion's (8 rows a CTA).
+  std::int64_t q_grid = atomic ? (rows + 7) / 8
+                               : (a.seq_q + q_tiling.block_rows() - 1) / q_tiling.block_rows() * a.batch * a.heads_q;
   if (spec.sparsity != Sparsity::dense && a.seq_q > 0 && a.seq_k > 0) {
     const DeviceSchedule& ks =
         state_->schedule(*a.pattern, target, kv_tiling.block_rows(), kv_tiling.block_cols, true);
@@ -392,11 +394,8 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   if (rows > 0) jit::launch(*kernels.prep, unsigned((rows + 7) / 8), 256, cu_stream, params);
   if (kv_grid > 0) jit::launch(*kernels.dkdv, unsigned(kv_grid), unsigned(32 * kv_tiling.warps), cu_stream, params);
-  if (!atomic) {
-    if (q_grid > 0) jit::launch(*kernels.dq, unsigned(q_grid), unsigned(32 * q_tiling.warps), cu_stream, params);
-  } else if (rows > 0) {
-    jit::launch(*kernels.dq, unsigned((rows + 7) / 8), 256, cu_stream, params);  // dq_convert
-  }
+  if (q_grid > 0)  // the dQ pass, or dq_convert (256 threads)
+    jit::launch(*kernels.dq, unsigned(q_grid), atomic ? 256u : unsigned(32 * q_tiling.warps), cu_stream, params);
 }
 
 void attention_backward(const AttentionSpec& spec, const AttentionBackwardArgs& args, Stream stream) {

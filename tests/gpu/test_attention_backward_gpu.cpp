@@ -117,11 +117,7 @@ void check_problem(const Problem& c, std::mt19937_64& rng, const AttentionConfig
   expect_close(c, "dv", got.dv, want.dv);
 }
 
-AttentionSpec spec_of(int d, DType dtype, Causal causal, Sparsity sparsity = Sparsity::dense, int block = 0) {
-  AttentionSpec s;
-  s.head_dim = d, s.dtype = dtype, s.causal = causal, s.sparsity = sparsity, s.block_size = block;
-  return s;
-}
+using test::spec_of;
 
 AttentionSpec deterministic(AttentionSpec s) {
   s.deterministic = true;

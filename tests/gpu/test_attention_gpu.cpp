@@ -143,11 +143,7 @@ void check_case(const Case& c, std::mt19937_64& rng) {
   expect_matches(c, got, want);
 }
 
-AttentionSpec spec_of(int d, DType dtype, Causal causal, Sparsity sparsity = Sparsity::dense, int block = 0) {
-  AttentionSpec s;
-  s.head_dim = d, s.dtype = dtype, s.causal = causal, s.sparsity = sparsity, s.block_size = block;
-  return s;
-}
+using test::spec_of;
 
 // The wgmma tests need compute capability 9.0; elsewhere they say so (a warning in the report) and
 // check nothing.

@@ -30,4 +30,10 @@ DeviceBuffer upload(DType dtype, const std::vector<float>& values) {
   return buffer;
 }
 
+AttentionSpec spec_of(int d, DType dtype, Causal causal, Sparsity sparsity, int block) {
+  AttentionSpec s;
+  s.head_dim = d, s.dtype = dtype, s.causal = causal, s.sparsity = sparsity, s.block_size = block;
+  return s;
+}
+
 }  // namespace sjit::test

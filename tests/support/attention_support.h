@@ -14,6 +14,9 @@ reference::AttentionProblem reference_problem(const AttentionSpec& spec, std::in
                                               std::int64_t heads_kv, std::int64_t seq_q, std::int64_t seq_k,
                                               const BlockPattern* pattern);
 
+// A spec from the fields the GPU tests vary (the others keep their defaults: forward, not deterministic).
+AttentionSpec spec_of(int d, DType dtype, Causal causal, Sparsity sparsity = Sparsity::dense, int block = 0);
+
 // A device buffer holding `values` as `dtype` (at least 16 bytes, so that empty tensors have an address).
 DeviceBuffer upload(DType dtype, const std::vector<float>& values);
 

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "attention/attention_args.h"
+#include "attention/tensor_maps.h"
 #include "attention/tile_schedule.h"
 #include "codegen/attention_codegen.h"
 #include "jit/jit.h"
@@ -324,6 +325,13 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   if (grid > 0x7fffffff)
     throw InvalidArgument(fmt::format("attention: {} query tiles in all exceed the 2^31 - 1 blocks of a launch", grid));
   if (grid == 0) return;
+  if (config.path == AttentionPath::wgmma) {  // the Hopper kernel loads its tiles through tensor maps
+    sjit_kernels::AttentionForwardTensorMaps maps =
+        attention::forward_tensor_maps(a, spec.dtype, spec.head_dim, config.block_m(), config.block_n);
+    void* params[] = {&p, &maps};
+    jit::launch(kernel, unsigned(grid), unsigned(32 * config.warps), reinterpret_cast<CUstream>(stream), params);
+    return;
+  }
   void* params[] = {&p};
   jit::launch(kernel, unsigned(grid), unsigned(32 * config.warps), reinterpret_cast<CUstream>(stream), params);
 }

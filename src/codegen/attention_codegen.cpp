@@ -50,9 +50,9 @@ std::string attention_kernel_key(const AttentionSpec& spec, const AttentionConfi
 
 int attention_forward_shared_bytes(const AttentionSpec& spec, const AttentionConfig& config) {
   if (config.path == AttentionPath::wgmma) {
-    // Unpadded 128-byte-swizzled tiles, plus 1 KB to align the base to a swizzle atom
-    // (AttentionSm90Layout in attention_forward_sm90.cuh).
-    return 1024 + (config.block_m() + 2 * config.stages * config.block_n) * spec.head_dim * 2;
+    // Unpadded 128-byte-swizzled tiles and the copies' mbarriers (Q's and one per ring slot), plus 1 KB
+    // to align the base to a swizzle atom (AttentionSm90Layout in attention_forward_sm90.cuh).
+    return 1024 + (config.block_m() + 2 * config.stages * config.block_n) * spec.head_dim * 2 + 8 * (config.stages + 1);
   }
   const int row_bytes = (spec.head_dim + 8) * 2;  // padded rows of 16-bit elements
   return (config.block_m() + 2 * config.stages * config.block_n) * row_bytes;

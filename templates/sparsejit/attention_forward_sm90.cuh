@@ -8,12 +8,14 @@
 //   2. the element mask where the tile needs one, and the online softmax (exp2 domain), in registers;
 //   3. O += P V: block_n / 16 wgmma k-steps with P from registers (the accumulator layout of S is the
 //      A fragment layout) and V from shared memory, transposed by the instruction.
-// Q, K and V tiles live in the 128-byte swizzle of the wgmma descriptors (see wgmma.cuh). K/V tiles
-// arrive through a ring of `stages` slots filled by cp.async from every thread, one barrier per tile
-// (after the fence that hands cp.async's writes to the async proxy that wgmma reads through).
+// Q, K and V tiles live in the 128-byte swizzle of the wgmma descriptors (see wgmma.cuh). They arrive
+// by bulk tensor copies (TMA, tma.cuh) that thread 0 issues, each ring slot with an mbarrier that
+// counts the tile's bytes; one CTA barrier per tile tells thread 0 that every warpgroup is done with
+// the slot it refills.
 #pragma once
 
 #include "sparsejit/attention_forward.cuh"
+#include "sparsejit/tma.cuh"
 #include "sparsejit/wgmma.cuh"
 
 namespace sjit_kernels {
@@ -29,7 +31,8 @@ struct AttentionSm90Layout {
   static constexpr int kv_bytes = Tr::block_n * Tr::head_dim * 2;
   static constexpr int k_ring = q_bytes;                           // offsets from the aligned base
   static constexpr int v_ring = q_bytes + Cfg::stages * kv_bytes;
-  static constexpr int used_bytes = q_bytes + 2 * Cfg::stages * kv_bytes;
+  static constexpr int barriers = q_bytes + 2 * Cfg::stages * kv_bytes;  // Q's, then one per ring slot
+  static constexpr int used_bytes = barriers + 8 * (Cfg::stages + 1);
   // Two CTAs of two warpgroups an SM when their shared memory fits (228 KB an SM, 1 KB of it reserved
   // per CTA): one CTA's loads of Q and its first tiles, and its output stores, then overlap the other's
   // math, which short work items (sparse rows) need. The price is a cap of 128 registers a thread,
@@ -72,7 +75,7 @@ __device__ __forceinline__ WorkItem locate_work_head_major(const AttentionForwar
 
 template <class Cfg>
 __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, AttentionSm90Layout<Cfg>::ctas_per_sm)
-    attention_forward_sm90(const AttentionForwardParams p) {
+    attention_forward_sm90(const AttentionForwardParams p, const __grid_constant__ AttentionForwardTensorMaps maps) {
   using Tr = AttentionForwardTraits<Cfg>;
   using L = AttentionSm90Layout<Cfg>;
   using T = typename Tr::T;
@@ -85,27 +88,37 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, Attentio
   const WorkItem w = locate_work_head_major<Cfg>(p);
   const int q_row0 = w.q_tile * Tr::block_m;
   if (q_row0 >= p.seq_q) return;  // a schedule item past the end of a short sequence: nothing to do
-  const ItemInputs<T> in = item_inputs<T>(p, w);
-  const T *q = in.q, *k = in.k, *v = in.v;
+  const int kv_head = w.head_q / (p.heads_q / p.heads_kv);
   const KeyTiles& tiles = w.tiles;
+  const unsigned q_ready = smem_base + L::barriers;
+  auto slot_ready = [&](int slot) { return q_ready + 8 * (1 + slot); };
 
-  auto load_key_tile = [&](int j) {  // the j-th tile of the list into ring slot j % stages
+  // Thread 0 issues every copy: the j-th tile of the list into ring slot j % stages, K and V counted
+  // into the slot's barrier, whose phase flips once per use of the slot.
+  auto load_key_tile = [&](int j) {
     const int key0 = tiles.tile(j) * Tr::block_n;
     const int slot = j % stages;
-    load_tile_swizzled<T, Tr::head_dim, Tr::block_n, Tr::threads>(smem + L::k_ring + slot * L::kv_bytes, k,
-                                                                   p.k_row_stride, key0, p.seq_k);
-    load_tile_swizzled<T, Tr::head_dim, Tr::block_n, Tr::threads>(smem + L::v_ring + slot * L::kv_bytes, v,
-                                                                   p.v_row_stride, key0, p.seq_k);
+    mbarrier_expect_bytes(slot_ready(slot), 2 * L::kv_bytes);
+    tma_load_tile<Tr::head_dim, Tr::block_n>(smem_base + L::k_ring + slot * L::kv_bytes, maps.k, slot_ready(slot),
+                                             w.batch, kv_head, key0);
+    tma_load_tile<Tr::head_dim, Tr::block_n>(smem_base + L::v_ring + slot * L::kv_bytes, maps.v, slot_ready(slot),
+                                             w.batch, kv_head, key0);
   };
+  auto wait_key_tile = [&](int j) { mbarrier_wait(slot_ready(j % stages), (j / stages) & 1); };
 
-  // Prologue: Q and the first key tiles, one commit group per tile (see attention_forward).
-  load_tile_swizzled<T, Tr::head_dim, Tr::block_m, Tr::threads>(smem, q, p.q_row_stride, q_row0, p.seq_q);
+  // Prologue: Q and the first key tiles. A CTA with no key tile loads nothing (its output is 0).
   constexpr int prefetch = stages == 2 ? 1 : stages - 2;  // tiles in flight ahead of the one computed
-#pragma unroll
-  for (int j = 0; j < prefetch; ++j) {
-    if (j < tiles.count) load_key_tile(j);
-    cp_async_commit();
+  if (threadIdx.x == 0) {
+    for (int b = 0; b <= stages; ++b) mbarrier_init(q_ready + 8 * b, 1);
+    fence_barrier_init();
+    if (tiles.count > 0) {
+      mbarrier_expect_bytes(q_ready, L::q_bytes);
+      tma_load_tile<Tr::head_dim, Tr::block_m>(smem_base, maps.q, q_ready, w.batch, w.head_q, q_row0);
+    }
+    for (int j = 0; j < prefetch && j < tiles.count; ++j) load_key_tile(j);
   }
+  __syncthreads();  // the barriers are initialized before anyone waits on them
+  if (tiles.count > 0) mbarrier_wait(q_ready, 0);
 
   const int warp_row0 = (threadIdx.x / 32) * 16;
   // This warpgroup's 64 rows of the Q tile: a K-major A operand starting at row 64 * warpgroup.
@@ -156,11 +169,9 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, Attentio
   if constexpr (stages == 2) {
     // Two slots: tile j + 1 loads while tile j computes; S, softmax and O += P V one after the other.
     for (int j = 0; j < tiles.count; ++j) {
-      cp_async_wait<0>();
-      fence_proxy_async();  // this thread's cp.async writes, visible to wgmma after the barrier
-      __syncthreads();      // tile j visible to all; every warpgroup is done with slot (j - 1) % 2
-      if (j + 1 < tiles.count) load_key_tile(j + 1);
-      cp_async_commit();
+      __syncthreads();  // every warpgroup is done with tile j - 1, whose slot tile j + 1 refills
+      if (threadIdx.x == 0 && j + 1 < tiles.count) load_key_tile(j + 1);
+      wait_key_tile(j);
       wgmma_fence();
       issue_scores(j % 2);
       wgmma_wait<0>();
@@ -180,11 +191,9 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, Attentio
     // stays untouched until the barrier of iteration j + 1, so loads run stages - 2 tiles ahead.
     constexpr int ahead = stages - 2;
     for (int j = 0; j < tiles.count; ++j) {
-      cp_async_wait<ahead - 1>();
-      fence_proxy_async();
-      __syncthreads();  // tile j visible; every warpgroup is done with tile j - 2 (slot of j + ahead)
-      if (j + ahead < tiles.count) load_key_tile(j + ahead);
-      cp_async_commit();
+      __syncthreads();  // every warpgroup is done with tile j - 2, whose slot tile j + ahead refills
+      if (threadIdx.x == 0 && j + ahead < tiles.count) load_key_tile(j + ahead);
+      wait_key_tile(j);
       wgmma_fence();
       wgmma_fence_operands(o[0]);
       issue_scores(j % stages);
@@ -211,9 +220,8 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, Attentio
     }
   }
 
-  // Drain the copies (a CTA with no key tile still has Q in flight) and meet before the warps stage
-  // their output rows over the tiles.
-  cp_async_wait<0>();
+  // Every copy has landed (each was waited for); meet before the warps stage their output rows over
+  // tiles another warpgroup may still be reading.
   __syncthreads();
   T* out = static_cast<T*>(p.o) + w.batch * p.o_batch_stride + w.head_q * p.o_head_stride;
   float* lse_row0 =

@@ -31,6 +31,19 @@ struct AttentionForwardParams {
   int q_tiles;                              // query tiles per head: ceil(Sq / block_m)
 };
 
+// The driver's CUtensorMap (a copy descriptor for the Tensor Memory Accelerator): 128 opaque bytes,
+// 64-byte aligned, encoded on the host by cuTensorMapEncodeTiled.
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+
+// The Hopper forward's second parameter (passed as __grid_constant__ so the copy engine can read the
+// maps in parameter space): Q, K and V as 4-d tensors [B, H, S, D] of 64-column, 128-byte-swizzled
+// boxes, block_m rows for Q and block_n rows for K and V.
+struct AttentionForwardTensorMaps {
+  TensorMap q, k, v;
+};
+
 }  // namespace sjit_kernels
 
 namespace sjit_kernels {

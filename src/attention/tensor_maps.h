@@ -1,0 +1,16 @@
+// The copy descriptors (CUtensorMap) of the Hopper forward, whose tiles arrive by bulk tensor copies
+// (templates/sparsejit/tma.cuh).
+#pragma once
+
+#include "sparsejit/attention.h"
+#include "templates/sparsejit/attention_params.cuh"
+
+namespace sjit::attention {
+
+// Q, K and V of checked arguments as 4-d tensors [B, H, S, D] (any strides), read in boxes of 64
+// columns x block_m rows (Q) or block_n rows (K, V) with the 128-byte swizzle; rows past S read as 0.
+// Throws DriverError if the driver refuses a map.
+sjit_kernels::AttentionForwardTensorMaps forward_tensor_maps(const AttentionForwardArgs& args, DType dtype,
+                                                             int head_dim, int block_m, int block_n);
+
+}  // namespace sjit::attention

@@ -1,0 +1,66 @@
+// The Tensor Memory Accelerator (sm_90): bulk tensor copies from global to shared memory, issued by
+// one thread, that count their bytes into an mbarrier the consumers wait on (PTX ISA,
+// "cp.async.bulk.tensor" and "mbarrier").
+//
+// Compared with cp.async from every thread, a tile costs one instruction per 64-column block
+// instead of 16-byte copies with their address arithmetic and predicates in every thread, and the
+// copy engine applies the 128-byte swizzle and zero-fills rows past the tensor's end itself.
+#pragma once
+
+#include "sparsejit/attention_params.cuh"
+
+namespace sjit_kernels {
+
+// One-shot barrier of one arrival (the issuing thread's expect-bytes) plus the copies' bytes.
+__device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrivals) : "memory");
+}
+
+// Makes initialized barriers visible to the copy engine; a __syncthreads must follow before use.
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// The issuing thread's arrival, announcing `bytes` to come from copies signalling this barrier.
+__device__ __forceinline__ void mbarrier_expect_bytes(unsigned barrier, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
+}
+
+// Waits until the barrier's phase with parity `phase` has completed (all its bytes landed).
+__device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned phase) {
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n"
+        "  .reg .pred ready;\n"
+        "  mbarrier.try_wait.parity.shared::cta.b64 ready, [%1], %2;\n"
+        "  selp.u32 %0, 1, 0, ready;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(barrier), "r"(phase)
+        : "memory");
+  } while (!done);
+}
+
+// Copies the box at coordinates (c0 fastest, .. c3) of a 4-d tensor map into shared memory at `dst`;
+// its bytes count into `barrier`. The map lives in kernel parameter space (__grid_constant__).
+__device__ __forceinline__ void tma_load_4d(unsigned dst, const TensorMap& map, unsigned barrier, int c0, int c1,
+                                            int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(&map)), "r"(barrier), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
+// Rows [row0, row0 + ROWS) of matrix (batch, head) of a [B, H, S, HEAD_DIM] tensor map whose box is
+// 64 columns x ROWS rows with the 128-byte swizzle: HEAD_DIM / 64 copies, one per swizzle atom
+// column block (the layout of wgmma.cuh). Rows past S arrive as zeros.
+template <int HEAD_DIM, int ROWS>
+__device__ __forceinline__ void tma_load_tile(unsigned dst, const TensorMap& map, unsigned barrier, int batch, int head,
+                                              int row0) {
+#pragma unroll
+  for (int block = 0; block < HEAD_DIM / 64; ++block) tma_load_4d(dst + block * ROWS * 128, map, barrier, block * 64, row0, head, batch);
+}
+
+}  // namespace sjit_kernels

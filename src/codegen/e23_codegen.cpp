@@ -23,7 +23,7 @@ int e23_forward_shared_bytes(const E23Spec& spec) {
 
 int e23_backward_shared_bytes(const E23Spec& spec) {
   const int slots_padded = (spec.n_slots + 3) / 4 * 4;
-  const int tape_floats = 3 * spec.dim + 3 * slots_padded;
+  const int tape_floats = 3 * spec.dim + 6 * slots_padded + 8;  // E23BackwardTraits::tape_floats
   const int outer_floats = 2 * 32 * 64;  // the dW tiles' two stages
   return std::max({e23_forward_shared_bytes(spec), 4 * tape_floats, 4 * outer_floats});
 }

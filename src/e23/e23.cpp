@@ -34,8 +34,9 @@ std::int64_t backward_items(const E23Spec& spec, std::int64_t batch) {
 struct LoadedE23Kernel {
   std::shared_ptr<const jit::LoadedKernel> kernel;
   int resident_ctas = 0;  // CTAs that fit on the whole device at once
-  // Forward only: the shared memory of a launch that keeps each batch row's tape on chip, and the CTAs
-  // that fit with it (0, 0 when a row's tape does not fit in one CTA's shared memory).
+  // The shared memory of a launch that keeps each batch row's state on chip (forward: the tape;
+  // backward: g_M and the tape being undone), and the CTAs that fit with it (0, 0 when it does not fit
+  // in one CTA's shared memory).
   int tape_shared_bytes = 0;
   int tape_resident_ctas = 0;
 };
@@ -47,8 +48,8 @@ int resident_ctas(const jit::Target& target, CUfunction function, int shared_byt
   return per_sm * target.device->multiprocessors;
 }
 
-// SJIT_E23_TAPE=global keeps the forward's tape in the workspace even where it fits on chip (to measure
-// what keeping it on chip gains; docs/e23.md).
+// SJIT_E23_TAPE=global keeps the state in the workspace even where it fits on chip (the forward's tape,
+// the backward's g_M and undone tape; to measure what keeping it on chip gains, docs/e23.md).
 bool tape_on_chip_allowed() {
   const char* v = std::getenv("SJIT_E23_TAPE");
   return v == nullptr || std::string_view(v) != "global";
@@ -63,8 +64,8 @@ LoadedE23Kernel load_e23_kernel(const jit::Target& target, const E23Spec& spec, 
   if (out.resident_ctas < 1)
     throw InvalidArgument(fmt::format("e23: the {} kernel for '{}' cannot run on this device (no CTA fits on an SM)",
                                       backward ? "backward" : "forward", key(spec)));
-  const long long tape_bytes = out.kernel->dynamic_shared_bytes + 4LL * spec.n_slots * spec.dim;
-  if (!backward && tape_bytes <= target.device->max_shared_per_block_optin) {
+  const long long tape_bytes = out.kernel->dynamic_shared_bytes + (backward ? 8LL : 4LL) * spec.n_slots * spec.dim;
+  if (tape_bytes <= target.device->max_shared_per_block_optin) {
     SJIT_CU(runtime::driver().cuFuncSetAttribute(out.kernel->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                  int(tape_bytes)));
     // All of the SM's unified memory as shared memory, so that launches get the residency the occupancy
@@ -77,21 +78,27 @@ LoadedE23Kernel load_e23_kernel(const jit::Target& target, const E23Spec& spec, 
   return out;
 }
 
-// How a forward launch runs: never more CTAs than can be resident at once (the grid barrier waits for
-// all of them); the tape on chip when a row's tape fits in a CTA's shared memory and every batch row
-// then gets a CTA of its own (tape items are the first `batch` items, so CTA b owns row b).
-struct ForwardLaunch {
+// How a launch runs: never more CTAs than can be resident at once (the waits need all of them); the
+// state on chip (forward: each batch row's tape; backward: its g_M and the tape being undone) when it
+// fits in a CTA's shared memory and every batch row then gets a CTA of its own (tape items are the first
+// `batch` items, so CTA b owns row b).
+struct Launch {
   unsigned grid = 0;
   int shared_bytes = 0;
   bool tape_in_shared = false;
 };
 
-ForwardLaunch plan_forward(const LoadedE23Kernel& k, const E23Spec& spec, std::int64_t batch) {
-  const std::int64_t items = forward_items(spec, batch);
+Launch plan_launch(const LoadedE23Kernel& k, std::int64_t items, std::int64_t batch) {
   const std::int64_t grid_on_chip = std::min<std::int64_t>(items, k.tape_resident_ctas);
   if (k.tape_shared_bytes > 0 && grid_on_chip >= batch && tape_on_chip_allowed())
     return {unsigned(grid_on_chip), k.tape_shared_bytes, true};
   return {unsigned(std::min<std::int64_t>(items, k.resident_ctas)), k.kernel->dynamic_shared_bytes, false};
+}
+Launch plan_forward(const LoadedE23Kernel& k, const E23Spec& spec, std::int64_t batch) {
+  return plan_launch(k, forward_items(spec, batch), batch);
+}
+Launch plan_backward(const LoadedE23Kernel& k, const E23Spec& spec, std::int64_t batch) {
+  return plan_launch(k, backward_items(spec, batch), batch);
 }
 
 // Makes sure `buffer` holds at least `bytes` (never allocating under graph capture) and returns it.
@@ -178,7 +185,7 @@ bool E23::tape_on_chip(std::int64_t batch) {
 
 int E23::backward_grid_size(std::int64_t batch) {
   const State::PerContext& per = state_->on(jit::current_target(), true);
-  return int(std::min<std::int64_t>(backward_items(state_->spec, batch), per.backward.resident_ctas));
+  return int(plan_backward(per.backward, state_->spec, batch).grid);
 }
 
 std::int64_t E23::checkpoint_interval(std::int64_t steps, std::int64_t checkpoint_every) {
@@ -266,7 +273,7 @@ void E23::launch_forward(const E23ForwardArgs& a, Stream stream, unsigned long l
     p.save_m = reinterpret_cast<float*>(base + saved.m);
   }
   p.batch = int(a.batch), p.steps = int(a.steps);
-  const ForwardLaunch launch = plan_forward(per.forward, spec, a.batch);
+  const Launch launch = plan_forward(per.forward, spec, a.batch);
   p.tape_in_shared = launch.tape_in_shared ? 1 : 0;
   p.profile = profile;
 
@@ -327,10 +334,13 @@ void E23::backward_sequence(const E23BackwardArgs& a, Stream stream) {
   p.checkpoint_every = k;
   p.batch = int(a.batch), p.steps = int(a.steps);
 
+  const Launch launch = plan_backward(per.backward, spec, a.batch);
+  p.state_in_shared = launch.tape_in_shared ? 1 : 0;
+
   SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p.barrier), 0, e23::forward_counter_bytes(a.batch), s));
-  const unsigned grid = unsigned(std::min<std::int64_t>(backward_items(spec, a.batch), per.backward.resident_ctas));
   void* params[] = {&p};
-  jit::launch(*per.backward.kernel, grid, unsigned(codegen::kE23Threads), s, params);
+  SJIT_CU(cu.cuLaunchKernel(per.backward.kernel->function, launch.grid, 1, 1, unsigned(codegen::kE23Threads), 1, 1,
+                            unsigned(launch.shared_bytes), s, params, nullptr));
 }
 
 }  // namespace sjit

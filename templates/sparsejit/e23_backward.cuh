@@ -44,8 +44,10 @@ template <class Cfg>
 struct E23BackwardTraits {
   using Tr = E23Traits<Cfg>;
   static constexpr int D = Tr::D, N = Tr::N, slots_padded = Tr::slots_padded;
-  // Tape items: three [D] vectors and three [N] arrays; dW tiles: two [32][64] stages.
-  static constexpr int tape_floats = 3 * D + 3 * slots_padded;
+  // Tape items: three [D] vectors, six [N] arrays and 8 scalars (TapeItemSmem); dW tiles: two [32][64]
+  // stages. With p.state_in_shared, the row's g_M and the tape being undone follow at shared_floats
+  // (2 N D floats more; the front end asks for them).
+  static constexpr int tape_floats = 3 * D + 6 * slots_padded + 8;
   static constexpr int outer_floats = 2 * kE23OuterChunk * kE23OuterTile;
   static constexpr int shared_floats = tape_floats > Tr::shared_floats
                                            ? (tape_floats > outer_floats ? tape_floats : outer_floats)
@@ -87,11 +89,10 @@ __device__ __forceinline__ void jacobian_product(const float* y, float* g) {
   __syncwarp();
 }
 
-// out[i] = <rows_i, v> (or <rows_i, v - minus_i> with `minus` set) for the slots with weight[i] > 0, and 0
-// for the others; rows of D floats, v in shared memory. Warp j takes slots j, j + warps, ...
+// out[i] = <rows_i, v> for the slots with weight[i] > 0, and 0 for the others; rows of D floats, v in
+// shared memory. Warp j takes slots j, j + warps, ...
 template <class Cfg>
-__device__ __forceinline__ void slot_dots(const float* rows, const float* minus, const float* v, const float* weights,
-                                          float* out) {
+__device__ __forceinline__ void slot_dots(const float* rows, const float* v, const float* weights, float* out) {
   constexpr int D = Cfg::dim, warps = Cfg::threads / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int i = warp; i < Cfg::n_slots; i += warps) {
@@ -101,12 +102,7 @@ __device__ __forceinline__ void slot_dots(const float* rows, const float* minus,
     }
     float dot = 0.f;
     for (int k = 4 * lane; k < D; k += 128) {
-      float4 y = *reinterpret_cast<const float4*>(v + k);
-      if (minus != nullptr) {
-        const float4 m = load_state4(minus + i * D + k);
-        y = make_float4(y.x - m.x, y.y - m.y, y.z - m.z, y.w - m.w);
-      }
-      dot += dot4(load_state4(rows + i * D + k), y);
+      dot += dot4(load_state4(rows + i * D + k), *reinterpret_cast<const float4*>(v + k));
     }
     dot = warp_sum(dot);
     if (lane == 0) out[i] = dot;
@@ -130,8 +126,9 @@ __device__ __forceinline__ int entry_of_step(const E23BackwardParams& p, int t) 
 // (score_slots, normalize_slots, blend4), so the write weights come out with the forward's bits; the
 // forward forms its read scores from the write's ((1 - b) q + b s <w, h>), so the read weights here
 // agree with it to rounding. Everything it needs is saved state or an entry this CTA wrote.
+// With `also` set (shared memory, N x D), the replayed tape is stored there too.
 template <class Cfg>
-__device__ void replay_step(const E23BackwardParams& p, int b, int j, int k, float* smem) {
+__device__ void replay_step(const E23BackwardParams& p, int b, int j, int k, float* smem, float* also = nullptr) {
   using Bt = E23BackwardTraits<Cfg>;
   constexpr int D = Bt::D, N = Bt::N, warps = Cfg::threads / 32;
   float* h_now = smem;            // h_t
@@ -163,6 +160,7 @@ __device__ void replay_step(const E23BackwardParams& p, int b, int j, int k, flo
       float4 m = load_state4(from + i * D + d);
       if (bi > 0.0f) m = blend4(m, *reinterpret_cast<const float4*>(w_prev + d), bi);
       store_state4(to + i * D + d, m);
+      if (also != nullptr) *reinterpret_cast<float4*>(also + i * D + d) = m;
       dot_read += dot4(m, *reinterpret_cast<const float4*>(h_now + d));
       dot_write += dot4(m, *reinterpret_cast<const float4*>(h_next + d));
     }
@@ -182,92 +180,232 @@ __device__ void replay_step(const E23BackwardParams& p, int b, int j, int k, flo
 }
 
 // Shared memory of a tape item (E23BackwardTraits::tape_floats): h_{t+1} (which both the read of step
-// t + 1 and the write of step t saw), g_z_{t+1}, w_t; then a_{t+1}, b_t and the slots' gradients.
+// t + 1 and the write of step t saw), g_z_{t+1}, w_t; then per slot b_t, the dots x, p, q, a_{t+1}, the
+// read gradient r; then scalars. replay_step uses the first 3 D + 3 S floats, so a (at 3 D + 3 S) survives
+// a replay between its load and its use.
 template <class Cfg>
 struct TapeItemSmem {
-  float *h, *gz, *w, *a, *b, *grads;
+  float *h, *gz, *w, *b, *x, *p, *a, *q, *r, *scalars;
   __device__ __forceinline__ explicit TapeItemSmem(float* smem) {
     constexpr int D = Cfg::dim, S = E23BackwardTraits<Cfg>::slots_padded;
-    h = smem, gz = smem + D, w = smem + 2 * D, a = smem + 3 * D, b = a + S, grads = b + S;
+    h = smem, gz = smem + D, w = smem + 2 * D;
+    b = smem + 3 * D, x = b + S, p = x + S, a = p + S, q = a + S, r = q + S, scalars = r + S;
   }
 };
 
-// The saved operands of undo_write(t) (h_{t+1}, w_t, b_t): issued before the tape item waits for g_z_{t+1}.
+// g_{M} of batch row b, carried down the steps, and the tape M_t of the step being undone: in the owning
+// CTA's shared memory (after the kernel's own, E23BackwardTraits::shared_floats) when the launch keeps
+// them there, else g_M in the workspace and the tape read where the replay stored it.
+template <class Cfg, bool kShared>
+__device__ __forceinline__ float* grad_tape_of(const E23BackwardParams& p, int b, float* smem) {
+  if constexpr (kShared) return smem + E23BackwardTraits<Cfg>::shared_floats;
+  else return p.g_m + (long long)b * Cfg::n_slots * Cfg::dim;
+}
 template <class Cfg>
-__device__ __forceinline__ void load_write_operands(const E23BackwardParams& p, int b, int t, const TapeItemSmem<Cfg>& s) {
-  constexpr int D = Cfg::dim, N = Cfg::n_slots;
-  const long long bd = (long long)p.batch * D;
-  load_vector<Cfg>(s.h, p.save_h + (t + 1) * bd + b * D);
-  load_vector<Cfg>(s.w, p.save_w + t * bd + b * D);
-  const int entry = entry_of_step(p, t);
-  for (int i = threadIdx.x; i < N; i += Cfg::threads) s.b[i] = __ldcg(p.seg_b + (entry * (long long)p.batch + b) * N + i);
+__device__ __forceinline__ float* undone_tape_in_shared(float* smem) {
+  return smem + E23BackwardTraits<Cfg>::shared_floats + Cfg::n_slots * Cfg::dim;
 }
 
-// Undoes the read of step t for batch row b (s.h = h_t, s.gz = g_z_t, s.a = a_t loaded, CTA in step):
-//   g_a_i = <M_i, g_z>,  g_r = J(a) g_a,  g_M_i += a_i g_z + s g_r_i h_t,  g_h_tape = s M^T g_r.
-// With `final_out` set (t = 0) the finished g_M_0 is also written there in T.
+// dst[0, N D) = src (global, fp32) into shared memory without passing through registers (cp.async on
+// sm_80+): the copy runs while the CTA does other work; wait_async_copies() before reading dst.
 template <class Cfg>
-__device__ __forceinline__ void undo_read(const E23BackwardParams& p, int b, int t, typename Cfg::T* final_out,
-                                          const TapeItemSmem<Cfg>& s) {
+__device__ __forceinline__ void copy_tape_async(float* dst, const float* src) {
+  constexpr int floats = Cfg::n_slots * Cfg::dim;
+  for (int e = 4 * threadIdx.x; e < floats; e += 4 * Cfg::threads) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned to = unsigned(__cvta_generic_to_shared(dst + e));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(src + e) : "memory");
+#else
+    *reinterpret_cast<float4*>(dst + e) = load_state4(src + e);
+#endif
+  }
+}
+__device__ __forceinline__ void wait_async_copies() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+// V consecutive floats of a column, V = 4 or 2: from shared memory (kShared) or through L2.
+template <int V>
+struct Cols {
+  float v[V];
+};
+template <int V, bool kShared>
+__device__ __forceinline__ Cols<V> load_cols(const float* at) {
+  Cols<V> c;
+  if constexpr (V == 4) {
+    const float4 x = kShared ? *reinterpret_cast<const float4*>(at) : __ldcg(reinterpret_cast<const float4*>(at));
+    c.v[0] = x.x, c.v[1] = x.y, c.v[2] = x.z, c.v[3] = x.w;
+  } else {
+    const float2 x = kShared ? *reinterpret_cast<const float2*>(at) : __ldcg(reinterpret_cast<const float2*>(at));
+    c.v[0] = x.x, c.v[1] = x.y;
+  }
+  return c;
+}
+template <int V, bool kShared>
+__device__ __forceinline__ void store_cols(float* at, const Cols<V>& c) {
+  if constexpr (V == 4) {
+    const float4 x = make_float4(c.v[0], c.v[1], c.v[2], c.v[3]);
+    if constexpr (kShared) *reinterpret_cast<float4*>(at) = x;
+    else __stcg(reinterpret_cast<float4*>(at), x);
+  } else {
+    const float2 x = make_float2(c.v[0], c.v[1]);
+    if constexpr (kShared) *reinterpret_cast<float2*>(at) = x;
+    else __stcg(reinterpret_cast<float2*>(at), x);
+  }
+}
+
+// Before the wait for g_z_{t+1} (its latency and the tiles' products hide them), for the slots the write
+// of step t touched (b_i > 0): p_i = <g_M_i, w - M_t,i> with g_M still lacking the read of step t + 1, and
+// q_i = <h_{t+1}, w - M_t,i>. One warp a slot.
+template <class Cfg, bool kShared>
+__device__ __forceinline__ void write_dots_before_wait(const float* g_m, const float* tape, const TapeItemSmem<Cfg>& s) {
+  constexpr int D = Cfg::dim, warps = Cfg::threads / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int i = warp; i < Cfg::n_slots; i += warps) {
+    if (!(s.b[i] > 0.f)) continue;  // warp-uniform
+    float dot_g = 0.f, dot_h = 0.f;
+    for (int k = 4 * lane; k < D; k += 128) {
+      const float4 w = *reinterpret_cast<const float4*>(s.w + k), m = load_tape4<kShared>(tape + i * D + k);
+      const float4 d = make_float4(w.x - m.x, w.y - m.y, w.z - m.z, w.w - m.w);
+      dot_g += dot4(load_tape4<kShared>(g_m + i * D + k), d);
+      dot_h += dot4(*reinterpret_cast<const float4*>(s.h + k), d);
+    }
+    dot_g = warp_sum(dot_g);
+    dot_h = warp_sum(dot_h);
+    if (lane == 0) s.p[i] = dot_g, s.q[i] = dot_h;
+  }
+}
+
+// After the wait: x_i = <g_z, M_t,i> for the slots either undo touches (a_{t+1,i} > 0 or b_i > 0), and
+// scalars[0] = <g_z, w> (taken by the warp after the last slot's). M_{t+1} = (1 - b) M_t + b w, so the
+// read of step t + 1 needs no second tape: <M_{t+1,i}, g_z> = (1 - b_i) x_i + b_i <g_z, w>.
+template <class Cfg, bool kShared>
+__device__ __forceinline__ void dots_after_wait(const float* tape, const TapeItemSmem<Cfg>& s) {
+  constexpr int D = Cfg::dim, N = Cfg::n_slots, warps = Cfg::threads / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int i = warp; i <= N; i += warps) {
+    if (i < N && !(s.a[i] > 0.f || s.b[i] > 0.f)) continue;  // warp-uniform
+    float dot = 0.f;
+    for (int k = 4 * lane; k < D; k += 128) {
+      const float4 other = i < N ? load_tape4<kShared>(tape + i * D + k) : *reinterpret_cast<const float4*>(s.w + k);
+      dot += dot4(*reinterpret_cast<const float4*>(s.gz + k), other);
+    }
+    dot = warp_sum(dot);
+    if (lane == 0) (i < N ? s.x[i] : s.scalars[0]) = dot;
+  }
+}
+
+// One warp, from the dots: the read's g_r = J(a) g_a (in s.r, without the scale s) and the write's
+// g_q = J(b) g_b (in s.p), where
+//   g_a_i = <M_{t+1,i}, g_z> = (1 - b_i) x_i + b_i <g_z, w>,
+//   g_b_i = <g_M_i + a_i g_z + s g_r_i h, w - M_t,i> = p_i + a_i (<g_z, w> - x_i) + s g_r_i q_i;
+// scalars[1] = sum_i g_r_i b_i (the w term of the read's part of g_h). Without a read to undo (the last
+// step), a = 0 and g_z = 0.
+template <class Cfg>
+__device__ __forceinline__ void undo_weights(bool read_next, const TapeItemSmem<Cfg>& s) {
+  constexpr int N = Cfg::n_slots;
+  const int lane = threadIdx.x % 32;
+  const float gz_w = read_next ? s.scalars[0] : 0.f;
+  for (int i = lane; i < N; i += 32) s.r[i] = s.a[i] > 0.f ? (1.f - s.b[i]) * s.x[i] + s.b[i] * gz_w : 0.f;
+  __syncwarp();
+  jacobian_product<Cfg>(s.a, s.r);
+  float r_dot_b = 0.f;
+  for (int i = lane; i < N; i += 32) {
+    const float ai = s.a[i], bi = s.b[i], ri = s.r[i];
+    r_dot_b += ri * bi;
+    if (bi > 0.f) s.p[i] += (ai > 0.f ? ai * (gz_w - s.x[i]) : 0.f) + Cfg::scale * ri * s.q[i];
+    else s.p[i] = 0.f;
+  }
+  r_dot_b = warp_sum(r_dot_b);
+  if (lane == 0) s.scalars[1] = r_dot_b;
+  __syncwarp();
+  jacobian_product<Cfg>(s.b, s.p);
+}
+
+// The update pass of both undos, a column of V dimensions a thread, the touched slots four at a time:
+//   g_i   = g_M_i + a_i g_z + s g_r_i h                              (the read of step t + 1)
+//   g_w  += b_i g_i,    g_M_i = (1 - b_i) g_i + s g_q_i h            (the write of step t)
+//   g_h_tape  = s sum_i g_r_i M_{t+1,i} = s sum_i g_r_i (1 - b_i) M_t,i + s (sum_i g_r_i b_i) w
+//   g_h_write = s sum_i g_q_i M_t,i
+template <class Cfg, bool kShared>
+__device__ __forceinline__ void undo_update(const E23BackwardParams& p, int b, int t, bool read_next, float* g_m,
+                                            const float* tape, const TapeItemSmem<Cfg>& s) {
+  constexpr int D = Cfg::dim, N = Cfg::n_slots, kGroup = 4;
+  constexpr int V = D >= 4 * Cfg::threads ? 4 : 2;  // every thread busy at D = 512
+  const long long bd = (long long)p.batch * D;
+  const float r_dot_b = Cfg::scale * s.scalars[1];
+  for (int k = V * threadIdx.x; k < D; k += V * Cfg::threads) {
+    const Cols<V> h = load_cols<V, true>(s.h + k), gz = load_cols<V, true>(s.gz + k), w = load_cols<V, true>(s.w + k);
+    Cols<V> gw{}, tape_part{}, write_part{};
+    for (int i0 = 0; i0 < N; i0 += kGroup) {
+      Cols<V> g[kGroup], m[kGroup];
+      bool used[kGroup];
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) {
+        const int i = i0 + j;
+        used[j] = i < N && (s.a[i] > 0.f || s.b[i] > 0.f);  // uniform
+        if (used[j]) g[j] = load_cols<V, kShared>(g_m + i * D + k), m[j] = load_cols<V, kShared>(tape + i * D + k);
+      }
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) {
+        if (!used[j]) continue;
+        const int i = i0 + j;
+        const float ai = s.a[i], bi = s.b[i], gr = Cfg::scale * s.r[i], gq = Cfg::scale * s.p[i];
+        const float read_coef = gr * (1.f - bi), keep = 1.f - bi;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          float gi = g[j].v[e];
+          if (ai > 0.f) gi += ai * gz.v[e] + gr * h.v[e];
+          tape_part.v[e] += read_coef * m[j].v[e];
+          if (bi > 0.f) {
+            gw.v[e] += bi * gi;
+            gi = keep * gi + gq * h.v[e];
+            write_part.v[e] += gq * m[j].v[e];
+          }
+          g[j].v[e] = gi;
+        }
+        store_cols<V, kShared>(g_m + i * D + k, g[j]);
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < V; ++e) tape_part.v[e] += r_dot_b * w.v[e];
+    store_cols<V, false>(p.g_w + t * bd + b * D + k, gw);
+    store_cols<V, false>(p.g_h_write + b * D + k, write_part);
+    if (read_next) store_cols<V, false>(p.g_h_tape + b * D + k, tape_part);
+  }
+}
+
+// Undoes the read of step 0 for batch row b (s.h = h_0, s.gz = g_z_0, s.a = a_0 loaded, CTA in step), the
+// last thing of the backward: g_a_i = <M_0,i, g_z>, g_r = J(a) g_a, dm0_i = g_M_i + a_i g_z + s g_r_i h_0
+// (in T), and the tape's part of g_{h_0}, s M_0^T g_r.
+template <class Cfg, bool kShared>
+__device__ __forceinline__ void undo_first_read(const E23BackwardParams& p, int b, const float* g_m,
+                                                const TapeItemSmem<Cfg>& s) {
   constexpr int D = Cfg::dim, N = Cfg::n_slots;
-  const long long bnd = (long long)p.batch * D * N;
-  const float* tape = p.seg_m + entry_of_step(p, t) * bnd + (long long)b * N * D;
-  float* g_m = p.g_m + (long long)b * N * D;
-  slot_dots<Cfg>(tape, nullptr, s.gz, s.a, s.grads);
+  const float* tape = p.seg_m + (long long)b * N * D;  // entry 0 (entry_of_step(p, 0))
+  typename Cfg::T* out = static_cast<typename Cfg::T*>(p.dm0) + (long long)b * N * D;
+  slot_dots<Cfg>(tape, s.gz, s.a, s.r);
   __syncthreads();
-  if (threadIdx.x < 32) jacobian_product<Cfg>(s.a, s.grads);
+  if (threadIdx.x < 32) jacobian_product<Cfg>(s.a, s.r);
   __syncthreads();
   for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads) {
     const float4 hk = *reinterpret_cast<const float4*>(s.h + k), gk = *reinterpret_cast<const float4*>(s.gz + k);
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int i = 0; i < N; ++i) {
       const float ai = s.a[i];
-      if (!(ai > 0.f) && final_out == nullptr) continue;  // uniform: off the support nothing changes
-      float4 g = load_state4(g_m + i * D + k);
+      float4 g = load_tape4<kShared>(g_m + i * D + k);
       if (ai > 0.f) {
-        const float gr = Cfg::scale * s.grads[i];
+        const float gr = Cfg::scale * s.r[i];
         const float4 m = load_state4(tape + i * D + k);
         g = make_float4(g.x + ai * gk.x + gr * hk.x, g.y + ai * gk.y + gr * hk.y, g.z + ai * gk.z + gr * hk.z,
                         g.w + ai * gk.w + gr * hk.w);
-        if (final_out == nullptr) store_state4(g_m + i * D + k, g);
         acc = make_float4(acc.x + gr * m.x, acc.y + gr * m.y, acc.z + gr * m.z, acc.w + gr * m.w);
       }
-      if (final_out != nullptr) store_output4(final_out + i * D + k, g);
+      store_output4(out + i * D + k, g);
     }
     store_state4(p.g_h_tape + b * D + k, acc);
-  }
-  __syncthreads();
-}
-
-// Undoes the write of step t for batch row b, with g_M' = g_{M_{t+1}} in p.g_m (s.h = h_{t+1}, s.w = w_t,
-// s.b = b_t loaded, CTA in step):
-//   g_w = sum_i b_i g_M'_i,  g_b_i = <g_M'_i, w - M_i>,  g_q = J(b) g_b,
-//   g_M_i = (1 - b_i) g_M'_i + s g_q_i h_{t+1},  g_h_write = s M^T g_q.
-template <class Cfg>
-__device__ __forceinline__ void undo_write(const E23BackwardParams& p, int b, int t, const TapeItemSmem<Cfg>& s) {
-  constexpr int D = Cfg::dim, N = Cfg::n_slots;
-  const long long bd = (long long)p.batch * D, bnd = bd * N;
-  const float* tape = p.seg_m + entry_of_step(p, t) * bnd + (long long)b * N * D;
-  float* g_m = p.g_m + (long long)b * N * D;
-  slot_dots<Cfg>(g_m, tape, s.w, s.b, s.grads);  // <g_M'_i, w - M_i>
-  __syncthreads();
-  if (threadIdx.x < 32) jacobian_product<Cfg>(s.b, s.grads);
-  __syncthreads();
-  for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads) {
-    const float4 hk = *reinterpret_cast<const float4*>(s.h + k);
-    float4 gw = make_float4(0.f, 0.f, 0.f, 0.f), acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int i = 0; i < N; ++i) {
-      const float bi = s.b[i];
-      if (!(bi > 0.f)) continue;  // uniform: off the support nothing changes
-      const float gq = Cfg::scale * s.grads[i], keep = 1.f - bi;
-      const float4 g = load_state4(g_m + i * D + k), m = load_state4(tape + i * D + k);
-      gw = make_float4(gw.x + bi * g.x, gw.y + bi * g.y, gw.z + bi * g.z, gw.w + bi * g.w);
-      store_state4(g_m + i * D + k, make_float4(keep * g.x + gq * hk.x, keep * g.y + gq * hk.y,
-                                                keep * g.z + gq * hk.z, keep * g.w + gq * hk.w));
-      acc = make_float4(acc.x + gq * m.x, acc.y + gq * m.y, acc.z + gq * m.z, acc.w + gq * m.w);
-    }
-    store_state4(p.g_w + t * bd + b * D + k, gw);
-    store_state4(p.g_h_write + b * D + k, acc);
   }
   __syncthreads();
 }
@@ -319,34 +457,50 @@ __device__ __forceinline__ unsigned* gz_counter(const E23BackwardParams& p, int 
 __device__ __forceinline__ unsigned* tape_counter(const E23BackwardParams& p, int g) { return p.barrier + 32 * (2 + 2 * g); }
 
 // Tape item of batch row b at step t (see e23_backward): undo the read of step t + 1 and the write of step
-// t, signal, then replay part of the next segment down in the shadow of the tiles' products.
-template <class Cfg>
+// t in one update pass over g_M, signal; the replay of the segment below follows (tape_item_replay).
+//   before the wait   a_{t+1} and the saved operands (h_{t+1}, w_t, b_t); M_t into shared memory (copied,
+//                     or at a segment end replayed there); the write's dots that need no g_z
+//   after the wait    g_z_{t+1}; one dot a touched slot; both Jacobians (one warp); the update pass
+template <class Cfg, bool kShared>
 __device__ void tape_item_step(const E23BackwardParams& p, int b, int t, float* smem) {
-  using T = typename Cfg::T;
   constexpr int D = Cfg::dim, N = Cfg::n_slots;
   const int K = p.checkpoint_every, steps = p.steps, j = t / K, k = t % K;
   const int g = b / kGemvTileBatches;
-  const long long bd = (long long)p.batch * D;
+  const long long bd = (long long)p.batch * D, bnd = bd * N;
   const TapeItemSmem<Cfg> s(smem);
-  const bool read_next = t < steps - 1;          // step t + 1 exists: its read is undone first
+  const bool read_next = t < steps - 1;          // step t + 1 exists: its read is undone too
   const bool segment_end = read_next && k == K - 1;  // this segment's last step is still to replay
-  // Saved operands first: their latency overlaps the wait. At a segment end b_t is not replayed yet.
-  if (!segment_end) load_write_operands<Cfg>(p, b, t, s);
-  else load_vector<Cfg>(s.h, p.save_h + (t + 1) * bd + b * D);
+  float* g_m = grad_tape_of<Cfg, kShared>(p, b, smem);
+  const float* stored_tape = p.seg_m + entry_of_step(p, t) * bnd + (long long)b * N * D;
+  const float* tape = kShared ? undone_tape_in_shared<Cfg>(smem) : stored_tape;
+  // a_{t+1} first: at a segment end its entry is the one the replay of step t overwrites.
+  const long long entry_next = read_next ? entry_of_step(p, t + 1) : 0;
+  for (int i = threadIdx.x; i < N; i += Cfg::threads)
+    s.a[i] = read_next ? __ldcg(p.seg_a + (entry_next * p.batch + b) * N + i) : 0.f;
+  if (segment_end) {  // step K - 1 of this segment: its entry is free now (step t + 1 needs only M_{t+1}'s weights)
+    replay_step<Cfg>(p, b, j, K - 1, smem, kShared ? undone_tape_in_shared<Cfg>(smem) : nullptr);
+  } else if constexpr (kShared) {
+    copy_tape_async<Cfg>(undone_tape_in_shared<Cfg>(smem), stored_tape);
+  }
+  load_vector<Cfg>(s.h, p.save_h + (t + 1) * bd + b * D);
+  load_vector<Cfg>(s.w, p.save_w + t * bd + b * D);
+  if (!read_next)
+    for (int e = threadIdx.x; e < D; e += Cfg::threads) s.gz[e] = 0.f;
+  const int entry = entry_of_step(p, t);
+  for (int i = threadIdx.x; i < N; i += Cfg::threads) s.b[i] = __ldcg(p.seg_b + (entry * (long long)p.batch + b) * N + i);
+  wait_async_copies();
+  __syncthreads();
+  write_dots_before_wait<Cfg, kShared>(g_m, tape, s);
   if (read_next) {
-    const int entry = entry_of_step(p, t + 1);
-    for (int i = threadIdx.x; i < N; i += Cfg::threads) s.a[i] = __ldcg(p.seg_a + (entry * (long long)p.batch + b) * N + i);
     wait_counter(gz_counter(p, g), unsigned(E23Traits<Cfg>::row_tiles) * unsigned(steps - 1 - t));  // g_z_{t+1}
     load_vector<Cfg>(s.gz, p.g_z + (t + 1) * bd + b * D);
     __syncthreads();
-    undo_read<Cfg>(p, b, t + 1, static_cast<T*>(nullptr), s);
-  }
-  if (segment_end) {  // on the path once a segment: step K - 1, whose entry the read above just freed
-    replay_step<Cfg>(p, b, j, K - 1, smem);
-    load_write_operands<Cfg>(p, b, t, s);
+    dots_after_wait<Cfg, kShared>(tape, s);
   }
   __syncthreads();
-  undo_write<Cfg>(p, b, t, s);
+  if (threadIdx.x < 32) undo_weights<Cfg>(read_next, s);
+  __syncthreads();
+  undo_update<Cfg, kShared>(p, b, t, read_next, g_m, tape, s);
   signal_counter(tape_counter(p, g));  // g_w_t, g_h_tape, g_h_write are out: the group's tiles may go on
 }
 
@@ -419,6 +573,58 @@ __device__ void tile_gradient(const E23BackwardParams& p, int tile, int t, float
   signal_counter(gz_counter(p, g));  // g_z_t rows out: the group's tape items and tiles may undo step t
 }
 
+// Steps T - 1 down to 0, then step 0's read (-> dm0) and the recurrence's part of g_{h_0}. No grid
+// barrier: each side waits on its batch group's counters for what it reads (the forward's scheme,
+// docs/e23.md "Backward through time on the GPU"). A CTA does, per step, its tiles' recurrence products,
+// its tape items, its tiles' gradient products, then its replay work; every wait is on work of an earlier
+// one of these stages, so with every CTA resident nothing deadlocks. With p.state_in_shared, g_M is on
+// chip (its tape item CTA starts it from dm_final here; else the prologue filled the workspace's). The
+// tape item functions are instantiated for both places and picked per call (as in the forward): the
+// whole loop instantiated twice cost 85 registers more and spilled.
+template <class Cfg>
+__device__ void backward_steps(const E23BackwardParams& p, float* smem) {
+  using Tr = E23Traits<Cfg>;
+  using T = typename Tr::T;
+  constexpr int D = Tr::D, N = Tr::N;
+  const int batch = p.batch, steps = p.steps;
+  const int items = batch + Tr::row_tiles * ((batch + kGemvTileBatches - 1) / kGemvTileBatches);
+  if (p.state_in_shared) {
+    const T* dm_final = static_cast<const T*>(p.dm_final);
+    for (int item = blockIdx.x; item < batch; item += gridDim.x) {
+      float* g_m = grad_tape_of<Cfg, true>(p, item, smem);
+      for (int e = threadIdx.x; e < N * D; e += Cfg::threads)
+        g_m[e] = dm_final != nullptr ? to_float(dm_final[(long long)item * N * D + e]) : 0.f;
+    }
+    __syncthreads();
+  }
+  for (int t = steps - 1; t >= 0; --t) {
+    if (t < steps - 1)
+      for (int item = blockIdx.x; item < items; item += gridDim.x)
+        if (item >= batch) tile_recurrence<Cfg>(p, item - batch, t, smem);
+    for (int item = blockIdx.x; item < batch; item += gridDim.x) {
+      if (p.state_in_shared) tape_item_step<Cfg, true>(p, item, t, smem);
+      else tape_item_step<Cfg, false>(p, item, t, smem);
+    }
+    for (int item = blockIdx.x; item < items; item += gridDim.x)
+      if (item >= batch) tile_gradient<Cfg>(p, item - batch, t, smem);
+    for (int item = blockIdx.x; item < batch; item += gridDim.x) tape_item_replay<Cfg>(p, item, t, smem);
+  }
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    if (item < batch) {
+      const TapeItemSmem<Cfg> s(smem);
+      load_vector<Cfg>(s.h, p.save_h + item * D);
+      for (int i = threadIdx.x; i < N; i += Cfg::threads) s.a[i] = __ldcg(p.seg_a + (long long)item * N + i);  // entry 0
+      wait_counter(gz_counter(p, item / kGemvTileBatches), unsigned(Tr::row_tiles) * unsigned(steps));
+      load_vector<Cfg>(s.gz, p.g_z + item * D);
+      __syncthreads();
+      if (p.state_in_shared) undo_first_read<Cfg, true>(p, item, grad_tape_of<Cfg, true>(p, item, smem), s);
+      else undo_first_read<Cfg, false>(p, item, grad_tape_of<Cfg, false>(p, item, smem), s);
+    } else {
+      tile_recurrence<Cfg>(p, item - batch, -1, smem);
+    }
+  }
+}
+
 // One CTA an SM is asked for: ptxas then gives the kernel 120 to 185 registers and spills none, where
 // holding it to 128 (two CTAs an SM) spilled up to 250 bytes; the goal shapes have at most 128 items
 // (a CTA each on 132 SMs), and a larger batch only gives a CTA more items.
@@ -448,7 +654,8 @@ __global__ void __launch_bounds__(Cfg::threads, 1) e23_backward(const E23Backwar
       w_w_t[c * D + r] = w_w[e];
     }
     const T* dm_final = static_cast<const T*>(p.dm_final);
-    for (long long e = thread; e < bd * N; e += threads) p.g_m[e] = dm_final != nullptr ? to_float(dm_final[e]) : 0.f;
+    if (!p.state_in_shared)
+      for (long long e = thread; e < bd * N; e += threads) p.g_m[e] = dm_final != nullptr ? to_float(dm_final[e]) : 0.f;
   }
   // The last segment (the first undone) is replayed whole before any step; each later one a step at a
   // time while the one after it is undone (tape_item_replay).
@@ -459,34 +666,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1) e23_backward(const E23Backwar
   }
   barrier.sync();
 
-  // Steps T - 1 down to 0. No grid barrier: each side waits on its batch group's counters for what it
-  // reads (the forward's scheme, docs/e23.md "Backward through time on the GPU"). A CTA does, per step,
-  // its tiles' recurrence products, its tape items, its tiles' gradient products, then its replay work;
-  // every wait is on work of an earlier one of these stages, so with every CTA resident nothing deadlocks.
-  for (int t = steps - 1; t >= 0; --t) {
-    if (t < steps - 1)
-      for (int item = blockIdx.x; item < items; item += gridDim.x)
-        if (item >= batch) tile_recurrence<Cfg>(p, item - batch, t, smem);
-    for (int item = blockIdx.x; item < batch; item += gridDim.x) tape_item_step<Cfg>(p, item, t, smem);
-    for (int item = blockIdx.x; item < items; item += gridDim.x)
-      if (item >= batch) tile_gradient<Cfg>(p, item - batch, t, smem);
-    for (int item = blockIdx.x; item < batch; item += gridDim.x) tape_item_replay<Cfg>(p, item, t, smem);
-  }
-
-  // Step 0's read (-> dm0), and the recurrence's part of g_{h_0}.
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    if (item < batch) {
-      const TapeItemSmem<Cfg> s(smem);
-      load_vector<Cfg>(s.h, p.save_h + item * D);
-      for (int i = threadIdx.x; i < N; i += Cfg::threads) s.a[i] = __ldcg(p.seg_a + (long long)item * N + i);  // entry 0
-      wait_counter(gz_counter(p, item / kGemvTileBatches), unsigned(Tr::row_tiles) * unsigned(steps));
-      load_vector<Cfg>(s.gz, p.g_z + item * D);
-      __syncthreads();
-      undo_read<Cfg>(p, item, 0, static_cast<T*>(p.dm0) + (long long)item * N * D, s);
-    } else {
-      tile_recurrence<Cfg>(p, item - batch, -1, smem);
-    }
-  }
+  backward_steps<Cfg>(p, smem);
   barrier.sync();
   T* dh0 = static_cast<T*>(p.dh0);
   for (long long e = thread; e < bd; e += threads)

@@ -91,6 +91,10 @@ struct E23BackwardParams {
   float* g_h_write;   // [batch, D]  the write scores' part of g_{h_{t+1}}: s M_t^T g_q
   int checkpoint_every;
   int batch, steps;
+  // 1: each batch row's g_M and the tape of the step being undone stay in the shared memory of the CTA
+  // that owns its tape item (the grid has a CTA per batch row and the launch asks for the room); p.g_m is
+  // then unused.
+  int state_in_shared;
 };
 
 }  // namespace sjit_kernels

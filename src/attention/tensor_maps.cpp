@@ -40,4 +40,12 @@ sjit_kernels::AttentionForwardTensorMaps forward_tensor_maps(const AttentionForw
           tensor_map(a.v, dtype, head_dim, a.batch, a.heads_kv, a.seq_k, a.v_strides, block_n)};
 }
 
+sjit_kernels::AttentionBackwardTensorMaps backward_tensor_maps(const AttentionBackwardArgs& a, DType dtype,
+                                                               int head_dim, int rows, int cols) {
+  return {tensor_map(a.q, dtype, head_dim, a.batch, a.heads_q, a.seq_q, a.q_strides, cols),
+          tensor_map(a.d_o, dtype, head_dim, a.batch, a.heads_q, a.seq_q, a.do_strides, cols),
+          tensor_map(a.k, dtype, head_dim, a.batch, a.heads_kv, a.seq_k, a.k_strides, rows),
+          tensor_map(a.v, dtype, head_dim, a.batch, a.heads_kv, a.seq_k, a.v_strides, rows)};
+}
+
 }  // namespace sjit::attention

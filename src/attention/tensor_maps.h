@@ -1,4 +1,4 @@
-// The copy descriptors (CUtensorMap) of the Hopper forward, whose tiles arrive by bulk tensor copies
+// The copy descriptors (CUtensorMap) of the Hopper kernels, whose tiles arrive by bulk tensor copies
 // (templates/sparsejit/tma.cuh).
 #pragma once
 
@@ -12,5 +12,10 @@ namespace sjit::attention {
 // Throws DriverError if the driver refuses a map.
 sjit_kernels::AttentionForwardTensorMaps forward_tensor_maps(const AttentionForwardArgs& args, DType dtype,
                                                              int head_dim, int block_m, int block_n);
+
+// Q and dO in boxes of `cols` rows (the query tiles), K and V of `rows` rows (the key tile), for the
+// dK/dV pass.
+sjit_kernels::AttentionBackwardTensorMaps backward_tensor_maps(const AttentionBackwardArgs& args, DType dtype,
+                                                               int head_dim, int rows, int cols);
 
 }  // namespace sjit::attention

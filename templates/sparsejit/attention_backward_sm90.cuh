@@ -13,12 +13,14 @@
 //      read transposed (M-major) and K read transposed, added to the fp32 accumulator with atomics.
 //      At d = 128 warpgroup g takes head dims 64g .. 64g + 63 over all 128 keys; at d = 64 it takes all
 //      dims over its own 64 keys (two atomic adds per element instead of one, on half the dims).
-// Every tile in shared memory uses the 128-byte swizzle of wgmma.cuh. Q and dO arrive through a ring of
-// `stages` slots filled by cp.async; one barrier per query tile, one more for the dS tile.
+// Every tile in shared memory uses the 128-byte swizzle of wgmma.cuh. K, V, and the Q and dO tiles of
+// a ring of `stages` slots arrive by bulk tensor copies (TMA) that thread 0 issues, counted into one
+// mbarrier per slot (tma.cuh); the rows' lse2 and delta are copied by every thread beside them. One
+// CTA barrier per query tile, one more for the dS tile.
 #pragma once
 
 #include "sparsejit/attention_backward.cuh"
-#include "sparsejit/attention_forward_sm90.cuh"  // load_tile_swizzled, wgmma.cuh
+#include "sparsejit/attention_forward_sm90.cuh"  // tma.cuh, wgmma.cuh
 
 namespace sjit_kernels {
 
@@ -36,7 +38,8 @@ struct BackwardSm90Layout {
   static constexpr int ds_tile = do_ring + Cfg::stages * other_bytes;  // [keys][64 queries]: 128-byte rows
   static constexpr int lse2_ring = ds_tile + rows * cols * 2;
   static constexpr int delta_ring = lse2_ring + Cfg::stages * cols * 4;
-  static constexpr int used_bytes = delta_ring + Cfg::stages * cols * 4;
+  static constexpr int barriers = delta_ring + Cfg::stages * cols * 4;  // K/V's, then one per ring slot
+  static constexpr int used_bytes = barriers + 8 * (Cfg::stages + 1);
   // dK and dV are staged through padded rows (store_rows) over the tiles once the walk is done.
   static constexpr int staging_elems = rows * Tr::row_elems;
   static_assert(2 * staging_elems * 2 <= used_bytes, "the output staging tiles must fit");
@@ -47,7 +50,8 @@ template <class Cfg>
 constexpr int backward_sm90_shared_bytes() { return BackwardSm90Layout<Cfg>::used_bytes; }
 
 template <class Cfg>
-__global__ void __launch_bounds__(256, 1) attention_backward_dkdv_sm90(const AttentionBackwardParams p) {
+__global__ void __launch_bounds__(256, 1)
+    attention_backward_dkdv_sm90(const AttentionBackwardParams p, const __grid_constant__ AttentionBackwardTensorMaps maps) {
   using Tr = BackwardTraits<Cfg>;
   using L = BackwardSm90Layout<Cfg>;
   using T = typename Tr::T;
@@ -63,26 +67,34 @@ __global__ void __launch_bounds__(256, 1) attention_backward_dkdv_sm90(const Att
   if (own.key0 >= p.seq_k) return;  // a schedule item past the end of a short key sequence
   const int count = walk.build(p, own);
 
+  const unsigned kv_ready = base + L::barriers;
+  auto slot_ready = [&](int slot) { return kv_ready + 8 * (1 + slot); };
+  // The j-th query tile of the walk into ring slot j % stages: Q and dO by thread 0's copies (counted
+  // into the slot's barrier, whose phase flips once per use), the rows' statistics by every thread.
   auto load_query_tile = [&](int j) {
     const QueryTile t = walk.locate(p, own, j);
     const int slot = j % stages, q0 = t.q_tile * C;
-    const T* q = static_cast<const T*>(p.q) + own.batch * p.q_batch_stride + t.head_q * p.q_head_stride;
-    const T* d_o = static_cast<const T*>(p.d_o) + own.batch * p.do_batch_stride + t.head_q * p.do_head_stride;
-    load_tile_swizzled<T, D, C, Tr::threads>(smem + L::q_ring + slot * L::other_bytes, q, p.q_row_stride, q0, p.seq_q);
-    load_tile_swizzled<T, D, C, Tr::threads>(smem + L::do_ring + slot * L::other_bytes, d_o, p.do_row_stride, q0,
-                                             p.seq_q);
+    if (threadIdx.x == 0) {
+      mbarrier_expect_bytes(slot_ready(slot), 2 * L::other_bytes);
+      tma_load_tile<D, C>(base + L::q_ring + slot * L::other_bytes, maps.q, slot_ready(slot), own.batch, t.head_q, q0);
+      tma_load_tile<D, C>(base + L::do_ring + slot * L::other_bytes, maps.d_o, slot_ready(slot), own.batch, t.head_q, q0);
+    }
     load_row_stats<C, Tr::threads>(lse2_ring + slot * C, delta_ring + slot * C, p, own.batch, t.head_q, q0);
   };
 
-  const T* k = static_cast<const T*>(p.k) + own.batch * p.k_batch_stride + own.kv_head * p.k_head_stride;
-  const T* v = static_cast<const T*>(p.v) + own.batch * p.v_batch_stride + own.kv_head * p.v_head_stride;
-  load_tile_swizzled<T, D, R, Tr::threads>(smem + L::k_tile, k, p.k_row_stride, own.key0, p.seq_k);
-  load_tile_swizzled<T, D, R, Tr::threads>(smem + L::v_tile, v, p.v_row_stride, own.key0, p.seq_k);
-#pragma unroll
-  for (int j = 0; j < stages - 1; ++j) {
-    if (j < count) load_query_tile(j);
-    cp_async_commit();
+  // Prologue: K, V and the first query tiles. A key tile no query tile sees loads nothing (dK = dV = 0).
+  if (threadIdx.x == 0) {
+    for (int b = 0; b <= stages; ++b) mbarrier_init(kv_ready + 8 * b, 1);
+    fence_barrier_init();
+    if (count > 0) {
+      mbarrier_expect_bytes(kv_ready, 2 * L::own_bytes);
+      tma_load_tile<D, R>(base + L::k_tile, maps.k, kv_ready, own.batch, own.kv_head, own.key0);
+      tma_load_tile<D, R>(base + L::v_tile, maps.v, kv_ready, own.batch, own.kv_head, own.key0);
+    }
   }
+  __syncthreads();  // the barriers are initialized before anyone waits on them
+  for (int j = 0; j < stages - 1 && j < count; ++j) load_query_tile(j);
+  if (count > 0) mbarrier_wait(kv_ready, 0);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, group = warp / 4;
   const int warp_row0 = warp * 16;
@@ -96,11 +108,9 @@ __global__ void __launch_bounds__(256, 1) attention_backward_dkdv_sm90(const Att
   unsigned pa[C / 16][4], dsa[C / 16][4];  // P^T and dS^T as the A fragments of C / 16 k-steps
 
   for (int j = 0; j < count; ++j) {
-    cp_async_wait<stages - 2>();
-    fence_proxy_async();  // this thread's cp.async writes, visible to wgmma after the barrier
-    __syncthreads();      // tile j visible; every warpgroup is done with the slot and the dS tile of j - 1
+    __syncthreads();  // tile j's statistics visible; every warpgroup is done with the slot and dS tile of j - 1
     if (j + stages - 1 < count) load_query_tile(j + stages - 1);
-    cp_async_commit();
+    mbarrier_wait(slot_ready(j % stages), (j / stages) & 1);  // tile j's Q and dO have landed
     const int slot = j % stages;
     const QueryTile t = walk.locate(p, own, j);
     const int q0 = t.q_tile * C;
@@ -197,8 +207,7 @@ __global__ void __launch_bounds__(256, 1) attention_backward_dkdv_sm90(const Att
     wgmma_fence_operands(dsa);
   }
 
-  cp_async_wait<0>();
-  __syncthreads();  // K and V may still be landing when no query tile saw this key tile
+  __syncthreads();  // every warpgroup is done with the tiles the outputs are staged over
   T* staging = reinterpret_cast<T*>(smem);
   T* dk_out = static_cast<T*>(p.dk) + own.batch * p.dk_batch_stride + own.kv_head * p.dk_head_stride;
   T* dv_out = static_cast<T*>(p.dv) + own.batch * p.dv_batch_stride + own.kv_head * p.dv_head_stride;

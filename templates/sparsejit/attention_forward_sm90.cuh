@@ -43,24 +43,6 @@ struct AttentionSm90Layout {
   static_assert(Tr::block_m * Tr::row_elems * 2 <= used_bytes, "the output staging tile must fit");
 };
 
-// Copies rows [row0, row0 + ROWS) of a [rows_total, HEAD_DIM] matrix into a 128-byte-swizzled tile with
-// cp.async, 16 bytes a thread per step; rows past rows_total are zero-filled (see load_tile_async).
-template <class T, int HEAD_DIM, int ROWS, int THREADS>
-__device__ __forceinline__ void load_tile_swizzled(unsigned char* tile, const T* __restrict__ base,
-                                                   long long row_stride, int row0, int rows_total) {
-  constexpr int chunks_per_row = HEAD_DIM / 8;
-  constexpr int chunks = ROWS * chunks_per_row;
-  static_assert(chunks % THREADS == 0, "whole steps of 16-byte chunks");
-#pragma unroll
-  for (int step = 0; step < chunks / THREADS; ++step) {
-    const int i = step * THREADS + int(threadIdx.x);
-    const int r = i / chunks_per_row, c = i % chunks_per_row;
-    const bool valid = row0 + r < rows_total;
-    const T* src = base + (valid ? (row0 + r) * row_stride + c * 8 : 0);
-    cp_async_16(tile + swizzled_offset(ROWS, r, c * 8), src, valid);
-  }
-}
-
 // Which (batch, head, query tile) this CTA computes: the same work items and heaviest-first order as
 // locate_work, but head-major: consecutive CTAs take the query tiles of one (batch, head) before the
 // next one. The CTAs resident at one time then share a few heads' K/V, which L2 serves: with a pattern

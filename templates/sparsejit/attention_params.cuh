@@ -44,6 +44,11 @@ struct AttentionForwardTensorMaps {
   TensorMap q, k, v;
 };
 
+// The Hopper dK/dV pass's: Q and dO in boxes of the query tile's rows, K and V of the key tile's.
+struct AttentionBackwardTensorMaps {
+  TensorMap q, d_o, k, v;
+};
+
 }  // namespace sjit_kernels
 
 namespace sjit_kernels {

@@ -66,20 +66,18 @@ AttentionConfig wgmma_default_config(const AttentionSpec& spec) {
   return c;
 }
 
-// Where the wgmma path is the default on compute capability 9.0: where it passed every GPU test and
-// was measured faster than mma.sync on the H100 (B2 H16 S8192, or B4 H32 S4096 at d = 64):
-// - d = 128 or 64, not causal, dense or pattern blocks of 128 (d = 128: 2.149 ms dense against 3.456,
-//   0.272 ms at density 0.1 against 0.406; d = 64: 1.401 ms against 1.784, 0.199 against 0.245);
-// - d = 128 causal, dense or blocks of 128 (1.298 ms against 1.737; 0.233 at 0.1 against 0.297);
-// - d = 128 blocks of 64, not causal (0.343 ms at 0.1 against 0.539).
-// Not measured faster (mma.sync stays): d = 64 causal, blocks of 64 at d = 64 or causal, and blocks of
-// 32 or 16 (2.16 ms against 1.19 at block 32, density 0.1: the 64 x 64 tile visits more masked work).
+// Where the wgmma path is the default on compute capability 9.0: where it passed every GPU test and was
+// measured faster than mma.sync on the H100 (B2 H16 S8192 at d = 128, B4 H32 S4096 at d = 64; with TMA
+// copies, session of 2026-11-23):
+// - d = 128 or 64, causal or not, dense or pattern blocks of 128 (d = 128: 1.90 ms dense against 3.46,
+//   0.224 ms at density 0.1 against 0.406; d = 64: 1.29 ms against 1.78; d = 64 causal: 0.727 ms
+//   against 0.944, 0.162 at 0.1 against 0.239);
+// - pattern blocks of 64 (d = 64: 0.170 ms at 0.1 against 0.325; d = 128 causal: 0.199 against 0.345).
+// Measured slower (mma.sync stays): blocks of 32 or 16 (1.55 ms against 1.20 at block 32, density 0.1:
+// the 64 x 64 tile visits more masked work), and d = 32, 96, 256 have no wgmma kernel.
 bool wgmma_is_default(const AttentionSpec& spec) {
   if (spec.head_dim != 64 && spec.head_dim != 128) return false;
-  const bool dense_or_128 = spec.sparsity == Sparsity::dense || spec.block_size >= 128;
-  if (spec.causal != Causal::none) return spec.head_dim == 128 && dense_or_128;
-  if (dense_or_128) return true;
-  return spec.head_dim == 128 && spec.block_size == 64;
+  return spec.sparsity == Sparsity::dense || spec.block_size >= 64;
 }
 
 }  // namespace

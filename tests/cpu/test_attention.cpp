@@ -261,8 +261,10 @@ TEST_CASE("resolve() on the wgmma path: defaults, checks, and which path an unse
   CHECK(path_on_h100(64, Causal::none, Sparsity::block_sparse, 128) == AttentionPath::wgmma);
   CHECK(path_on_h100(128, Causal::top_left, Sparsity::block_sparse, 128) == AttentionPath::wgmma);
   CHECK(path_on_h100(128, Causal::none, Sparsity::block_sparse, 64) == AttentionPath::wgmma);
-  CHECK(path_on_h100(64, Causal::top_left, Sparsity::dense, 0) == AttentionPath::mma);
+  CHECK(path_on_h100(64, Causal::top_left, Sparsity::dense, 0) == AttentionPath::wgmma);
+  CHECK(path_on_h100(64, Causal::bottom_right, Sparsity::block_sparse, 64) == AttentionPath::wgmma);
   CHECK(path_on_h100(128, Causal::none, Sparsity::block_sparse, 32) == AttentionPath::mma);
+  CHECK(path_on_h100(64, Causal::top_left, Sparsity::block_sparse, 16) == AttentionPath::mma);
   CHECK(path_on_h100(256, Causal::none, Sparsity::dense, 0) == AttentionPath::mma);
 }
 

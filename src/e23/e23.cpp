@@ -259,8 +259,8 @@ void E23::launch_forward(const E23ForwardArgs& a, Stream stream, unsigned long l
   p.read_support = a.read_support, p.write_support = a.write_support;
   p.barrier = reinterpret_cast<unsigned*>(workspace + layout.barrier);
   p.h = reinterpret_cast<float*>(workspace + layout.h);
-  p.z = reinterpret_cast<float*>(workspace + layout.z);
-  p.w = reinterpret_cast<float*>(workspace + layout.w);
+  p.z = reinterpret_cast<unsigned long long*>(workspace + layout.z);
+  p.w = reinterpret_cast<unsigned long long*>(workspace + layout.w);
   p.m = reinterpret_cast<float*>(workspace + layout.m);
   p.q = reinterpret_cast<float*>(workspace + layout.q);
   p.b = reinterpret_cast<float*>(workspace + layout.b);
@@ -280,6 +280,8 @@ void E23::launch_forward(const E23ForwardArgs& a, Stream stream, unsigned long l
   const CUstream s = reinterpret_cast<CUstream>(stream);
   const runtime::DriverApi& cu = runtime::driver();
   SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p.barrier), 0, e23::forward_counter_bytes(a.batch), s));
+  // The tagged words of z and w (contiguous): no stale tag may match a phase of this launch.
+  SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(workspace + layout.z), 0, layout.m - layout.z, s));
   if (a.read_support) SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(a.read_support), 0, 4 * a.steps, s));
   if (a.write_support) SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(a.write_support), 0, 4 * a.steps, s));
   void* params[] = {&p};

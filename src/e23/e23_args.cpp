@@ -146,8 +146,8 @@ WorkspaceLayout workspace_layout(const E23Spec& spec, std::int64_t batch) {
   Carver c;
   l.barrier = c.part(forward_counter_bytes(batch));
   l.h = c.part(b * d * 4);
-  l.z = c.part(b * d * 4);
-  l.w = c.part(b * d * 4);
+  l.z = c.part(b * d * 8);  // tagged words: value and phase
+  l.w = c.part(b * d * 8);
   l.m = c.part(b * n * d * 4);
   l.q = c.part(b * n * 4);
   l.b = c.part(b * n * 4);

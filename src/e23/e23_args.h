@@ -12,8 +12,8 @@ struct WorkspaceLayout {
   std::size_t barrier = 0, h = 0, z = 0, w = 0, m = 0, q = 0, b = 0, total = 0;
 };
 WorkspaceLayout workspace_layout(const E23Spec& spec, std::int64_t batch);
-// The forward's counters (E23ForwardParams::barrier): the end's grid barrier and two per 32-row batch
-// group, a 128-byte line each; zeroed before every launch.
+// The counters of both kernels (E23ForwardParams::barrier, E23BackwardParams::barrier): the grid barrier
+// and two per 32-row batch group, a 128-byte line each; zeroed before every launch.
 std::size_t forward_counter_bytes(std::int64_t batch);
 
 // What the forward saves for the backward (fp32): h_0 .. h_T, w_0 .. w_{T-1}, the tape every K steps.

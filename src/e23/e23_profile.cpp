@@ -19,9 +19,8 @@ using sjit_kernels::kE23Marks;
 
 // Short names of the points, in E23Mark order.
 constexpr std::array<const char*, kE23Marks> kMarkNames = {
-    "tile: start", "tile: h ready", "tile: products stored", "tile: signalled",
-    "tape: start", "tape: z, w ready", "tape: z, w loaded", "tape: read weights", "tape: h signalled",
-    "tape: write weights"};
+    "tile: start", "tile: h ready", "tile: partial products", "tile: products stored",
+    "tape: start", "tape: z, w arrived", "tape: read weights", "tape: h signalled", "tape: write weights"};
 
 struct Accum {
   double sum_ns = 0;
@@ -40,6 +39,7 @@ std::vector<E23ProfileSpan> summarize_profile(const std::vector<unsigned long lo
   std::map<std::pair<std::string, std::string>, std::vector<double>> per_cta;
   std::vector<std::string> order;  // span names in first-seen order, per role
   unsigned long long resolution = std::numeric_limits<unsigned long long>::max();
+  std::vector<double> clock_mhz;  // per CTA: its SM's clock over the launch
   for (int cta = 0; cta < grid; ++cta) {
     const std::string role = cta < batch ? "tape" : "tile";
     // Cycles to ns for this CTA's SM, from its whole launch.
@@ -53,6 +53,7 @@ std::vector<E23ProfileSpan> summarize_profile(const std::vector<unsigned long lo
       }
     if (c1 <= c0 || n1 <= n0) continue;
     const double ns_per_cycle = double(n1 - n0) / double(c1 - c0);
+    clock_mhz.push_back(1e3 / ns_per_cycle);
     std::map<std::string, Accum> spans;
     for (std::int64_t t = first_step; t < steps; ++t) {
       int prev = -1;
@@ -92,11 +93,11 @@ std::vector<E23ProfileSpan> summarize_profile(const std::vector<unsigned long lo
     for (double x : v) sum += x, mx = std::max(mx, x);
     out.push_back({role, name, sum / double(v.size()), mx});
   }
-  // Across CTAs, on the global timer: from the last producer's signal to the first consumer going on.
+  // Across CTAs, on the global timer: from the last producer's stores (or signal) to the first consumer going on.
   using sjit_kernels::kMarkTapeGo, sjit_kernels::kMarkTapeSignalled, sjit_kernels::kMarkTileGo,
-      sjit_kernels::kMarkTileSignalled;
+      sjit_kernels::kMarkTileDone;
   for (const auto& [from, to, next_step, name] :
-       {std::tuple{kMarkTileSignalled, kMarkTapeGo, 0, "last tile signal -> first tape going on"},
+       {std::tuple{kMarkTileDone, kMarkTapeGo, 0, "last tile stored -> first tape going on"},
         std::tuple{kMarkTapeSignalled, kMarkTileGo, 1, "last tape signal -> first tile going on (next step)"}}) {
     double sum = 0, mx = 0;
     long count = 0;
@@ -111,6 +112,11 @@ std::vector<E23ProfileSpan> summarize_profile(const std::vector<unsigned long lo
       sum += d, mx = std::max(mx, d), ++count;
     }
     if (count > 0) out.push_back({"grid", name, sum / double(count), mx});
+  }
+  if (!clock_mhz.empty()) {
+    double sum = 0, mx = 0;
+    for (double c : clock_mhz) sum += c, mx = std::max(mx, c);
+    out.push_back({"grid", "SM clock during the launch (MHz, not ns)", sum / double(clock_mhz.size()), mx});
   }
   if (resolution != std::numeric_limits<unsigned long long>::max())
     out.push_back({"grid", "global timer resolution (smallest step seen)", double(resolution), double(resolution)});

@@ -18,12 +18,15 @@
 //                     next phase, while the tiles already work on h_{t+1}.
 //
 // Only the first half of a tape item (from z_t to h_{t+1}) and the tiles lie on the step's critical path;
-// the write's score pass and normalizer run in the shadow of the next products. Instead of grid barriers,
-// each batch group (the 32 rows a tile covers) has two counters: tiles of the group add to `zw` when their
-// z and w rows are stored, the group's tape items to `hs` when h_{t+1} is; each side waits only for what it
-// reads. The scheme is deadlock-free whenever every CTA is resident (the front end sizes the grid so): a
-// CTA does its tiles of phase t, then its tape items of phase t, and each waits only on the other kind
-// of the same or the previous phase.
+// the write's score pass and normalizer run in the shadow of the next products. There is no grid
+// barrier: each side waits only for what it reads. The tiles hand z and w to the tape items as tagged
+// words (value and phase in one 64-bit word, e23_grid_sync.cuh): the tape item polls the words of its
+// row, with no counter or fence in between. The tape items signal h_{t+1} on a counter per batch group
+// (the 32 rows a tile covers), which the group's tiles wait on (h is read by 64 tiles at once: tagged
+// words would double its bytes). The scheme is deadlock-free whenever every CTA is resident (the front
+// end sizes the grid so): a CTA does its tiles of phase t, then its tape items of phase t, and each
+// waits only on the other kind of the same or the previous phase. The tiles of phase t + 1 overwrite z
+// and w only after every tape item of the group has signalled phase t, i.e. has read them.
 //
 // CTA c takes items c, c + grid, ... (tape items first), the same ones every phase, so a batch row's tape
 // is only ever touched by one CTA: with a CTA per row and room for it, the tape stays in that CTA's
@@ -102,10 +105,9 @@ struct State {  // h_t from the workspace
 };
 
 
-// The counters of batch group g (E23ForwardParams::barrier, one 128-byte line each): zw counts tile items
-// done, hs tape items done; both only grow during a launch.
-__device__ __forceinline__ unsigned* zw_counter(const E23ForwardParams& p, int g) { return p.barrier + 32 * (1 + 2 * g); }
-__device__ __forceinline__ unsigned* hs_counter(const E23ForwardParams& p, int g) { return p.barrier + 32 * (2 + 2 * g); }
+// The counter of batch group g (E23ForwardParams::barrier, a 128-byte line): tape items done; it only
+// grows during a launch.
+__device__ __forceinline__ unsigned* hs_counter(const E23ForwardParams& p, int g) { return p.barrier + 32 * (1 + g); }
 
 // Prologue of a tape item: the tape from m0 (in fp32, where it will stay), h_0, and the scores q = s M_0 h_0
 // that phase 0 reads with no pending write (b = 0).
@@ -135,7 +137,7 @@ __device__ void tape_prologue(const E23ForwardParams& p, int b, float* smem) {
 
 // Tape item of batch row b, phase t (see the top of the file).
 template <class Cfg, bool kShared>
-__device__ void tape_step(const E23ForwardParams& p, int b, int t, unsigned zw_target, float* smem) {
+__device__ void tape_step(const E23ForwardParams& p, int b, int t, float* smem) {
   using Tr = E23Traits<Cfg>;
   using T = typename Tr::T;
   constexpr int D = Tr::D, N = Tr::N;
@@ -153,22 +155,22 @@ __device__ void tape_step(const E23ForwardParams& p, int b, int t, unsigned zw_t
     scores[i] = __ldcg(p.q + b * N + i);
     weights[i] = __ldcg(p.b + b * N + i);
   }
-  wait_counter(zw_counter(p, g), zw_target);
-  profile_mark(p, t, kMarkTapeGo);
+  // z_t and w_{t-1} arrive as tagged words (tag t + 1): polling them is the wait.
   // z_t waits in registers through the normalizer (its latency then overlaps w's); the f32 build has no
-  // registers to spare for it (it would spill) and loads it where it is used.
+  // registers to spare for it (it would spill) and polls it where it is used.
   constexpr bool early_z = Cfg::tensor_cores;
+  const unsigned tag = unsigned(t) + 1;
   float4 z[per_thread];
 #pragma unroll
   for (int j = 0; j < per_thread; ++j) {
     const int k = 4 * (threadIdx.x + j * Cfg::threads);
     if (k < D) {
-      if constexpr (early_z) z[j] = load_state4(p.z + b * D + k);
-      if (t > 0) *reinterpret_cast<float4*>(w + k) = load_state4(p.w + b * D + k);
+      if constexpr (early_z) z[j] = poll_tagged4(p.z + b * D + k, tag);
+      if (t > 0) *reinterpret_cast<float4*>(w + k) = poll_tagged4(p.w + b * D + k, tag);
     }
   }
   __syncthreads();
-  profile_mark(p, t, kMarkTapeLoaded);
+  profile_mark(p, t, kMarkTapeGo);
   // The read weights, by one warp: r_i = (1 - b_i) q_i + b_i s <w, h_t>.
   if (threadIdx.x < 32) {
     float wh = 0.0f;
@@ -195,7 +197,7 @@ __device__ void tape_step(const E23ForwardParams& p, int b, int t, unsigned zw_t
   for (int j = 0; j < per_thread; ++j) {
     const int k = 4 * (threadIdx.x + j * Cfg::threads);
     if (k >= D) break;
-    if constexpr (!early_z) z[j] = load_state4(p.z + b * D + k);
+    if constexpr (!early_z) z[j] = poll_tagged4(p.z + b * D + k, tag);
     const float4 v = write_and_read<Cfg, kShared>(tape, scores, weights, w, k);
     const float4 h = make_float4(fast_tanh(z[j].x + v.x), fast_tanh(z[j].y + v.y), fast_tanh(z[j].z + v.z),
                                  fast_tanh(z[j].w + v.w));
@@ -231,16 +233,15 @@ __device__ void tape_step(const E23ForwardParams& p, int b, int t, unsigned zw_t
 
 // After the last step: apply the last write and store the tape.
 template <class Cfg, bool kShared>
-__device__ void tape_final(const E23ForwardParams& p, int b, unsigned zw_target, float* smem) {
+__device__ void tape_final(const E23ForwardParams& p, int b, float* smem) {
   using Tr = E23Traits<Cfg>;
   using T = typename Tr::T;
   constexpr int D = Tr::D, N = Tr::N;
   float* w = smem + D;
   float* write_weights = smem + 2 * D;
   for (int i = threadIdx.x; i < N; i += Cfg::threads) write_weights[i] = __ldcg(p.b + b * N + i);
-  wait_counter(zw_counter(p, b / kGemvTileBatches), zw_target);
-  for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads)
-    *reinterpret_cast<float4*>(w + k) = load_state4(p.w + b * D + k);
+  for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads)  // w_{steps-1}, from the last tile phase
+    *reinterpret_cast<float4*>(w + k) = poll_tagged4(p.w + b * D + k, unsigned(p.steps) + 1);
   __syncthreads();
   const float* tape = tape_of<Cfg, kShared>(p, b, smem);
   T* out = static_cast<T*>(p.m_final) + (long long)b * N * D;
@@ -274,25 +275,24 @@ __device__ void tile_step(const E23ForwardParams& p, int tile, int t, const Weig
   profile_mark(p, t, kMarkTileStart);
   if (t > 0) wait_counter(hs_counter(p, g), unsigned(rows_in_group) * unsigned(t));
   profile_mark(p, t, kMarkTileGo);
+  auto mark_products = [&] { profile_mark(p, t, kMarkTileProducts); };
   if (!write_side && t < p.steps) {
     const T* u_t = static_cast<const T*>(p.u) + (long long)t * batch * D;
     auto load_u = [&](int b, int r) { return to_float(u_t[b * D + r]); };  // loaded before the products
-    auto store_z = [&](int b, int r, float sum) { __stcg(p.z + b * D + r, sum); };
+    auto store_z = [&](int b, int r, float sum) { store_tagged(p.z + b * D + r, sum, unsigned(t) + 1); };
     if (t == 0)
       gemv_tile<Cfg>(w_h, InitialState<T, D>{static_cast<const T*>(p.h0)}, row0, batch0, batch, red, stage, store_z,
-                     load_u);
-    else gemv_tile<Cfg>(w_h, State<D>{p.h}, row0, batch0, batch, red, stage, store_z, load_u);
+                     load_u, mark_products);
+    else gemv_tile<Cfg>(w_h, State<D>{p.h}, row0, batch0, batch, red, stage, store_z, load_u, mark_products);
   } else if (write_side && t > 0) {
     float* save_w = p.save_w != nullptr ? p.save_w + (long long)(t - 1) * batch * D : nullptr;
     auto store_w = [&](int b, int r, float sum) {
-      __stcg(p.w + b * D + r, sum);
+      store_tagged(p.w + b * D + r, sum, unsigned(t) + 1);
       if (save_w != nullptr) __stcg(save_w + b * D + r, sum);
     };
-    gemv_tile<Cfg>(w_w, State<D>{p.h}, row0, batch0, batch, red, stage, store_w);
+    gemv_tile<Cfg>(w_w, State<D>{p.h}, row0, batch0, batch, red, stage, store_w, NoAddend{}, mark_products);
   }
   profile_mark(p, t, kMarkTileDone);
-  signal_counter(zw_counter(p, g));
-  profile_mark(p, t, kMarkTileSignalled);
 }
 
 template <class Cfg, class WeightsH, class WeightsW>
@@ -300,7 +300,6 @@ __device__ void forward_steps(const E23ForwardParams& p, const WeightsH& w_h, co
   using Tr = E23Traits<Cfg>;
   const int batch = p.batch, groups = (batch + kGemvTileBatches - 1) / kGemvTileBatches;
   const int items = batch + 2 * Tr::row_tiles * groups;
-  const unsigned tiles_per_group = 2 * Tr::row_tiles;
   for (int item = blockIdx.x; item < batch; item += gridDim.x) {
     if (p.tape_in_shared) tape_prologue<Cfg, true>(p, item, smem);
     else tape_prologue<Cfg, false>(p, item, smem);
@@ -310,14 +309,14 @@ __device__ void forward_steps(const E23ForwardParams& p, const WeightsH& w_h, co
       if (item >= batch) tile_step<Cfg>(p, item - batch, t, w_h, w_w, smem);
     if (t == p.steps) break;
     for (int item = blockIdx.x; item < batch; item += gridDim.x) {
-      if (p.tape_in_shared) tape_step<Cfg, true>(p, item, t, tiles_per_group * unsigned(t + 1), smem);
-      else tape_step<Cfg, false>(p, item, t, tiles_per_group * unsigned(t + 1), smem);
+      if (p.tape_in_shared) tape_step<Cfg, true>(p, item, t, smem);
+      else tape_step<Cfg, false>(p, item, t, smem);
     }
   }
   if (p.m_final != nullptr)
     for (int item = blockIdx.x; item < batch; item += gridDim.x) {
-      if (p.tape_in_shared) tape_final<Cfg, true>(p, item, tiles_per_group * unsigned(p.steps + 1), smem);
-      else tape_final<Cfg, false>(p, item, tiles_per_group * unsigned(p.steps + 1), smem);
+      if (p.tape_in_shared) tape_final<Cfg, true>(p, item, smem);
+      else tape_final<Cfg, false>(p, item, smem);
     }
 }
 

@@ -198,16 +198,22 @@ struct NoAddend {
 template <class A> struct IsNoAddend { static constexpr bool value = false; };
 template <> struct IsNoAddend<NoAddend> { static constexpr bool value = true; };
 
+// Called by every thread once the warps' partial sums are in shared memory (the forward's profile marks
+// the point); by default nothing.
+struct NoHook {
+  __device__ __forceinline__ void operator()() const {}
+};
+
 // The whole tile: partial products per warp, then their sum handed to epilogue(b, r, value) for every
 // row r < D and batch b < batch of the tile, value = the product + addend(b, r). On the tensor-core path
 // the addends are loaded before the products start, so their memory latency hides under the weight
 // loads instead of following the reduction (the FMA path has no registers to spare for them: it would
 // spill). Shared memory: WARPS * 512 floats at red (and as many at stage for the FMA path). Starts and
 // ends with the CTA in step (it holds __syncthreads).
-template <class Cfg, class Weights, class Operand, class Epilogue, class Addend = NoAddend>
+template <class Cfg, class Weights, class Operand, class Epilogue, class Addend = NoAddend, class Hook = NoHook>
 __device__ __forceinline__ void gemv_tile(const Weights& w, const Operand& x, int row0, int batch0,
                                           int batch, float* red, float* stage, Epilogue epilogue,
-                                          Addend addend = {}) {
+                                          Addend addend = {}, Hook after_products = {}) {
   constexpr int warps = Cfg::threads / 32;
   static_assert(kGemvTileOutputs % Cfg::threads == 0, "whole outputs a thread");
   constexpr int per_thread = kGemvTileOutputs / Cfg::threads;
@@ -224,6 +230,7 @@ __device__ __forceinline__ void gemv_tile(const Weights& w, const Operand& x, in
   else gemv_tile_partial_fma<typename Cfg::T, Cfg::dim, warps>(static_cast<const typename Cfg::T*>(w), x, row0, batch0,
                                                                batch, red, stage);
   __syncthreads();
+  after_products();
 #pragma unroll
   for (int j = 0; j < per_thread; ++j) {
     const int2 c = coords(j);

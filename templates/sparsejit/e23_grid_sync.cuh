@@ -31,6 +31,27 @@ __device__ __forceinline__ void wait_counter(const unsigned* counter, unsigned t
   __syncthreads();
 }
 
+// Tagged words: a value and the phase that wrote it in one naturally aligned 64-bit word, which a load
+// sees whole or not at all. A consumer that polls the words themselves until their tags match needs no
+// counter and no fence on the producer's side: the data is its own signal (one L2 round trip from store
+// to sight instead of fence, add, poll and load). The words are zeroed before the launch and tags start
+// at 1, so a stale word never matches.
+__device__ __forceinline__ void store_tagged(unsigned long long* p, float value, unsigned tag) {
+  const unsigned long long word = (static_cast<unsigned long long>(tag) << 32) | __float_as_uint(value);
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(word) : "memory");
+}
+// Four consecutive tagged words (16-byte aligned) as a float4, once every one carries `tag`.
+__device__ __forceinline__ float4 poll_tagged4(const unsigned long long* p, unsigned tag) {
+  unsigned long long w0, w1, w2, w3;
+  do {
+    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(w0), "=l"(w1) : "l"(p) : "memory");
+    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(w2), "=l"(w3) : "l"(p + 2) : "memory");
+  } while (unsigned(w0 >> 32) != tag || unsigned(w1 >> 32) != tag || unsigned(w2 >> 32) != tag ||
+           unsigned(w3 >> 32) != tag);
+  return make_float4(__uint_as_float(unsigned(w0)), __uint_as_float(unsigned(w1)), __uint_as_float(unsigned(w2)),
+                     __uint_as_float(unsigned(w3)));
+}
+
 // One per launch, constructed by every thread of every CTA with the launch's zeroed counter; every
 // thread calls sync() at the same points.
 struct GridBarrier {

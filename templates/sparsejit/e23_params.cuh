@@ -11,11 +11,10 @@ namespace sjit_kernels {
 enum E23Mark : int {
   kMarkTileStart,      // tile item: before waiting for h_t
   kMarkTileGo,         // h_t of the tile's batch group is out
+  kMarkTileProducts,   // the warps' partial products in shared memory
   kMarkTileDone,       // z_t or w_{t-1} stored
-  kMarkTileSignalled,  // after the release add
-  kMarkTapeStart,      // tape item: own state requested, before waiting for z_t, w_{t-1}
-  kMarkTapeGo,         // every tile of the row's group is done
-  kMarkTapeLoaded,     // z_t in registers, w_{t-1} in shared memory
+  kMarkTapeStart,      // tape item: own state requested, before polling z_t, w_{t-1}
+  kMarkTapeGo,         // z_t (tensor cores) and w_{t-1} arrived, in registers and shared memory
   kMarkTapeNormed,     // the read weights a
   kMarkTapeSignalled,  // h_{t+1} stored and signalled
   kMarkTapeDone,       // the write's scores and weights for the next phase
@@ -38,11 +37,12 @@ struct E23ForwardParams {
   float* write_support;
   // Workspace, fp32: the state between steps and the values passed between CTAs inside one step.
   // Counters, zeroed before launch, one 128-byte line (32 words) each: [0] the grid barrier of the end,
-  // then per batch group g of 32 rows: [32 (1 + 2 g)] tile items done, [32 (2 + 2 g)] tape items done.
+  // then per batch group g of 32 rows: [32 (1 + g)] tape items done.
   unsigned* barrier;
   float* h;           // [batch, D]     h_t
-  float* z;           // [batch, D]     W_h h_t + u_t
-  float* w;           // [batch, D]     write value W_w h_{t+1}
+  // Tagged words (value, phase + 1), zeroed before launch: the products hand these to the tape items.
+  unsigned long long* z;  // [batch, D]  W_h h_t + u_t
+  unsigned long long* w;  // [batch, D]  write value W_w h_{t+1}
   float* m;           // [batch, N, D]  tape M_t
   float* q;           // [batch, N]     write scores s M_t h_{t+1} of the last step (the next read's basis)
   float* b;           // [batch, N]     write weights of the last step, applied at the start of the next

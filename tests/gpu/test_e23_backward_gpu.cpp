@@ -202,6 +202,16 @@ TEST_CASE("E23 backward: dims 8 to 1024", "[gpu][e23]") {
   for (const Case& c : dim_cases()) check_case(c, rng);
 }
 
+// The suite's other shapes keep each batch row's g_M and undone tape (8 N D bytes) in shared memory; this
+// one (512 KB a row) runs the workspace path. SJIT_E23_TAPE=global runs the whole suite on it
+// (scripts/device-e23.sh tests-global).
+TEST_CASE("E23 backward: g_M too large for shared memory (N = 64, D = 1024) stays in the workspace", "[gpu][e23]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  check_case({spec_of(NormKind::entmax, 1.5f, 64, 1024, DType::bf16), 3, 5}, rng);
+}
+
 TEST_CASE("E23 backward: 1, 5 and 64 steps, checkpoint intervals, batches of several groups", "[gpu][e23]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);

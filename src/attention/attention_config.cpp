@@ -72,7 +72,8 @@ AttentionConfig wgmma_default_config(const AttentionSpec& spec) {
 // - d = 128 or 64, causal or not, dense or pattern blocks of 128 (d = 128: 1.90 ms dense against 3.46,
 //   0.224 ms at density 0.1 against 0.406; d = 64: 1.29 ms against 1.78; d = 64 causal: 0.727 ms
 //   against 0.944, 0.162 at 0.1 against 0.239);
-// - pattern blocks of 64 (d = 64: 0.170 ms at 0.1 against 0.325; d = 128 causal: 0.199 against 0.345).
+// - pattern blocks of 64 (d = 64: 0.170 ms at 0.1 against 0.325, causal 0.138 against 0.231; d = 128
+//   causal: 0.199 against 0.345).
 // Measured slower (mma.sync stays): blocks of 32 or 16 (1.55 ms against 1.20 at block 32, density 0.1:
 // the 64 x 64 tile visits more masked work), and d = 32, 96, 256 have no wgmma kernel.
 bool wgmma_is_default(const AttentionSpec& spec) {

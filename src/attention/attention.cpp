@@ -325,14 +325,12 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   if (grid > 0x7fffffff)
     throw InvalidArgument(fmt::format("attention: {} query tiles in all exceed the 2^31 - 1 blocks of a launch", grid));
   if (grid == 0) return;
-  if (config.path == AttentionPath::wgmma) {  // the Hopper kernel loads its tiles through tensor maps
-    sjit_kernels::AttentionForwardTensorMaps maps =
-        attention::forward_tensor_maps(a, spec.dtype, spec.head_dim, config.block_m(), config.block_n);
-    void* params[] = {&p, &maps};
-    jit::launch(kernel, unsigned(grid), unsigned(32 * config.warps), reinterpret_cast<CUstream>(stream), params);
-    return;
-  }
-  void* params[] = {&p};
+  // The Hopper kernel's second parameter: the tensor maps it loads its tiles through. The mma.sync
+  // kernel has one parameter, and the driver reads only the parameters a kernel declares.
+  sjit_kernels::AttentionForwardTensorMaps maps{};
+  if (config.path == AttentionPath::wgmma)
+    maps = attention::forward_tensor_maps(a, spec.dtype, spec.head_dim, config.block_m(), config.block_n);
+  void* params[] = {&p, &maps};
   jit::launch(kernel, unsigned(grid), unsigned(32 * config.warps), reinterpret_cast<CUstream>(stream), params);
 }
 
@@ -398,17 +396,15 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   }
   if (kv_grid > 0x7fffffff || q_grid > 0x7fffffff)
     throw InvalidArgument("attention backward: the problem needs more than 2^31 - 1 blocks in one launch");
-  void* params[] = {&p};
+  // The Hopper dK/dV kernel's second parameter: the tensor maps it loads its tiles through. The other
+  // kernels have one parameter, and the driver reads only the parameters a kernel declares.
+  sjit_kernels::AttentionBackwardTensorMaps maps{};
+  if (kv_grid > 0 && kv_tiling.wgmma)
+    maps = attention::backward_tensor_maps(a, spec.dtype, spec.head_dim, kv_tiling.block_rows(), kv_tiling.block_cols);
+  void* params[] = {&p, &maps};
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   if (rows > 0) jit::launch(*kernels.prep, unsigned((rows + 7) / 8), 256, cu_stream, params);
-  if (kv_grid > 0 && kv_tiling.wgmma) {  // the Hopper dK/dV kernel loads its tiles through tensor maps
-    sjit_kernels::AttentionBackwardTensorMaps maps = attention::backward_tensor_maps(
-        a, spec.dtype, spec.head_dim, kv_tiling.block_rows(), kv_tiling.block_cols);
-    void* dkdv_params[] = {&p, &maps};
-    jit::launch(*kernels.dkdv, unsigned(kv_grid), unsigned(32 * kv_tiling.warps), cu_stream, dkdv_params);
-  } else if (kv_grid > 0) {
-    jit::launch(*kernels.dkdv, unsigned(kv_grid), unsigned(32 * kv_tiling.warps), cu_stream, params);
-  }
+  if (kv_grid > 0) jit::launch(*kernels.dkdv, unsigned(kv_grid), unsigned(32 * kv_tiling.warps), cu_stream, params);
   if (q_grid > 0)  // the dQ pass, or dq_convert (256 threads)
     jit::launch(*kernels.dq, unsigned(q_grid), atomic ? 256u : unsigned(32 * q_tiling.warps), cu_stream, params);
 }

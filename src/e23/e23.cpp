@@ -101,6 +101,12 @@ Launch plan_backward(const LoadedE23Kernel& k, const E23Spec& spec, std::int64_t
   return plan_launch(k, backward_items(spec, batch), batch);
 }
 
+// Launches `k` as planned (its shared memory depends on where the state lives, so not jit::launch).
+void run(const LoadedE23Kernel& k, const Launch& launch, CUstream stream, void** params) {
+  SJIT_CU(runtime::driver().cuLaunchKernel(k.kernel->function, launch.grid, 1, 1, unsigned(codegen::kE23Threads), 1,
+                                           1, unsigned(launch.shared_bytes), stream, params, nullptr));
+}
+
 // Makes sure `buffer` holds at least `bytes` (never allocating under graph capture) and returns it.
 unsigned char* own_workspace(DeviceBuffer& buffer, std::size_t bytes, Stream stream, const char* prepare_call) {
   if (buffer.bytes() < bytes) {
@@ -285,8 +291,7 @@ void E23::launch_forward(const E23ForwardArgs& a, Stream stream, unsigned long l
   if (a.read_support) SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(a.read_support), 0, 4 * a.steps, s));
   if (a.write_support) SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(a.write_support), 0, 4 * a.steps, s));
   void* params[] = {&p};
-  SJIT_CU(cu.cuLaunchKernel(per.forward.kernel->function, launch.grid, 1, 1, unsigned(codegen::kE23Threads), 1, 1,
-                            unsigned(launch.shared_bytes), s, params, nullptr));
+  run(per.forward, launch, s, params);
 }
 
 void E23::backward_sequence(const E23BackwardArgs& a, Stream stream) {
@@ -341,8 +346,7 @@ void E23::backward_sequence(const E23BackwardArgs& a, Stream stream) {
 
   SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p.barrier), 0, e23::forward_counter_bytes(a.batch), s));
   void* params[] = {&p};
-  SJIT_CU(cu.cuLaunchKernel(per.backward.kernel->function, launch.grid, 1, 1, unsigned(codegen::kE23Threads), 1, 1,
-                            unsigned(launch.shared_bytes), s, params, nullptr));
+  run(per.backward, launch, s, params);
 }
 
 }  // namespace sjit

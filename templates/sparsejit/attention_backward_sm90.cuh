@@ -84,8 +84,7 @@ __global__ void __launch_bounds__(256, 1)
 
   // Prologue: K, V and the first query tiles. A key tile no query tile sees loads nothing (dK = dV = 0).
   if (threadIdx.x == 0) {
-    for (int b = 0; b <= stages; ++b) mbarrier_init(kv_ready + 8 * b, 1);
-    fence_barrier_init();
+    init_copy_barriers(kv_ready, stages + 1);
     if (count > 0) {
       mbarrier_expect_bytes(kv_ready, 2 * L::own_bytes);
       tma_load_tile<D, R>(base + L::k_tile, maps.k, kv_ready, own.batch, own.kv_head, own.key0);

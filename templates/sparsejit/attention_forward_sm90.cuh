@@ -91,8 +91,7 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, Attentio
   // Prologue: Q and the first key tiles. A CTA with no key tile loads nothing (its output is 0).
   constexpr int prefetch = stages == 2 ? 1 : stages - 2;  // tiles in flight ahead of the one computed
   if (threadIdx.x == 0) {
-    for (int b = 0; b <= stages; ++b) mbarrier_init(q_ready + 8 * b, 1);
-    fence_barrier_init();
+    init_copy_barriers(q_ready, stages + 1);
     if (tiles.count > 0) {
       mbarrier_expect_bytes(q_ready, L::q_bytes);
       tma_load_tile<Tr::head_dim, Tr::block_m>(smem_base, maps.q, q_ready, w.batch, w.head_q, q_row0);

@@ -21,6 +21,13 @@ __device__ __forceinline__ void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
+// `count` consecutive one-arrival barriers from `first` (8 bytes each), made visible to the copy engine;
+// called by the one thread that issues the copies, before a __syncthreads.
+__device__ __forceinline__ void init_copy_barriers(unsigned first, int count) {
+  for (int b = 0; b < count; ++b) mbarrier_init(first + 8 * b, 1);
+  fence_barrier_init();
+}
+
 // The issuing thread's arrival, announcing `bytes` to come from copies signalling this barrier.
 __device__ __forceinline__ void mbarrier_expect_bytes(unsigned barrier, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");

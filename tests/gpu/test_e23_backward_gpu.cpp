@@ -179,27 +179,15 @@ void check_case(const Case& c, std::mt19937_64& rng, bool with_final = true) {
 }  // namespace
 
 TEST_CASE("E23 backward matches the float64 reference for every normalizer and dtype", "[gpu][e23]") {
-  const std::uint64_t seed = test::fresh_seed();
-  CAPTURE(seed);
-  std::mt19937_64 rng(seed);
-  prepare_all(normalizer_cases(), true);
-  for (const Case& c : normalizer_cases()) check_case(c, rng);
+  check_all(normalizer_cases(), true, [](const Case& c, std::mt19937_64& rng) { check_case(c, rng); });
 }
 
 TEST_CASE("E23 backward: slots 1 to 64", "[gpu][e23]") {
-  const std::uint64_t seed = test::fresh_seed();
-  CAPTURE(seed);
-  std::mt19937_64 rng(seed);
-  prepare_all(slot_cases(), true);
-  for (const Case& c : slot_cases()) check_case(c, rng);
+  check_all(slot_cases(), true, [](const Case& c, std::mt19937_64& rng) { check_case(c, rng); });
 }
 
 TEST_CASE("E23 backward: dims 8 to 1024", "[gpu][e23]") {
-  const std::uint64_t seed = test::fresh_seed();
-  CAPTURE(seed);
-  std::mt19937_64 rng(seed);
-  prepare_all(dim_cases(), true);
-  for (const Case& c : dim_cases()) check_case(c, rng);
+  check_all(dim_cases(), true, [](const Case& c, std::mt19937_64& rng) { check_case(c, rng); });
 }
 
 // The suite's other shapes keep each batch row's g_M and undone tape (8 N D bytes) in shared memory; this

@@ -1,6 +1,7 @@
 // Shared by the E23 GPU suites: a case, its random inputs, device buffers filled, poisoned and read back.
 #pragma once
 
+#include <catch2/catch.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -249,6 +250,16 @@ inline void prepare_all(const std::vector<Case>& cases, bool backward) {
       }
     }));
   for (auto& j : jobs) j.get();
+}
+
+// Compiles the cases' kernels (prepare_all), then runs check(case, rng) on each with one fresh seed.
+template <class Check>
+void check_all(const std::vector<Case>& cases, bool backward, Check check) {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  prepare_all(cases, backward);
+  for (const Case& c : cases) check(c, rng);
 }
 
 }  // namespace sjit::e23_test

@@ -86,27 +86,15 @@ void check_case(const Case& c, std::mt19937_64& rng) {
 }  // namespace
 
 TEST_CASE("E23 forward matches the float64 reference for every normalizer and dtype", "[gpu][e23]") {
-  const std::uint64_t seed = test::fresh_seed();
-  CAPTURE(seed);
-  std::mt19937_64 rng(seed);
-  prepare_all(normalizer_cases(), false);
-  for (const Case& c : normalizer_cases()) check_case(c, rng);
+  check_all(normalizer_cases(), false, [](const Case& c, std::mt19937_64& rng) { check_case(c, rng); });
 }
 
 TEST_CASE("E23 forward: slots 1 to 64", "[gpu][e23]") {
-  const std::uint64_t seed = test::fresh_seed();
-  CAPTURE(seed);
-  std::mt19937_64 rng(seed);
-  prepare_all(slot_cases(), false);
-  for (const Case& c : slot_cases()) check_case(c, rng);
+  check_all(slot_cases(), false, [](const Case& c, std::mt19937_64& rng) { check_case(c, rng); });
 }
 
 TEST_CASE("E23 forward: dims 8 to 1024, including dims that are not multiples of 16", "[gpu][e23]") {
-  const std::uint64_t seed = test::fresh_seed();
-  CAPTURE(seed);
-  std::mt19937_64 rng(seed);
-  prepare_all(dim_cases(), false);
-  for (const Case& c : dim_cases()) check_case(c, rng);
+  check_all(dim_cases(), false, [](const Case& c, std::mt19937_64& rng) { check_case(c, rng); });
 }
 
 TEST_CASE("E23 forward: 1, 5 and 64 steps; batches of one to three 32-row groups", "[gpu][e23]") {

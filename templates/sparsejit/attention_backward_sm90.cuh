@@ -32,14 +32,17 @@ struct BackwardSm90Layout {
   static constexpr int rows = Tr::block_rows, cols = Tr::block_n;
   static constexpr int own_bytes = rows * Tr::head_dim * 2;    // the K and V tiles
   static constexpr int other_bytes = cols * Tr::head_dim * 2;  // one Q or dO slot
+  static constexpr int ds_bytes = rows * cols * 2;             // one dS^T tile: [keys][64 queries], 128-byte rows
   static constexpr int k_tile = 0, v_tile = own_bytes;         // offsets from the 1024-aligned base
   static constexpr int q_ring = 2 * own_bytes;
   static constexpr int do_ring = q_ring + Cfg::stages * other_bytes;
-  static constexpr int ds_tile = do_ring + Cfg::stages * other_bytes;  // [keys][64 queries]: 128-byte rows
-  static constexpr int lse2_ring = ds_tile + rows * cols * 2;
+  static constexpr int ds_tiles = do_ring + Cfg::stages * other_bytes;  // two: tile j's is written while
+  static constexpr int lse2_ring = ds_tiles + 2 * ds_bytes;             // a slower warpgroup may still read j - 1's
   static constexpr int delta_ring = lse2_ring + Cfg::stages * cols * 4;
-  static constexpr int barriers = delta_ring + Cfg::stages * cols * 4;  // K/V's, then one per ring slot
-  static constexpr int used_bytes = barriers + 8 * (Cfg::stages + 1);
+  // K/V's barrier, then a "full" barrier per ring slot (the copies landed), then an "empty" one (every
+  // warp is done with the slot's tiles).
+  static constexpr int barriers = delta_ring + Cfg::stages * cols * 4;
+  static constexpr int used_bytes = barriers + 8 * (2 * Cfg::stages + 1);
   // dK and dV are staged through padded rows (store_rows) over the tiles once the walk is done.
   static constexpr int staging_elems = rows * Tr::row_elems;
   static_assert(2 * staging_elems * 2 <= used_bytes, "the output staging tiles must fit");
@@ -68,31 +71,53 @@ __global__ void __launch_bounds__(256, 1)
   const int count = walk.build(p, own);
 
   const unsigned kv_ready = base + L::barriers;
-  auto slot_ready = [&](int slot) { return kv_ready + 8 * (1 + slot); };
-  // The j-th query tile of the walk into ring slot j % stages: Q and dO by thread 0's copies (counted
-  // into the slot's barrier, whose phase flips once per use), the rows' statistics by every thread.
-  auto load_query_tile = [&](int j) {
+  auto slot_full = [&](int slot) { return kv_ready + 8 * (1 + slot); };
+  auto slot_empty = [&](int slot) { return kv_ready + 8 * (1 + stages + slot); };
+  // Thread 0: Q and dO of the j-th query tile of the walk into ring slot j % stages, counted into the
+  // slot's full barrier, whose phase flips once per use.
+  auto issue_query_tile = [&](int j) {
     const QueryTile t = walk.locate(p, own, j);
     const int slot = j % stages, q0 = t.q_tile * C;
-    if (threadIdx.x == 0) {
-      mbarrier_expect_bytes(slot_ready(slot), 2 * L::other_bytes);
-      tma_load_tile<D, C>(base + L::q_ring + slot * L::other_bytes, maps.q, slot_ready(slot), own.batch, t.head_q, q0);
-      tma_load_tile<D, C>(base + L::do_ring + slot * L::other_bytes, maps.d_o, slot_ready(slot), own.batch, t.head_q, q0);
+    mbarrier_expect_bytes(slot_full(slot), 2 * L::other_bytes);
+    tma_load_tile<D, C>(base + L::q_ring + slot * L::other_bytes, maps.q, slot_full(slot), own.batch, t.head_q, q0);
+    tma_load_tile<D, C>(base + L::do_ring + slot * L::other_bytes, maps.d_o, slot_full(slot), own.batch, t.head_q, q0);
+  };
+  // Threads r < C: row r's lse2 and delta of the j-th tile. Loaded into registers a tile ahead and
+  // stored into the ring before the CTA barrier that publishes them, so the load's latency hides
+  // under the tile's products instead of stalling the loading warps (and with them their warpgroup).
+  struct RowStats {
+    float lse2 = infinity(), delta = 0.f;  // a row past the end: P = 0
+  };
+  auto fetch_row_stats = [&](int j) {
+    RowStats r;
+    if (threadIdx.x < C && j < count) {
+      const QueryTile t = walk.locate(p, own, j);
+      const int query = t.q_tile * C + threadIdx.x;
+      const long long row = (static_cast<long long>(own.batch) * p.heads_q + t.head_q) * p.seq_q + query;
+      if (query < p.seq_q) r = {p.lse2[row], p.delta[row]};
     }
-    load_row_stats<C, Tr::threads>(lse2_ring + slot * C, delta_ring + slot * C, p, own.batch, t.head_q, q0);
+    return r;
+  };
+  auto store_row_stats = [&](int j, const RowStats& r) {
+    if (threadIdx.x < C) {
+      lse2_ring[(j % stages) * C + threadIdx.x] = r.lse2;
+      delta_ring[(j % stages) * C + threadIdx.x] = r.delta;
+    }
   };
 
   // Prologue: K, V and the first query tiles. A key tile no query tile sees loads nothing (dK = dV = 0).
   if (threadIdx.x == 0) {
     init_copy_barriers(kv_ready, stages + 1);
+    for (int slot = 0; slot < stages; ++slot) mbarrier_init(slot_empty(slot), Cfg::warps);
     if (count > 0) {
       mbarrier_expect_bytes(kv_ready, 2 * L::own_bytes);
       tma_load_tile<D, R>(base + L::k_tile, maps.k, kv_ready, own.batch, own.kv_head, own.key0);
       tma_load_tile<D, R>(base + L::v_tile, maps.v, kv_ready, own.batch, own.kv_head, own.key0);
     }
+    for (int j = 0; j < stages - 1 && j < count; ++j) issue_query_tile(j);
   }
-  __syncthreads();  // the barriers are initialized before anyone waits on them
-  for (int j = 0; j < stages - 1 && j < count; ++j) load_query_tile(j);
+  store_row_stats(0, fetch_row_stats(0));
+  __syncthreads();  // the barriers are initialized before anyone waits on them; tile 0's statistics
   if (count > 0) mbarrier_wait(kv_ready, 0);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, group = warp / 4;
@@ -107,29 +132,35 @@ __global__ void __launch_bounds__(256, 1)
   unsigned pa[C / 16][4], dsa[C / 16][4];  // P^T and dS^T as the A fragments of C / 16 k-steps
 
   for (int j = 0; j < count; ++j) {
-    __syncthreads();  // tile j's statistics visible; every warpgroup is done with the slot and dS tile of j - 1
-    if (j + stages - 1 < count) load_query_tile(j + stages - 1);
-    mbarrier_wait(slot_ready(j % stages), (j / stages) & 1);  // tile j's Q and dO have landed
     const int slot = j % stages;
+    // Thread 0 refills the slot tile j - 1 used once every warp has released it: no CTA barrier.
+    const int next = j + stages - 1;
+    if (threadIdx.x == 0 && next < count) {
+      if (next >= stages) mbarrier_wait(slot_empty(next % stages), (next / stages - 1) & 1);
+      issue_query_tile(next);
+    }
+    const RowStats next_stats = fetch_row_stats(j + 1);
     const QueryTile t = walk.locate(p, own, j);
     const int q0 = t.q_tile * C;
     const unsigned q_slot = base + L::q_ring + slot * L::other_bytes;
     const unsigned do_slot = base + L::do_ring + slot * L::other_bytes;
     const float* lse2 = lse2_ring + slot * C;
     const float* delta = delta_ring + slot * C;
+    mbarrier_wait(slot_full(slot), (j / stages) & 1);  // tile j's Q and dO have landed
 
+    // S^T and dP^T in two groups: P = exp2(..) runs while dP^T is still in the tensor cores.
     float s[1][Tr::n_tiles][4], ds[1][Tr::n_tiles][4];  // S^T and dP^T: this warp's keys x the tile's queries
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < Tr::k_steps; ++ks)
       wgmma_ss<T, C>(s[0], kmajor_descriptor(k_rows, R, ks), kmajor_descriptor(q_slot, C, ks), ks > 0);
+    wgmma_commit();
 #pragma unroll
     for (int ks = 0; ks < Tr::k_steps; ++ks)
       wgmma_ss<T, C>(ds[0], kmajor_descriptor(v_rows, R, ks), kmajor_descriptor(do_slot, C, ks), ks > 0);
     wgmma_commit();
-    wgmma_wait<0>();
+    wgmma_wait<1>();
     wgmma_fence_operands(s[0]);
-    wgmma_fence_operands(ds[0]);
 
     if (backward_tile_needs_mask<Cfg>(p, q0, C, own.key0, R, t.mask))
       mask_backward_tile<Cfg, true>(s, p, own.key0, q0, warp_row0, t.mask);
@@ -139,6 +170,14 @@ __global__ void __launch_bounds__(256, 1)
       for (int e = 0; e < 4; ++e) {
         const int c = nt * 8 + 2 * (lane % 4) + e % 2;
         s[0][nt][e] = fast_exp2(fmaf(s[0][nt][e], p.scale_log2, -lse2[c]));
+      }
+    wgmma_wait<0>();
+    wgmma_fence_operands(ds[0]);
+#pragma unroll
+    for (int nt = 0; nt < Tr::n_tiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = nt * 8 + 2 * (lane % 4) + e % 2;
         ds[0][nt][e] = s[0][nt][e] * (ds[0][nt][e] - delta[c]);
       }
 #pragma unroll
@@ -163,21 +202,29 @@ __global__ void __launch_bounds__(256, 1)
     for (int kk = 0; kk < C / 16; ++kk) wgmma_rs<T, D>(dk[0], dsa[kk], nmajor_descriptor(q_slot, C, kk), 1);
     wgmma_commit();
 
+    const unsigned ds_tile = L::ds_tiles + (j % 2) * L::ds_bytes;
     if constexpr (Cfg::atomic_dq) {
-      // dS^T into the [keys][queries] tile: 64 queries are one 128-byte swizzled row a key.
-      unsigned char* ds_tile = smem + L::ds_tile;
+      // dS^T into this tile's [keys][queries] buffer: 64 queries are one 128-byte swizzled row a key.
 #pragma unroll
       for (int nt = 0; nt < Tr::n_tiles; ++nt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int key = warp_row0 + lane / 4 + h * 8, query = nt * 8 + 2 * (lane % 4);
-          *reinterpret_cast<unsigned*>(ds_tile + swizzled_offset(R, key, query)) = dsa[nt / 2][(nt % 2) * 2 + h];
+          *reinterpret_cast<unsigned*>(smem + ds_tile + swizzled_offset(R, key, query)) = dsa[nt / 2][(nt % 2) * 2 + h];
         }
       fence_proxy_async();
-      __syncthreads();  // the whole dS tile written
+    }
+    store_row_stats(j + 1, next_stats);
+    // The one CTA barrier of a tile: the dS tile and tile j + 1's statistics are complete. Every warp
+    // is past tile j - 1, so the other dS buffer and statistics slot are free for tile j + 1.
+    __syncthreads();
+
+    if constexpr (Cfg::atomic_dq) {
       // dQ = dS K for 64 queries x 64 dims: A = dS (M-major: stored by key), B = K (N-major).
-      constexpr int key_steps = D == 128 ? R / 16 : 64 / 16;  // all 128 keys, or the warpgroup's own 64
-      const unsigned a_tile = base + L::ds_tile + (D == 128 ? 0 : group * 64 * 128);
+      // At d = 128 warpgroup g takes dims 64g .. 64g + 63 over all 128 keys; at d = 64 all dims over
+      // its own 64 keys.
+      constexpr int key_steps = D == 128 ? R / 16 : 64 / 16;
+      const unsigned a_tile = base + ds_tile + (D == 128 ? 0 : group * 64 * 128);
       const unsigned b_tile = base + L::k_tile + (D == 128 ? group * R * 128 : group * 64 * 128);
       float dq[8][4];
       wgmma_fence();
@@ -204,6 +251,9 @@ __global__ void __launch_bounds__(256, 1)
     wgmma_fence_operands(dv[0]);
     wgmma_fence_operands(pa);
     wgmma_fence_operands(dsa);
+    // This warp's products that read tile j's Q and dO are complete: release the slot.
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(slot_empty(slot));
   }
 
   __syncthreads();  // every warpgroup is done with the tiles the outputs are staged over

@@ -33,6 +33,11 @@ __device__ __forceinline__ void mbarrier_expect_bytes(unsigned barrier, unsigned
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
 }
 
+// One arrival of the calling thread, no bytes: a consumer announcing it is done with a ring slot.
+__device__ __forceinline__ void mbarrier_arrive(unsigned barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
+}
+
 // Waits until the barrier's phase with parity `phase` has completed (all its bytes landed).
 __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned phase) {
   unsigned done = 0;

@@ -400,7 +400,8 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   // kernels have one parameter, and the driver reads only the parameters a kernel declares.
   sjit_kernels::AttentionBackwardTensorMaps maps{};
   if (kv_grid > 0 && kv_tiling.wgmma)
-    maps = attention::backward_tensor_maps(a, spec.dtype, spec.head_dim, kv_tiling.block_rows(), kv_tiling.block_cols);
+    maps = attention::backward_tensor_maps(a, spec.dtype, spec.head_dim, kv_tiling.block_rows(), kv_tiling.block_cols,
+                                           p.dq_accum);
   void* params[] = {&p, &maps};
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   if (rows > 0) jit::launch(*kernels.prep, unsigned((rows + 7) / 8), 256, cu_stream, params);

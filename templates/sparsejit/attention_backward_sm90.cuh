@@ -37,7 +37,11 @@ struct BackwardSm90Layout {
   static constexpr int q_ring = 2 * own_bytes;
   static constexpr int do_ring = q_ring + Cfg::stages * other_bytes;
   static constexpr int ds_tiles = do_ring + Cfg::stages * other_bytes;  // two: tile j's is written while
-  static constexpr int lse2_ring = ds_tiles + 2 * ds_bytes;             // a slower warpgroup may still read j - 1's
+  // Each warpgroup's fp32 dQ tile (64 queries x 64 dims) as two 32-column boxes of 128-byte swizzled
+  // rows, the source of its bulk reductions into the accumulator.
+  static constexpr int dq_box_bytes = 64 * 128, dq_bytes = 2 * dq_box_bytes;
+  static constexpr int dq_tiles = ds_tiles + 2 * ds_bytes;              // a slower warpgroup may still read j - 1's
+  static constexpr int lse2_ring = dq_tiles + (Cfg::atomic_dq ? 2 * dq_bytes : 0);
   static constexpr int delta_ring = lse2_ring + Cfg::stages * cols * 4;
   // K/V's barrier, then a "full" barrier per ring slot (the copies landed), then an "empty" one (every
   // warp is done with the slot's tiles).
@@ -215,6 +219,8 @@ __global__ void __launch_bounds__(256, 1)
       fence_proxy_async();
     }
     store_row_stats(j + 1, next_stats);
+    // The warpgroup's dQ tile is rewritten after the barrier: its previous reductions have read it.
+    if (Cfg::atomic_dq && threadIdx.x % 128 == 0) bulk_wait_read();
     // The one CTA barrier of a tile: the dS tile and tile j + 1's statistics are complete. Every warp
     // is past tile j - 1, so the other dS buffer and statistics slot are free for tile j + 1.
     __syncthreads();
@@ -234,15 +240,24 @@ __global__ void __launch_bounds__(256, 1)
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_operands(dq);
-      const int dim0 = D == 128 ? group * 64 : 0;
-      const long long row_base = (static_cast<long long>(own.batch) * p.heads_q + t.head_q) * p.seq_q;
+      // The warpgroup's dQ tile into shared memory, then one thread adds it to the accumulator with two
+      // bulk reductions (its dims 0-31 and 32-63): no atomic from any thread.
+      const unsigned dq_tile = L::dq_tiles + group * L::dq_bytes;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int query = q0 + (warp % 4) * 16 + lane / 4 + h * 8;
-        if (query >= p.seq_q) continue;
-        float* row = p.dq_accum + (row_base + query) * D + dim0 + 2 * (lane % 4);
+      for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) atomic_add_pair(row + nt * 8, dq[nt][2 * h], dq[nt][2 * h + 1]);
+        for (int h = 0; h < 2; ++h) {
+          const int row = (warp % 4) * 16 + lane / 4 + h * 8, col = (nt % 4) * 8 + 2 * (lane % 4);
+          const int offset = (nt / 4) * L::dq_box_bytes + row * 128 + (((col / 4) ^ (row % 8)) * 16) + (col % 4) * 4;
+          *reinterpret_cast<float2*>(smem + dq_tile + offset) = make_float2(dq[nt][2 * h], dq[nt][2 * h + 1]);
+        }
+      fence_proxy_async();
+      warpgroup_barrier(group);
+      if (threadIdx.x % 128 == 0) {
+        const int dim0 = D == 128 ? group * 64 : 0;
+        tma_reduce_add_4d(maps.dq_accum, base + dq_tile, dim0, q0, t.head_q, own.batch);
+        tma_reduce_add_4d(maps.dq_accum, base + dq_tile + L::dq_box_bytes, dim0 + 32, q0, t.head_q, own.batch);
+        bulk_commit();
       }
     } else {
       wgmma_wait<0>();
@@ -256,12 +271,14 @@ __global__ void __launch_bounds__(256, 1)
     if (lane == 0) mbarrier_arrive(slot_empty(slot));
   }
 
+  if (Cfg::atomic_dq && threadIdx.x % 128 == 0) bulk_wait_read();
   __syncthreads();  // every warpgroup is done with the tiles the outputs are staged over
   T* staging = reinterpret_cast<T*>(smem);
   T* dk_out = static_cast<T*>(p.dk) + own.batch * p.dk_batch_stride + own.kv_head * p.dk_head_stride;
   T* dv_out = static_cast<T*>(p.dv) + own.batch * p.dv_batch_stride + own.kv_head * p.dv_head_stride;
   store_rows<Tr>(dk, p.scale, staging, dk_out, p.dk_row_stride, own.key0, p.seq_k, warp_row0);
   store_rows<Tr>(dv, 1.f, staging + L::staging_elems, dv_out, p.dv_row_stride, own.key0, p.seq_k, warp_row0);
+  if (Cfg::atomic_dq && threadIdx.x % 128 == 0) bulk_wait_done();  // dQ's adds land before the grid ends
 }
 
 }  // namespace sjit_kernels

@@ -44,9 +44,10 @@ struct AttentionForwardTensorMaps {
   TensorMap q, k, v;
 };
 
-// The Hopper dK/dV pass's: Q and dO in boxes of the query tile's rows, K and V of the key tile's.
+// The Hopper dK/dV pass's: Q and dO in boxes of the query tile's rows, K and V of the key tile's; with
+// atomic dQ the fp32 accumulator, which the pass adds to with bulk reductions (32-column boxes).
 struct AttentionBackwardTensorMaps {
-  TensorMap q, d_o, k, v;
+  TensorMap q, d_o, k, v, dq_accum;
 };
 
 }  // namespace sjit_kernels

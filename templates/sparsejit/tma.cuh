@@ -65,6 +65,24 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const TensorMap& map, 
       : "memory");
 }
 
+// Adds the box at `src` in shared memory to the box at coordinates (c0 fastest, .. c3) of a 4-d tensor
+// map, element by element in the L2 (a bulk reduction: one instruction instead of an atomic per
+// element from every thread; elements past the tensor's end are skipped). Its reads of `src` are done
+// once bulk_wait_read says so; the adds themselves complete by bulk_wait_done.
+__device__ __forceinline__ void tma_reduce_add_4d(const TensorMap& map, unsigned src, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+          reinterpret_cast<unsigned long long>(&map)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+// Closes this thread's bulk reductions issued so far into one group.
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until every group of this thread has read its shared-memory source (which may then be reused).
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// Waits until every group of this thread has completed, its writes to global memory included.
+__device__ __forceinline__ void bulk_wait_done() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
 // Rows [row0, row0 + ROWS) of matrix (batch, head) of a [B, H, S, HEAD_DIM] tensor map whose box is
 // 64 columns x ROWS rows with the 128-byte swizzle: HEAD_DIM / 64 copies, one per swizzle atom
 // column block (the layout of wgmma.cuh). Rows past S arrive as zeros.

@@ -94,6 +94,11 @@ __device__ __forceinline__ void wgmma_fence_operands(unsigned (&a)[KSTEPS][4]) {
 // async proxy (wgmma operand reads) once each writer runs this before the barrier that publishes it.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// Synchronizes the 128 threads of warpgroup `group` (named barrier 1 + group; 0 is __syncthreads').
+__device__ __forceinline__ void warpgroup_barrier(int group) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + group) : "memory");
+}
+
 // Generated operand lists: 64-row wgmma with N = 64 or 128 columns, fp32 accumulators.
 // clang-format off
 // The accumulator operands of one 64 x N tile: N / 8 chunks of 4 floats (see the layout above).

@@ -4,19 +4,20 @@
 // A CTA owns 128 keys as two warpgroups of 64 (warp w owns keys 16w .. 16w + 15, as on the mma.sync
 // path, so masks and stores are shared). For each 64-query tile of its walk:
 //   1. S^T = K Q^T and dP^T = V dO^T: K and V rows of the warpgroup as A, the Q and dO tiles as B, all
-//      K-major in shared memory;
+//      K-major in shared memory, in two wgmma groups (P^T = exp2(..) runs while dP^T computes);
 //   2. in registers: the mask where the tile needs one, P^T = exp2(S^T scale log2 e - lse2) and
 //      dS^T = P^T (dP^T - delta), both packed as wgmma A fragments (the accumulator layout of a 64 x 64
 //      product is the A layout of four k-steps);
 //   3. dV += P^T dO and dK += dS^T Q: A from registers, dO and Q read transposed (N-major);
-//   4. atomic dQ: dS^T goes to shared memory ([keys][queries]) and dQ = dS K is one more product with A
-//      read transposed (M-major) and K read transposed, added to the fp32 accumulator with atomics.
-//      At d = 128 warpgroup g takes head dims 64g .. 64g + 63 over all 128 keys; at d = 64 it takes all
-//      dims over its own 64 keys (two atomic adds per element instead of one, on half the dims).
+//   4. atomic dQ: dS^T goes to shared memory ([keys][queries], two buffers) and dQ = dS K is one more
+//      product with A read transposed (M-major) and K read transposed. Each warpgroup writes its fp32
+//      dQ tile to shared memory and one of its threads adds it to the accumulator with bulk tensor
+//      reductions (no per-element atomics). At d = 128 warpgroup g takes head dims 64g .. 64g + 63 over
+//      all 128 keys; at d = 64 it takes all dims over its own 64 keys (two adds per element).
 // Every tile in shared memory uses the 128-byte swizzle of wgmma.cuh. K, V, and the Q and dO tiles of
-// a ring of `stages` slots arrive by bulk tensor copies (TMA) that thread 0 issues, counted into one
-// mbarrier per slot (tma.cuh); the rows' lse2 and delta are copied by every thread beside them. One
-// CTA barrier per query tile, one more for the dS tile.
+// a ring of `stages` slots arrive by bulk tensor copies (TMA) that thread 0 issues, counted into a
+// "full" mbarrier per slot; thread 0 refills a slot once all eight warps have arrived on its "empty"
+// mbarrier. The rows' lse2 and delta are loaded a tile ahead into registers. One CTA barrier a tile.
 #pragma once
 
 #include "sparsejit/attention_backward.cuh"

@@ -11,6 +11,10 @@ SJIT_CACHE_DIR=$(mktemp -d) timeout 120 ./build-gpu/sjit demo >"$OUT/demo.log" 2
 echo "demo exit $?"; tail -n 16 "$OUT/demo.log"
 timeout 120 ./build-gpu/sjit bench attention --iters 10 --density 1,0.5,0.25,0.1,0.05,0.02 --backward \
   >"$OUT/bench-attention.log" 2>&1
+{
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --causal tl --density 1,0.1 --backward
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --d 64 --batch 4 --heads 32 --seq 4096 --density 1,0.1 --backward
+} >>"$OUT/bench-attention.log" 2>&1
 cat "$OUT/bench-attention.log"
 for shape in "--batch 4 --slots 8" "--batch 64 --slots 32"; do
   timeout 60 ./build-gpu/sjit bench e23 $shape --dim 512 --steps 64 --dtype bf16 \

@@ -87,23 +87,33 @@ __device__ __forceinline__ void profile_mark(const E23ForwardParams& p, int t, i
   asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(at), "l"(cycles), "l"(ns) : "memory");
 }
 
-// Operands of the products: x_b[k], x_b[k + 1] in fp32.
+// Operands of the products (e23_gemv.cuh): x_b[k], x_b[k + 1] in fp32 for the FMA path; data() and
+// four(p) = p[0 .. 3] in fp32 for the tensor-core path.
 template <class T, int D>
 struct InitialState {  // h_0 as given, in T
+  using Element = T;
   const T* x;
   __device__ __forceinline__ float2 operator()(int b, int k) const {
     return make_float2(to_float(x[b * D + k]), to_float(x[b * D + k + 1]));
+  }
+  __device__ __forceinline__ const T* data() const { return x; }
+  __device__ __forceinline__ float4 four(const T* at) const {
+    float v[4];
+    load_packet<T, 4>(at, v);
+    return make_float4(v[0], v[1], v[2], v[3]);
   }
 };
 
 template <int D>
 struct State {  // h_t from the workspace
+  using Element = float;
   const float* h;
   __device__ __forceinline__ float2 operator()(int b, int k) const {
     return __ldcg(reinterpret_cast<const float2*>(h + b * D + k));
   }
+  __device__ __forceinline__ const float* data() const { return h; }
+  __device__ __forceinline__ float4 four(const float* at) const { return __ldcg(reinterpret_cast<const float4*>(at)); }
 };
-
 
 // The counter of batch group g (E23ForwardParams::barrier, a 128-byte line): tape items done; it only
 // grows during a launch.
@@ -273,8 +283,12 @@ __device__ void tile_step(const E23ForwardParams& p, int tile, int t, const Weig
   float* red = smem;
   float* stage = smem + Tr::warps * kGemvTileOutputs;
   profile_mark(p, t, kMarkTileStart);
-  if (t > 0) wait_counter(hs_counter(p, g), unsigned(rows_in_group) * unsigned(t));
-  profile_mark(p, t, kMarkTileGo);
+  // The wait for h_t comes after the u_t addends are requested (gemv_tile's wait_for_operand), so their
+  // latency hides under it.
+  auto wait_h = [&] {
+    if (t > 0) wait_counter(hs_counter(p, g), unsigned(rows_in_group) * unsigned(t));
+    profile_mark(p, t, kMarkTileGo);
+  };
   auto mark_products = [&] { profile_mark(p, t, kMarkTileProducts); };
   if (!write_side && t < p.steps) {
     const T* u_t = static_cast<const T*>(p.u) + (long long)t * batch * D;
@@ -282,15 +296,17 @@ __device__ void tile_step(const E23ForwardParams& p, int tile, int t, const Weig
     auto store_z = [&](int b, int r, float sum) { store_tagged(p.z + b * D + r, sum, unsigned(t) + 1); };
     if (t == 0)
       gemv_tile<Cfg>(w_h, InitialState<T, D>{static_cast<const T*>(p.h0)}, row0, batch0, batch, red, stage, store_z,
-                     load_u, mark_products);
-    else gemv_tile<Cfg>(w_h, State<D>{p.h}, row0, batch0, batch, red, stage, store_z, load_u, mark_products);
+                     load_u, mark_products, wait_h);
+    else gemv_tile<Cfg>(w_h, State<D>{p.h}, row0, batch0, batch, red, stage, store_z, load_u, mark_products, wait_h);
   } else if (write_side && t > 0) {
     float* save_w = p.save_w != nullptr ? p.save_w + (long long)(t - 1) * batch * D : nullptr;
     auto store_w = [&](int b, int r, float sum) {
       store_tagged(p.w + b * D + r, sum, unsigned(t) + 1);
       if (save_w != nullptr) __stcg(save_w + b * D + r, sum);
     };
-    gemv_tile<Cfg>(w_w, State<D>{p.h}, row0, batch0, batch, red, stage, store_w, NoAddend{}, mark_products);
+    gemv_tile<Cfg>(w_w, State<D>{p.h}, row0, batch0, batch, red, stage, store_w, NoAddend{}, mark_products, wait_h);
+  } else {
+    wait_h();  // nothing to do this phase; still keeps the phases in order
   }
   profile_mark(p, t, kMarkTileDone);
 }

@@ -29,10 +29,15 @@ template <> __device__ __forceinline__ float2 unpack2<__half>(unsigned bits) {
   return __half22float2(*reinterpret_cast<__half2*>(&bits));
 }
 
-// Two consecutive elements of W (k even) as one 32-bit register of T pairs.
-template <class T>
-__device__ __forceinline__ unsigned load_weight_pair(const T* __restrict__ w, int index) {
-  return __ldg(reinterpret_cast<const unsigned*>(w + index));
+// Which k a lane holds. In the mma's k-step of 16, lane t (= lane % 4) supplies k positions 2t, 2t + 1
+// (fragment registers 0 and 1 of A, b0 of B) and 8 + 2t, 9 + 2t (registers 2 and 3, b1). The sum over k
+// does not care which position a k sits at as long as A and B agree, so positions 2t + j and 8 + 2t + j
+// take the four consecutive columns k0 + 4t + j and k0 + 4t + 2 + j: a lane's operand is one 16-byte
+// load of fp32 x (and its weights one 8-byte load a row). With D % 16 == 8 the last k-step holds only
+// columns k0 .. k0 + 7: lanes t = 0, 1 have them, lanes 2 and 3 supply zeros.
+template <int D>
+__device__ __forceinline__ bool lane_columns_valid(int k0, int t) {
+  return D % 16 == 0 || k0 + 4 * t < D;
 }
 
 // Loads for kGemvChunk k-steps are issued before any of their products: one L2 round trip per chunk
@@ -49,12 +54,10 @@ __device__ __forceinline__ void load_weight_chunk(const T* __restrict__ w, int r
 #pragma unroll
   for (int c = 0; c < kGemvChunk; ++c) {
     const int ks = first + c * WARPS, k0 = ks * 16;
-    const bool valid = ks < k_steps;
-    const bool upper = valid && k0 + 8 < D;  // D % 16 == 8: the last k-step has only its lower half
-    a[c][0] = valid && row_a < D ? load_weight_pair(w, row_a * D + k0 + 2 * t) : 0u;
-    a[c][1] = valid && row_b < D ? load_weight_pair(w, row_b * D + k0 + 2 * t) : 0u;
-    a[c][2] = upper && row_a < D ? load_weight_pair(w, row_a * D + k0 + 8 + 2 * t) : 0u;
-    a[c][3] = upper && row_b < D ? load_weight_pair(w, row_b * D + k0 + 8 + 2 * t) : 0u;
+    const bool valid = ks < k_steps && lane_columns_valid<D>(k0, t);
+    const uint2 pa = valid && row_a < D ? __ldg(reinterpret_cast<const uint2*>(w + row_a * D + k0 + 4 * t)) : make_uint2(0u, 0u);
+    const uint2 pb = valid && row_b < D ? __ldg(reinterpret_cast<const uint2*>(w + row_b * D + k0 + 4 * t)) : make_uint2(0u, 0u);
+    a[c][0] = pa.x, a[c][2] = pa.y, a[c][1] = pb.x, a[c][3] = pb.y;
   }
 }
 
@@ -73,16 +76,24 @@ template <class W> struct IsHeldWeights { static constexpr bool value = false; }
 template <class T, int D, int WARPS> struct IsHeldWeights<HeldWeights<T, D, WARPS>> { static constexpr bool value = true; };
 
 // Tensor cores. Each warp accumulates 16 rows x 32 batches for its k-steps into red[warp][row * 32 + batch].
-// Operand: float2 x(int b, int k), the fp32 values x_b[k], x_b[k + 1]. Weights: a pointer to W (loaded
-// here, chunk by chunk) or HeldWeights (already in registers).
+// Operand x: x.data() points at x_0[0] (element type x.Element, row stride D), and x.four(p) returns
+// p[0 .. 3] in fp32. Every operand load of a warp is then one base pointer plus a constant offset (no
+// per-load address arithmetic after the wait for h_t). Weights: a pointer to W (loaded here, chunk by
+// chunk) or HeldWeights (already in registers).
 template <class T, int D, int WARPS, class Weights, class Operand>
 __device__ __forceinline__ void gemv_tile_partial_mma(const Weights& w, const Operand& x, int row0, int batch0,
                                                      int batch, float* red) {
   constexpr int k_steps = (D + 15) / 16, kChunk = kGemvChunk;
+  // Every k-step of every chunk exists (no per-chunk bound check), e.g. D = 512 with 8 warps.
+  constexpr bool whole_chunks = k_steps % (WARPS * kChunk) == 0;
   constexpr bool held = IsHeldWeights<Weights>::value;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   float acc[4][4] = {};
   const int tiles_used = min(4, (batch - batch0 + 7) / 8);  // warp-uniform
+  bool row_used[4];  // batch0 + nt * 8 + g exists
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) row_used[nt] = nt < tiles_used && batch0 + nt * 8 + g < batch;
+  const auto* x_lane = x.data() + (long long)(batch0 + g) * D + 4 * t;
   for (int first = warp; first < k_steps; first += WARPS * kChunk) {
     unsigned a[kChunk][4];
     if constexpr (held) {
@@ -93,31 +104,27 @@ __device__ __forceinline__ void gemv_tile_partial_mma(const Weights& w, const Op
     } else {
       load_weight_chunk<T, D, WARPS>(w, row0, first, a);
     }
-    float2 x_lo[kChunk][4], x_hi[kChunk][4];
+    const auto* x_first = x_lane + first * 16;
+    float4 xv[kChunk][4];
 #pragma unroll
     for (int c = 0; c < kChunk; ++c) {
-      const int ks = first + c * WARPS, k0 = ks * 16;
-      const bool valid = ks < k_steps;
-      const bool upper = valid && k0 + 8 < D;
+      const int ks = first + c * WARPS;
+      const bool valid = (whole_chunks || ks < k_steps) && lane_columns_valid<D>(ks * 16, t);
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const int b = batch0 + nt * 8 + g;
-        const bool used = nt < tiles_used && b < batch;
-        x_lo[c][nt] = used && valid ? x(b, k0 + 2 * t) : make_float2(0.f, 0.f);
-        x_hi[c][nt] = used && upper ? x(b, k0 + 8 + 2 * t) : make_float2(0.f, 0.f);
-      }
+      for (int nt = 0; nt < 4; ++nt)
+        xv[c][nt] = row_used[nt] && valid ? x.four(x_first + nt * 8 * D + c * WARPS * 16) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
     for (int c = 0; c < kChunk; ++c) {
-      if (first + c * WARPS >= k_steps) break;  // warp-uniform
+      if (!whole_chunks && first + c * WARPS >= k_steps) break;  // warp-uniform
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         if (nt >= tiles_used) break;
-        const float2 lo_k = x_lo[c][nt], hi_k = x_hi[c][nt];
-        const unsigned b0 = pack2<T>(lo_k.x, lo_k.y), b1 = pack2<T>(hi_k.x, hi_k.y);
+        const float4 v = xv[c][nt];
+        const unsigned b0 = pack2<T>(v.x, v.y), b1 = pack2<T>(v.z, v.w);
         const float2 r0 = unpack2<T>(b0), r1 = unpack2<T>(b1);
-        const unsigned b0_rest = pack2<T>(lo_k.x - r0.x, lo_k.y - r0.y);
-        const unsigned b1_rest = pack2<T>(hi_k.x - r1.x, hi_k.y - r1.y);
+        const unsigned b0_rest = pack2<T>(v.x - r0.x, v.y - r0.y);
+        const unsigned b1_rest = pack2<T>(v.z - r1.x, v.w - r1.y);
         mma_16x8x16<T>(acc[nt], a[c], b0, b1);
         mma_16x8x16<T>(acc[nt], a[c], b0_rest, b1_rest);
       }
@@ -198,22 +205,24 @@ struct NoAddend {
 template <class A> struct IsNoAddend { static constexpr bool value = false; };
 template <> struct IsNoAddend<NoAddend> { static constexpr bool value = true; };
 
-// Called by every thread once the warps' partial sums are in shared memory (the forward's profile marks
-// the point); by default nothing.
+// Hooks of gemv_tile, called by every thread: once the warps' partial sums are in shared memory (the
+// forward's profile marks the point), and before the operand is read (the forward waits there for h_t,
+// after the addends are requested); by default nothing.
 struct NoHook {
   __device__ __forceinline__ void operator()() const {}
 };
 
 // The whole tile: partial products per warp, then their sum handed to epilogue(b, r, value) for every
 // row r < D and batch b < batch of the tile, value = the product + addend(b, r). On the tensor-core path
-// the addends are loaded before the products start, so their memory latency hides under the weight
-// loads instead of following the reduction (the FMA path has no registers to spare for them: it would
-// spill). Shared memory: WARPS * 512 floats at red (and as many at stage for the FMA path). Starts and
+// the addends are loaded before the products start, even before wait_for_operand(), so their memory
+// latency hides under the wait instead of following the reduction (the FMA path has no registers to spare
+// for them: it would spill). Shared memory: WARPS * 512 floats at red (and as many at stage for the FMA path). Starts and
 // ends with the CTA in step (it holds __syncthreads).
-template <class Cfg, class Weights, class Operand, class Epilogue, class Addend = NoAddend, class Hook = NoHook>
+template <class Cfg, class Weights, class Operand, class Epilogue, class Addend = NoAddend, class Hook = NoHook,
+          class Wait = NoHook>
 __device__ __forceinline__ void gemv_tile(const Weights& w, const Operand& x, int row0, int batch0,
                                           int batch, float* red, float* stage, Epilogue epilogue,
-                                          Addend addend = {}, Hook after_products = {}) {
+                                          Addend addend = {}, Hook after_products = {}, Wait wait_for_operand = {}) {
   constexpr int warps = Cfg::threads / 32;
   static_assert(kGemvTileOutputs % Cfg::threads == 0, "whole outputs a thread");
   constexpr int per_thread = kGemvTileOutputs / Cfg::threads;
@@ -226,6 +235,7 @@ __device__ __forceinline__ void gemv_tile(const Weights& w, const Operand& x, in
   if constexpr (early)
 #pragma unroll
     for (int j = 0; j < per_thread; ++j) add[j] = addend_of(coords(j));
+  wait_for_operand();
   if constexpr (Cfg::tensor_cores) gemv_tile_partial_mma<typename Cfg::T, Cfg::dim, warps>(w, x, row0, batch0, batch, red);
   else gemv_tile_partial_fma<typename Cfg::T, Cfg::dim, warps>(static_cast<const typename Cfg::T*>(w), x, row0, batch0,
                                                                batch, red, stage);

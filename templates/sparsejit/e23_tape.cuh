@@ -58,40 +58,145 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// The normalizer of the spec, as a rownorm config for a row of N scores held by one warp.
-template <class Cfg>
+// The normalizer of the spec, as a rownorm config for a row of N scores: held by one warp, one score a
+// lane (kThreadsPerRow = 32), or whole by every lane (1).
+template <class Cfg, int kThreadsPerRow = 32>
 struct SlotNormCfg {
   using T = float;
   static constexpr int kind = Cfg::kind;
   static constexpr float alpha = Cfg::alpha;
   static constexpr int n = Cfg::n_slots;
-  static constexpr int threads_per_row = 32, vec = 1, block_threads = 32;
+  static constexpr int threads_per_row = kThreadsPerRow, vec = 1, block_threads = 32;
   static constexpr bool row_in_smem = false, wrong_result_for_tests = false;
 };
+
+// Up to 32 slots (the goal shapes' N = 8 and 32) every lane reads all N scores (shared-memory broadcasts)
+// and works on its own copy, so the normalizer needs a few warp-wide operations in all instead of a
+// 5-level shuffle reduction per pass (the rownorm path: the census, then one reduction per Newton step of
+// the threshold search, then the support count):
+//   softmax      max lane by lane; the sum of exp over all N by each lane (N <= 8) or one warp sum.
+//   sparsemax,   exact in one pass (sort-free): lane i tries the support S_i = {j : x_j >= x_i}, whose
+//   1.5-entmax   threshold has a closed form (sparsemax: tau = (sum_S x - 1) / |S|; 1.5-entmax: the
+//                smaller root of sum_S (x - tau)^2 = 1); S_i is consistent iff x_i > tau_i, and the
+//                support is the largest consistent S_i (Peters, Niculae & Martins 2019, Alg. 2, without
+//                the sort): one max, one ballot and one shuffle pick it.
+//   other alpha  (N <= 8) the rownorm algorithm with the whole row in each lane (a team of one thread:
+//                its reductions are no-ops).
+// Every lane ends with the same threshold (or sum), so forward and backward see the same bits.
+template <class Cfg>
+inline constexpr bool kSlotsInLanes =
+    Cfg::n_slots <= 32 && (Cfg::kind != kEntmax || Cfg::alpha == 1.5f || Cfg::n_slots <= 8);
+
+template <class Cfg>
+__device__ __forceinline__ int normalize_slots_in_lanes(float* scores) {
+  constexpr int N = Cfg::n_slots, kind = Cfg::kind;
+  constexpr unsigned all = 0xffffffffu;
+  const int lane = threadIdx.x % 32;
+  const bool inside = lane < N;
+  if constexpr (kind == kEntmax && Cfg::alpha != 1.5f) {  // the rownorm search, lane by lane
+    using LaneCfg = SlotNormCfg<Cfg, 1>;
+    typename RowNormTraits<LaneCfg>::Slice row(nullptr, 0);
+#pragma unroll
+    for (int i = 0; i < N; ++i) row.v[i][0] = scores[i];
+    float unused_scratch[1];
+    int turn = 0;
+    const int support = normalize_row<LaneCfg>(row, 1.0f, true, unused_scratch, turn);
+    __syncwarp();  // every lane has read every score
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (lane == i) scores[i] = row.v[i][0];
+    return support;
+  } else {
+    float x[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) x[i] = scores[i];
+    float mine = inside ? scores[lane] : -infinity();
+    // The census of normalize_row (rownorm.cuh), lane by lane: max, NaN, +inf.
+    float max = -infinity();
+    bool nan = false, pos_inf = false;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      max = fmaxf(max, x[i]);
+      nan = nan || x[i] != x[i];
+      pos_inf = pos_inf || x[i] == infinity();
+    }
+    const bool undefined = nan || max == -infinity();
+    constexpr float scale = kind == kSoftmax ? 1.4426950408889634f : kind == kSparsemax ? 1.0f : Cfg::alpha - 1.0f;
+    auto scaled = [&](float v) {
+      return undefined ? 0.0f : pos_inf ? (v == infinity() ? 0.0f : -infinity()) : (v - max) * scale;
+    };
+#pragma unroll
+    for (int i = 0; i < N; ++i) x[i] = scaled(x[i]);
+    mine = inside ? scaled(mine) : -infinity();
+    float y;
+    if constexpr (kind == kSoftmax) {
+      const float e = exp2f(mine);
+      float total = 0.0f;
+      if constexpr (N <= 8) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) total += exp2f(x[i]);
+      } else {
+        total = warp_sum(e);
+      }
+      y = e * (1.0f / total);
+    } else {
+      float count = 0.0f, s1 = 0.0f, s2 = 0.0f;  // over S = {j : x_j >= mine}
+#pragma unroll
+      for (int i = 0; i < N; ++i)
+        if (x[i] >= mine) count += 1.0f, s1 += x[i], s2 += x[i] * x[i];
+      float tau;
+      bool consistent;
+      if constexpr (kind == kSparsemax) {
+        tau = (s1 - 1.0f) / count;
+        consistent = mine > tau;
+      } else {  // sum_S (x - tau)^2 = 1: count tau^2 - 2 s1 tau + s2 - 1 = 0, the root below every x in S
+        const float disc = s1 * s1 - count * (s2 - 1.0f);
+        tau = (s1 - sqrtf(fmaxf(disc, 0.0f))) / count;
+        consistent = disc >= 0.0f && mine > tau;
+      }
+      consistent = consistent && inside;  // the lane of the largest x always is
+      const unsigned size = consistent ? unsigned(count) : 0u;
+      const unsigned largest = __reduce_max_sync(all, size);
+      const int from = __ffs(__ballot_sync(all, consistent && size == largest)) - 1;
+      tau = __shfl_sync(all, tau, from);
+      y = entmax_value<kind, RowNormTraits<SlotNormCfg<Cfg>>::p_twice>(mine, tau, Cfg::alpha);
+    }
+    if (undefined) y = quiet_nan();
+    __syncwarp();  // every lane has read every score
+    if (inside) scores[lane] = y;
+    return __popc(__ballot_sync(all, inside && y > 0.0f));
+  }
+}
 
 // Called by one whole warp: scores[0, N) in shared memory become the normalized weights. Returns the
 // support size (the same in every lane).
 template <class Cfg>
 __device__ __forceinline__ int normalize_slots(float* scores) {
-  using NormCfg = SlotNormCfg<Cfg>;
-  const int lane = threadIdx.x % 32;
-  typename RowNormTraits<NormCfg>::Slice row(nullptr, lane);
-  constexpr int sweeps = decltype(row)::sweeps;
+  if constexpr (kSlotsInLanes<Cfg>) {
+    return normalize_slots_in_lanes<Cfg>(scores);
+  } else {
+    using NormCfg = SlotNormCfg<Cfg>;
+    const int lane = threadIdx.x % 32;
+    typename RowNormTraits<NormCfg>::Slice row(nullptr, lane);
+    constexpr int sweeps = decltype(row)::sweeps;
 #pragma unroll
-  for (int s = 0; s < sweeps; ++s) {
-    const int i = s * 32 + lane;
-    row.v[s][0] = i < Cfg::n_slots ? scores[i] : -infinity();
-  }
-  float unused_scratch[1];
-  int turn = 0;
-  const int support = normalize_row<NormCfg>(row, 1.0f, true, unused_scratch, turn);
-  __syncwarp();
+    for (int s = 0; s < sweeps; ++s) {
+      const int i = s * 32 + lane;
+      row.v[s][0] = i < Cfg::n_slots ? scores[i] : -infinity();
+    }
+    float unused_scratch[1];
+    int turn = 0;
+    normalize_row<NormCfg>(row, 1.0f, false, unused_scratch, turn);
+    __syncwarp();
+    int support = 0;  // by ballots rather than a shuffle reduction
 #pragma unroll
-  for (int s = 0; s < sweeps; ++s) {
-    const int i = s * 32 + lane;
-    if (i < Cfg::n_slots) scores[i] = row.v[s][0];
+    for (int s = 0; s < sweeps; ++s) {
+      const int i = s * 32 + lane;
+      if (i < Cfg::n_slots) scores[i] = row.v[s][0];
+      support += __popc(__ballot_sync(0xffffffffu, i < Cfg::n_slots && row.v[s][0] > 0.0f));
+    }
+    return support;
   }
-  return support;
 }
 
 // scores[i] = scale * <M_i, x> for every slot, x in shared memory, the tape in shared or global memory. With `apply_write`, each slot is first

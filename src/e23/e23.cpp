@@ -338,6 +338,7 @@ void E23::backward_sequence(const E23BackwardArgs& a, Stream stream) {
   p.g_m = ws(layout.g_m), p.seg_m = ws(layout.seg_m), p.seg_a = ws(layout.seg_a), p.seg_b = ws(layout.seg_b);
   p.g_w = ws(layout.g_w), p.g_z = ws(layout.g_z);
   p.g_h_tape = ws(layout.g_h_tape), p.g_h_gemm = ws(layout.g_h_gemm), p.g_h_write = ws(layout.g_h_write);
+  p.g_z_tagged = reinterpret_cast<unsigned long long*>(workspace + layout.g_z_tagged);
   p.checkpoint_every = k;
   p.batch = int(a.batch), p.steps = int(a.steps);
 
@@ -345,6 +346,8 @@ void E23::backward_sequence(const E23BackwardArgs& a, Stream stream) {
   p.state_in_shared = launch.tape_in_shared ? 1 : 0;
 
   SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p.barrier), 0, e23::forward_counter_bytes(a.batch), s));
+  // The tagged g_z words: no stale tag may match a step of this launch.
+  SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p.g_z_tagged), 0, 8 * std::size_t(a.batch) * spec.dim, s));
   void* params[] = {&p};
   run(per.backward, launch, s, params);
 }

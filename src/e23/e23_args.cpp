@@ -131,6 +131,7 @@ BackwardLayout backward_layout(const E23Spec& spec, std::int64_t batch, std::int
   l.g_h_tape = c.part(b * d * 4);
   l.g_h_gemm = c.part(b * d * 4);
   l.g_h_write = c.part(b * d * 4);
+  l.g_z_tagged = c.part(b * d * 8);  // tagged words: value and phase
   l.total = c.at;
   return l;
 }

@@ -25,7 +25,7 @@ SavedLayout saved_layout(const E23Spec& spec, std::int64_t batch, std::int64_t s
 // The backward's workspace (see E23BackwardParams in e23_params.cuh).
 struct BackwardLayout {
   std::size_t barrier = 0, w_h_t = 0, w_w_t = 0, g_m = 0, seg_m = 0, seg_a = 0, seg_b = 0, g_w = 0, g_z = 0,
-              g_h_tape = 0, g_h_gemm = 0, g_h_write = 0, total = 0;
+              g_h_tape = 0, g_h_gemm = 0, g_h_write = 0, g_z_tagged = 0, total = 0;
 };
 BackwardLayout backward_layout(const E23Spec& spec, std::int64_t batch, std::int64_t steps, std::int64_t k);
 

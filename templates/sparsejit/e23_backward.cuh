@@ -152,21 +152,46 @@ __device__ void replay_step(const E23BackwardParams& p, int b, int j, int k, flo
   __syncthreads();
   const float* from = k == 0 ? p.save_m + ((long long)j * p.batch + b) * N * D : p.seg_m + entry_prev * bnd + row;
   float* to = p.seg_m + entry * bnd + row;
-#pragma unroll 2
-  for (int i = warp; i < N; i += warps) {
-    const float bi = k == 0 ? 0.0f : write_prev[i];
-    float dot_read = 0.0f, dot_write = 0.0f;
-    for (int d = 4 * lane; d < D; d += 128) {
-      float4 m = load_state4(from + i * D + d);
-      if (bi > 0.0f) m = blend4(m, *reinterpret_cast<const float4*>(w_prev + d), bi);
-      store_state4(to + i * D + d, m);
-      if (also != nullptr) *reinterpret_cast<float4*>(also + i * D + d) = m;
-      dot_read += dot4(m, *reinterpret_cast<const float4*>(h_now + d));
-      dot_write += dot4(m, *reinterpret_cast<const float4*>(h_next + d));
+  // A warp's slots i, i + warps (kSlots of them) and kCols float4 columns a lane of each are loaded
+  // together before any store: `to` might alias `from` as far as the compiler knows, so loads written
+  // after a store wait for it, and the loop as written took one L2 round trip per float4 a lane.
+  constexpr int cols = (D + 127) / 128, kCols = cols < 4 ? cols : 4, kSlots = N > warps ? 2 : 1;
+  for (int i0 = warp; i0 < N; i0 += kSlots * warps) {
+    float dot_read[kSlots] = {}, dot_write[kSlots] = {};  // each lane in ascending d, as before
+    for (int base = 0; base < D; base += 128 * kCols) {  // warp-uniform
+      float4 m[kSlots][kCols];
+#pragma unroll
+      for (int si = 0; si < kSlots; ++si)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+          const int i = i0 + si * warps, d = base + 128 * c + 4 * lane;
+          m[si][c] = i < N && d < D ? load_state4(from + i * D + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+      for (int si = 0; si < kSlots; ++si) {
+        const int i = i0 + si * warps;
+        if (i >= N) break;  // warp-uniform
+        const float bi = k == 0 ? 0.0f : write_prev[i];
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+          const int d = base + 128 * c + 4 * lane;
+          if (d >= D) break;
+          float4 v = m[si][c];
+          if (bi > 0.0f) v = blend4(v, *reinterpret_cast<const float4*>(w_prev + d), bi);
+          store_state4(to + i * D + d, v);
+          if (also != nullptr) *reinterpret_cast<float4*>(also + i * D + d) = v;
+          dot_read[si] += dot4(v, *reinterpret_cast<const float4*>(h_now + d));
+          dot_write[si] += dot4(v, *reinterpret_cast<const float4*>(h_next + d));
+        }
+      }
     }
-    dot_read = warp_sum(dot_read);
-    dot_write = warp_sum(dot_write);
-    if (lane == 0) read[i] = Cfg::scale * dot_read, write[i] = Cfg::scale * dot_write;
+#pragma unroll
+    for (int si = 0; si < kSlots; ++si) {
+      const int i = i0 + si * warps;
+      if (i >= N) break;  // warp-uniform
+      const float dr = warp_sum(dot_read[si]), dw = warp_sum(dot_write[si]);
+      if (lane == 0) read[i] = Cfg::scale * dr, write[i] = Cfg::scale * dw;
+    }
   }
   __syncthreads();
   if (warp == 0) normalize_slots<Cfg>(read);
@@ -480,7 +505,7 @@ __device__ void tape_item_step(const E23BackwardParams& p, int b, int t, float* 
   if (segment_end) {  // step K - 1 of this segment: its entry is free now (step t + 1 needs only M_{t+1}'s weights)
     replay_step<Cfg>(p, b, j, K - 1, smem, kShared ? undone_tape_in_shared<Cfg>(smem) : nullptr);
   } else if constexpr (kShared) {
-    copy_tape_async<Cfg>(undone_tape_in_shared<Cfg>(smem), stored_tape);
+    if (!read_next) copy_tape_async<Cfg>(undone_tape_in_shared<Cfg>(smem), stored_tape);  // else step t + 1 began it
   }
   load_vector<Cfg>(s.h, p.save_h + (t + 1) * bd + b * D);
   load_vector<Cfg>(s.w, p.save_w + t * bd + b * D);
@@ -492,8 +517,10 @@ __device__ void tape_item_step(const E23BackwardParams& p, int b, int t, float* 
   __syncthreads();
   write_dots_before_wait<Cfg, kShared>(g_m, tape, s);
   if (read_next) {
-    wait_counter(gz_counter(p, g), unsigned(E23Traits<Cfg>::row_tiles) * unsigned(steps - 1 - t));  // g_z_{t+1}
-    load_vector<Cfg>(s.gz, p.g_z + (t + 1) * bd + b * D);
+    // g_z_{t+1} arrives as tagged words (tag steps - t - 1): polling them is the wait, with no counter, no
+    // fence on the tiles' side and no second load (the forward's z and w hand-over).
+    for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads)
+      *reinterpret_cast<float4*>(s.gz + k) = poll_tagged4(p.g_z_tagged + b * D + k, unsigned(steps - 1 - t));
     __syncthreads();
     dots_after_wait<Cfg, kShared>(tape, s);
   }
@@ -502,6 +529,14 @@ __device__ void tape_item_step(const E23BackwardParams& p, int b, int t, float* 
   __syncthreads();
   undo_update<Cfg, kShared>(p, b, t, read_next, g_m, tape, s);
   signal_counter(tape_counter(p, g));  // g_w_t, g_h_tape, g_h_write are out: the group's tiles may go on
+  // The tape of step t - 1 into shared memory now, so the copy runs under the replay that follows (whose
+  // stores go to entries of steps above t - 1, its loads to other entries and the first 3 D + 3 S floats).
+  // Not at a segment end: that step's tape is replayed straight into shared memory.
+  if constexpr (kShared) {
+    const bool next_is_segment_end = t > 0 && (t - 1) % K == K - 1;
+    if (t > 0 && !next_is_segment_end)
+      copy_tape_async<Cfg>(undone_tape_in_shared<Cfg>(smem), p.seg_m + entry_of_step(p, t - 1) * bnd + (long long)b * N * D);
+  }
 }
 
 // Off the critical path, after step t of batch row b is undone (while the tiles multiply): replay steps of
@@ -517,6 +552,22 @@ __device__ void tape_item_replay(const E23BackwardParams& p, int b, int t, float
   for (int kk = k == length - 1 ? 0 : last_k; kk <= last_k; ++kk) replay_step<Cfg>(p, b, j - 1, kk, smem);
 }
 
+// A tile's 16 rows of a transposed weight, requested before its wait so their latency hides under it (the
+// forward holds its weights for the launch; here a CTA's tiles use two matrices, so they are loaded per
+// product, still off the critical path). Where they do not fit in registers (D > 512), gemv_tile loads
+// them after the wait, chunk by chunk.
+template <class Cfg, class Products>
+__device__ __forceinline__ void with_weights_loaded(const typename Cfg::T* w, int row0, Products products) {
+  using Held = HeldWeights<typename Cfg::T, Cfg::dim, Cfg::threads / 32>;
+  if constexpr (Cfg::tensor_cores && Held::possible) {
+    Held held;
+    held.load(w, row0);
+    products(held);
+  } else {
+    products(w);
+  }
+}
+
 // Tile item `tile` (16 rows of W^T, one batch group): the recurrence's part of g_{h_{t+1}},
 // W_h^T g_z_{t+1}, into g_h_gemm (for t = -1: of g_{h_0}). Runs while the tape items undo step t.
 template <class Cfg>
@@ -525,20 +576,25 @@ __device__ void tile_recurrence(const E23BackwardParams& p, int tile, int t, flo
   constexpr int D = Tr::D;
   const int row0 = (tile % Tr::row_tiles) * kGemvTileRows, g = tile / Tr::row_tiles;
   const long long bd = (long long)p.batch * D;
-  wait_counter(gz_counter(p, g), unsigned(Tr::row_tiles) * unsigned(p.steps - 1 - t));  // g_z_{t+1} of the group
-  auto store = [&](int b, int r, float sum) { __stcg(p.g_h_gemm + b * D + r, sum); };
-  gemv_tile<Cfg>(static_cast<const typename Tr::T*>(p.w_h_t), State<D>{p.g_z + (t + 1) * bd}, row0,
-                 g * kGemvTileBatches, p.batch, smem, smem + Tr::warps * kGemvTileOutputs, store);
+  auto store = [&](int b, int r, float sum, int) { __stcg(p.g_h_gemm + b * D + r, sum); };
+  with_weights_loaded<Cfg>(static_cast<const typename Tr::T*>(p.w_h_t), row0, [&](const auto& w) {
+    wait_counter(gz_counter(p, g), unsigned(Tr::row_tiles) * unsigned(p.steps - 1 - t));  // g_z_{t+1} of the group
+    gemv_tile<Cfg>(w, State<D>{p.g_z + (t + 1) * bd}, row0, g * kGemvTileBatches, p.batch, smem,
+                   smem + Tr::warps * kGemvTileOutputs, store);
+  });
 }
 
 // Tile item `tile` at step t, on the critical path: g_{h_{t+1}} = W_w^T g_w_t + dy_t + the write
 // scores' part + (t < steps - 1: the read scores' and the recurrence's parts; else dh_final), and
 // g_z_t = g_{h_{t+1}} (1 - h_{t+1}^2) -> g_z (kept for dW_h and the next products) and du_t.
+// What the tape items do not write (dy_t, the recurrence's part, which this CTA stored itself, dh_final,
+// h_{t+1}) and the weights are loaded before the wait, as the forward loads u_t: after it only the
+// tape items' parts (with the operand, on tensor cores) and the products remain.
 template <class Cfg>
 __device__ void tile_gradient(const E23BackwardParams& p, int tile, int t, float* smem) {
   using Tr = E23Traits<Cfg>;
   using T = typename Tr::T;
-  constexpr int D = Tr::D;
+  constexpr int D = Tr::D, outputs = kGemvTileOutputs / Cfg::threads;
   const int row0 = (tile % Tr::row_tiles) * kGemvTileRows, g = tile / Tr::row_tiles, batch0 = g * kGemvTileBatches;
   const long long bd = (long long)p.batch * D;
   const bool last = t == p.steps - 1;
@@ -547,29 +603,44 @@ __device__ void tile_gradient(const E23BackwardParams& p, int tile, int t, float
   const float* h_next = p.save_h + (t + 1) * bd;
   float* g_z = p.g_z + t * bd;
   T* du_t = static_cast<T*>(p.du) + t * bd;
-  wait_counter(tape_counter(p, g), unsigned(min(kGemvTileBatches, p.batch - batch0)) * unsigned(p.steps - t));
-  // The parts of g_{h_{t+1}} besides the product: on tensor cores gemv_tile's addend, loaded before the
-  // products start; the FMA path has no registers to spare for them (ptxas spills) and adds them last.
+  float early[outputs], keep[outputs];  // per output j: the parts known before the wait, 1 - h_{t+1}^2
+#pragma unroll
+  for (int j = 0; j < outputs; ++j) {
+    const int2 c = gemv_output<Cfg>(j);
+    const int b = batch0 + c.y, r = row0 + c.x, e = b * D + r;
+    early[j] = keep[j] = 0.f;
+    if (r < D && b < p.batch) {
+      early[j] = to_float(dy_t[e]);
+      if (!last) early[j] += __ldcg(p.g_h_gemm + e);
+      else if (dh_final != nullptr) early[j] += to_float(dh_final[e]);
+      const float h = __ldcg(h_next + e);
+      keep[j] = 1.f - h * h;
+    }
+  }
+  // The tape items' parts of g_{h_{t+1}}: on tensor cores gemv_tile's addend, requested with the operand;
+  // the FMA path has no registers to spare for them (ptxas spills) and adds them last.
   auto parts = [&](int b, int r) {
     const int e = b * D + r;
-    float sum = to_float(dy_t[e]) + __ldcg(p.g_h_write + e);
-    if (!last) sum += __ldcg(p.g_h_tape + e) + __ldcg(p.g_h_gemm + e);
-    else if (dh_final != nullptr) sum += to_float(dh_final[e]);
+    float sum = __ldcg(p.g_h_write + e);
+    if (!last) sum += __ldcg(p.g_h_tape + e);
     return sum;
   };
-  auto finish = [&](int b, int r, float g_h) {
+  auto finish = [&](int b, int r, float g_h, int j) {
     const int e = b * D + r;
+    g_h += early[j];
     if constexpr (!Cfg::tensor_cores) g_h += parts(b, r);
-    const float h = __ldcg(h_next + e);
-    const float gz = g_h * (1.f - h * h);
+    const float gz = g_h * keep[j];
     __stcg(g_z + e, gz);
+    store_tagged(p.g_z_tagged + e, gz, unsigned(p.steps - t));  // the tape items' copy (tile_gradient's tag)
     du_t[e] = from_float<T>(gz);
   };
-  const T* w = static_cast<const T*>(p.w_w_t);
   const State<D> g_w{p.g_w + t * bd};
   float* stage = smem + Tr::warps * kGemvTileOutputs;
-  if constexpr (Cfg::tensor_cores) gemv_tile<Cfg>(w, g_w, row0, batch0, p.batch, smem, stage, finish, parts);
-  else gemv_tile<Cfg>(w, g_w, row0, batch0, p.batch, smem, stage, finish);
+  with_weights_loaded<Cfg>(static_cast<const T*>(p.w_w_t), row0, [&](const auto& w) {
+    wait_counter(tape_counter(p, g), unsigned(min(kGemvTileBatches, p.batch - batch0)) * unsigned(p.steps - t));
+    if constexpr (Cfg::tensor_cores) gemv_tile<Cfg>(w, g_w, row0, batch0, p.batch, smem, stage, finish, parts);
+    else gemv_tile<Cfg>(w, g_w, row0, batch0, p.batch, smem, stage, finish);
+  });
   signal_counter(gz_counter(p, g));  // g_z_t rows out: the group's tape items and tiles may undo step t
 }
 

@@ -293,14 +293,14 @@ __device__ void tile_step(const E23ForwardParams& p, int tile, int t, const Weig
   if (!write_side && t < p.steps) {
     const T* u_t = static_cast<const T*>(p.u) + (long long)t * batch * D;
     auto load_u = [&](int b, int r) { return to_float(u_t[b * D + r]); };  // loaded before the products
-    auto store_z = [&](int b, int r, float sum) { store_tagged(p.z + b * D + r, sum, unsigned(t) + 1); };
+    auto store_z = [&](int b, int r, float sum, int) { store_tagged(p.z + b * D + r, sum, unsigned(t) + 1); };
     if (t == 0)
       gemv_tile<Cfg>(w_h, InitialState<T, D>{static_cast<const T*>(p.h0)}, row0, batch0, batch, red, stage, store_z,
                      load_u, mark_products, wait_h);
     else gemv_tile<Cfg>(w_h, State<D>{p.h}, row0, batch0, batch, red, stage, store_z, load_u, mark_products, wait_h);
   } else if (write_side && t > 0) {
     float* save_w = p.save_w != nullptr ? p.save_w + (long long)(t - 1) * batch * D : nullptr;
-    auto store_w = [&](int b, int r, float sum) {
+    auto store_w = [&](int b, int r, float sum, int) {
       store_tagged(p.w + b * D + r, sum, unsigned(t) + 1);
       if (save_w != nullptr) __stcg(save_w + b * D + r, sum);
     };

@@ -212,8 +212,16 @@ struct NoHook {
   __device__ __forceinline__ void operator()() const {}
 };
 
-// The whole tile: partial products per warp, then their sum handed to epilogue(b, r, value) for every
-// row r < D and batch b < batch of the tile, value = the product + addend(b, r). On the tensor-core path
+// Output j (0 .. kGemvTileOutputs / threads - 1) of this thread in gemv_tile: {row, batch} within the tile
+// (slot threadIdx.x + j * threads of the partial sums, partial_slot). A caller can load values of its
+// outputs ahead (e.g. before a wait) and find them again by j in the epilogue.
+template <class Cfg>
+__device__ __forceinline__ int2 gemv_output(int j) {
+  return partial_slot<Cfg::tensor_cores>(threadIdx.x + j * Cfg::threads);
+}
+
+// The whole tile: partial products per warp, then their sum handed to epilogue(b, r, value, j) for every
+// row r < D and batch b < batch of the tile, value = the product + addend(b, r), j as in gemv_output. On the tensor-core path
 // the addends are loaded before the products start, even before wait_for_operand(), so their memory
 // latency hides under the wait instead of following the reduction (the FMA path has no registers to spare
 // for them: it would spill). Shared memory: WARPS * 512 floats at red (and as many at stage for the FMA path). Starts and
@@ -228,7 +236,7 @@ __device__ __forceinline__ void gemv_tile(const Weights& w, const Operand& x, in
   constexpr int per_thread = kGemvTileOutputs / Cfg::threads;
   constexpr bool has_addend = !IsNoAddend<Addend>::value, early = has_addend && Cfg::tensor_cores;
   // Output j of this thread: slot o = threadIdx.x + j * threads of the partial sums (partial_slot).
-  auto coords = [&](int j) { return partial_slot<Cfg::tensor_cores>(threadIdx.x + j * Cfg::threads); };
+  auto coords = [&](int j) { return gemv_output<Cfg>(j); };
   auto in_tile = [&](int2 c) { return row0 + c.x < Cfg::dim && batch0 + c.y < batch; };
   auto addend_of = [&](int2 c) { return in_tile(c) ? addend(batch0 + c.y, row0 + c.x) : 0.f; };
   float add[per_thread];
@@ -250,7 +258,7 @@ __device__ __forceinline__ void gemv_tile(const Weights& w, const Operand& x, in
       for (int wi = 0; wi < warps; ++wi) sum += red[wi * kGemvTileOutputs + threadIdx.x + j * Cfg::threads];
       if constexpr (early) sum += add[j];
       else if constexpr (has_addend) sum += addend_of(c);
-      epilogue(batch0 + c.y, row0 + c.x, sum);
+      epilogue(batch0 + c.y, row0 + c.x, sum, j);
     }
   }
   __syncthreads();

@@ -89,6 +89,9 @@ struct E23BackwardParams {
   float* g_h_tape;    // [batch, D]  the tape's part of g_{h_t}:  s M_t^T g_r (read scores)
   float* g_h_gemm;    // [batch, D]  the recurrence's part:        W_h^T g_z_t
   float* g_h_write;   // [batch, D]  the write scores' part of g_{h_{t+1}}: s M_t^T g_q
+  // [batch, D] g_{z_t} again as tagged words (value and steps - t, e23_grid_sync.cuh), zeroed before
+  // launch: the tape items poll them instead of waiting on the tiles' counter.
+  unsigned long long* g_z_tagged;
   int checkpoint_every;
   int batch, steps;
   // 1: each batch row's g_M and the tape of the step being undone stay in the shared memory of the CTA

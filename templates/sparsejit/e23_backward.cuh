@@ -142,6 +142,30 @@ __device__ void replay_step(const E23BackwardParams& p, int b, int j, int k, flo
   const long long bd = (long long)p.batch * D, bnd = bd * N;
   const long long row = (long long)b * N * D;
   const int entry = segment_entry(p, j, k), entry_prev = k > 0 ? segment_entry(p, j, k - 1) : 0;
+  const float* from = k == 0 ? p.save_m + ((long long)j * p.batch + b) * N * D : p.seg_m + entry_prev * bnd + row;
+  float* to = p.seg_m + entry * bnd + row;
+  // A warp walks positions (its slot group i0, i0 + warps, ...: kSlots slots; a chunk of kCols float4
+  // columns a lane of each) and loads a position's tape before any of its stores: `to` might alias `from`
+  // as far as the compiler knows, so a load written after a store waits for it (the loop as first written
+  // took one L2 round trip per float4 a lane). The first position (the only one at N <= 8 and D <= 512)
+  // is loaded before the vectors below, so its latency overlaps theirs. Loading the next position before
+  // storing the current one too cost 235-255 registers and spilled.
+  constexpr int cols = (D + 127) / 128, kCols = cols < 4 ? cols : 4, kSlots = N > warps ? 2 : 1;
+  constexpr int chunks = (cols + kCols - 1) / kCols;
+  const int groups = warp < N ? (N - warp + kSlots * warps - 1) / (kSlots * warps) : 0;
+  const int positions = groups * chunks;  // warp-uniform
+  auto load_at = [&](int pos, float4 (&m)[kSlots][kCols]) {
+    const int i0 = warp + (pos / chunks) * kSlots * warps, base = (pos % chunks) * 128 * kCols;
+#pragma unroll
+    for (int si = 0; si < kSlots; ++si)
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const int i = i0 + si * warps, d = base + 128 * c + 4 * lane;
+        m[si][c] = i < N && d < D ? load_state4(from + i * D + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+  };
+  float4 cur[kSlots][kCols];
+  if (positions > 0) load_at(0, cur);
   load_vector<Cfg>(h_now, p.save_h + t * bd + b * D);
   load_vector<Cfg>(h_next, p.save_h + (t + 1) * bd + b * D);
   if (k > 0) {
@@ -150,47 +174,35 @@ __device__ void replay_step(const E23BackwardParams& p, int b, int j, int k, flo
       write_prev[i] = __ldcg(p.seg_b + (entry_prev * (long long)p.batch + b) * N + i);
   }
   __syncthreads();
-  const float* from = k == 0 ? p.save_m + ((long long)j * p.batch + b) * N * D : p.seg_m + entry_prev * bnd + row;
-  float* to = p.seg_m + entry * bnd + row;
-  // A warp's slots i, i + warps (kSlots of them) and kCols float4 columns a lane of each are loaded
-  // together before any store: `to` might alias `from` as far as the compiler knows, so loads written
-  // after a store wait for it, and the loop as written took one L2 round trip per float4 a lane.
-  constexpr int cols = (D + 127) / 128, kCols = cols < 4 ? cols : 4, kSlots = N > warps ? 2 : 1;
-  for (int i0 = warp; i0 < N; i0 += kSlots * warps) {
-    float dot_read[kSlots] = {}, dot_write[kSlots] = {};  // each lane in ascending d, as before
-    for (int base = 0; base < D; base += 128 * kCols) {  // warp-uniform
-      float4 m[kSlots][kCols];
-#pragma unroll
-      for (int si = 0; si < kSlots; ++si)
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-          const int i = i0 + si * warps, d = base + 128 * c + 4 * lane;
-          m[si][c] = i < N && d < D ? load_state4(from + i * D + d) : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-      for (int si = 0; si < kSlots; ++si) {
-        const int i = i0 + si * warps;
-        if (i >= N) break;  // warp-uniform
-        const float bi = k == 0 ? 0.0f : write_prev[i];
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-          const int d = base + 128 * c + 4 * lane;
-          if (d >= D) break;
-          float4 v = m[si][c];
-          if (bi > 0.0f) v = blend4(v, *reinterpret_cast<const float4*>(w_prev + d), bi);
-          store_state4(to + i * D + d, v);
-          if (also != nullptr) *reinterpret_cast<float4*>(also + i * D + d) = v;
-          dot_read[si] += dot4(v, *reinterpret_cast<const float4*>(h_now + d));
-          dot_write[si] += dot4(v, *reinterpret_cast<const float4*>(h_next + d));
-        }
-      }
-    }
+  float dot_read[kSlots] = {}, dot_write[kSlots] = {};  // each lane in ascending d, as before
+  for (int pos = 0; pos < positions; ++pos) {
+    if (pos > 0) load_at(pos, cur);
+    const int i0 = warp + (pos / chunks) * kSlots * warps, base = (pos % chunks) * 128 * kCols;
 #pragma unroll
     for (int si = 0; si < kSlots; ++si) {
       const int i = i0 + si * warps;
       if (i >= N) break;  // warp-uniform
-      const float dr = warp_sum(dot_read[si]), dw = warp_sum(dot_write[si]);
-      if (lane == 0) read[i] = Cfg::scale * dr, write[i] = Cfg::scale * dw;
+      const float bi = k == 0 ? 0.0f : write_prev[i];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const int d = base + 128 * c + 4 * lane;
+        if (d >= D) break;
+        float4 v = cur[si][c];
+        if (bi > 0.0f) v = blend4(v, *reinterpret_cast<const float4*>(w_prev + d), bi);
+        store_state4(to + i * D + d, v);
+        if (also != nullptr) *reinterpret_cast<float4*>(also + i * D + d) = v;
+        dot_read[si] += dot4(v, *reinterpret_cast<const float4*>(h_now + d));
+        dot_write[si] += dot4(v, *reinterpret_cast<const float4*>(h_next + d));
+      }
+    }
+    if (pos % chunks == chunks - 1) {  // the group's last chunk: its scores
+#pragma unroll
+      for (int si = 0; si < kSlots; ++si) {
+        const int i = i0 + si * warps;
+        const float dr = warp_sum(dot_read[si]), dw = warp_sum(dot_write[si]);
+        if (lane == 0 && i < N) read[i] = Cfg::scale * dr, write[i] = Cfg::scale * dw;
+        dot_read[si] = dot_write[si] = 0.f;
+      }
     }
   }
   __syncthreads();
@@ -445,15 +457,31 @@ __device__ __forceinline__ void outer_product_tile(const float* g, const float* 
   float* gs = smem;                  // [chunk][64]
   float* hs = smem + chunk * tile;   // [chunk][64]
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  float acc[4][4] = {};
-  for (long long j0 = 0; j0 < rows; j0 += chunk) {
-    for (int e = threadIdx.x; e < chunk * tile; e += Cfg::threads) {
-      const int jj = e / tile, x = e % tile;
+  // Chunk j0 + chunk is loaded into registers while chunk j0 is summed from shared memory, so the L2
+  // latency of each chunk's loads hides under the previous one's FMAs (at B = 64 the 128 chunks a tile
+  // otherwise cost a round trip each on top of their FMAs).
+  constexpr int per_thread = chunk * tile / Cfg::threads;
+  static_assert(chunk * tile % Cfg::threads == 0, "whole elements a thread");
+  float g_next[per_thread], h_next[per_thread];
+  auto load_chunk = [&](long long j0) {
+#pragma unroll
+    for (int q = 0; q < per_thread; ++q) {
+      const int e = threadIdx.x + q * Cfg::threads, jj = e / tile, x = e % tile;
       const bool in = j0 + jj < rows;
-      gs[e] = in && r0 + x < D ? __ldcg(g + (j0 + jj) * D + r0 + x) : 0.f;
-      hs[e] = in && c0 + x < D ? __ldcg(h + (j0 + jj) * D + c0 + x) : 0.f;
+      g_next[q] = in && r0 + x < D ? __ldcg(g + (j0 + jj) * D + r0 + x) : 0.f;
+      h_next[q] = in && c0 + x < D ? __ldcg(h + (j0 + jj) * D + c0 + x) : 0.f;
+    }
+  };
+  float acc[4][4] = {};
+  load_chunk(0);
+  for (long long j0 = 0; j0 < rows; j0 += chunk) {
+#pragma unroll
+    for (int q = 0; q < per_thread; ++q) {
+      const int e = threadIdx.x + q * Cfg::threads;
+      gs[e] = g_next[q], hs[e] = h_next[q];
     }
     __syncthreads();
+    if (j0 + chunk < rows) load_chunk(j0 + chunk);
 #pragma unroll 8
     for (int jj = 0; jj < chunk; ++jj) {
       const float4 gv = *reinterpret_cast<const float4*>(gs + jj * tile + 4 * ty);

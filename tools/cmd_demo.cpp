@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -82,45 +81,36 @@ Compiled compile_all(const std::vector<std::string>& keys, const std::string& ar
   fmt::print("Compiling {} kernels for {}, {} at a time\n", keys.size(), arch, out.jobs);
   std::fflush(stdout);
   std::mutex mutex;
-  std::atomic<std::size_t> next{0};
   int done = 0;
   const auto start = std::chrono::steady_clock::now();
-  auto worker = [&] {
-    for (std::size_t i = next++; i < keys.size(); i = next++) {
-      std::optional<CompiledKernel> k;
-      std::string failure;
-      try {
-        k = compile_key(keys[i], arch);
-        if (load) prepare_key(keys[i]);
-      } catch (const CompileError& e) {
-        failure = fmt::format("NVRTC failed:\n{}", e.log());
-      } catch (const std::exception& e) {
-        failure = e.what();
-      }
-      std::lock_guard lock(mutex);
-      ++done;
-      const std::string what = !k ? "FAILED" : k->from_cache ? "cached" : "compiled";
-      if (k) {
-        out.from_cache += k->from_cache;
-        out.nvrtc_ms += k->from_cache ? 0 : k->compile_ms;
-        out.kernels.emplace(keys[i], std::move(*k));
-      } else {
-        out.failures.emplace(keys[i], failure);
-      }
-      if (terminal) {  // one line redrawn: a bar, as `sjit warmup` draws it
-        const int width = 30, filled = width * done / int(keys.size());
-        fmt::print(stderr, "\r[{:#<{}}{:.<{}}] {}/{}  failed {}", "", filled, "", width - filled, done, keys.size(),
-                   out.failures.size());
-        if (done == int(keys.size())) fmt::print(stderr, "\n");
-      } else {
-        fmt::print("  {:<8} {}\n", what, keys[i]);
-        std::fflush(stdout);
-      }
+  run_parallel(keys.size(), out.jobs, [&](std::size_t i) {
+    std::optional<CompiledKernel> k;
+    std::string failure;
+    try {
+      k = compile_key(keys[i], arch);
+      if (load) prepare_key(keys[i]);
+    } catch (const CompileError& e) {
+      failure = fmt::format("NVRTC failed:\n{}", e.log());
+    } catch (const std::exception& e) {
+      failure = e.what();
     }
-  };
-  std::vector<std::thread> threads;
-  for (int t = 0; t < out.jobs; ++t) threads.emplace_back(worker);
-  for (auto& t : threads) t.join();
+    std::lock_guard lock(mutex);
+    ++done;
+    const std::string what = !k ? "FAILED" : k->from_cache ? "cached" : "compiled";
+    if (k) {
+      out.from_cache += k->from_cache;
+      out.nvrtc_ms += k->from_cache ? 0 : k->compile_ms;
+      out.kernels.emplace(keys[i], std::move(*k));
+    } else {
+      out.failures.emplace(keys[i], failure);
+    }
+    if (terminal) {  // one line redrawn, as `sjit warmup` draws it
+      draw_progress(done, int(keys.size()), fmt::format("failed {}", out.failures.size()));
+    } else {
+      fmt::print("  {:<8} {}\n", what, keys[i]);
+      std::fflush(stdout);
+    }
+  });
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   fmt::print("NVRTC {:.1f} s in all, {:.1f} s wall; {} of {} were in the disk cache ({})\n\n", out.nvrtc_ms / 1000,
              out.wall_s, out.from_cache, keys.size(), cache_settings().dir);

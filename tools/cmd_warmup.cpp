@@ -3,12 +3,10 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <map>
 #include <set>
 #include <mutex>
-#include <sstream>
 #include <thread>
 
 #include "commands.h"
@@ -28,10 +26,7 @@ struct Tally {
 void draw_bar(int done, int total, const std::map<std::string, Tally>& tallies) {
   int compiled = 0, cached = 0, failed = 0;
   for (const auto& [arch, t] : tallies) compiled += t.compiled, cached += t.cached, failed += t.failed;
-  const int width = 30, filled = total ? width * done / total : width;
-  fmt::print(stderr, "\r[{:#<{}}{:.<{}}] {}/{}  compiled {}  cached {}  failed {}", "", filled, "", width - filled, done,
-             total, compiled, cached, failed);
-  if (done == total) fmt::print(stderr, "\n");
+  draw_progress(done, total, fmt::format("compiled {}  cached {}  failed {}", compiled, cached, failed));
 }
 
 }  // namespace
@@ -62,38 +57,32 @@ Runner add_warmup(CLI::App& app) {
     std::map<std::string, Tally> tallies;
     std::vector<std::string> failures;
     std::mutex mutex;
-    std::atomic<std::size_t> next{0};
     int done = 0;
     const auto start = std::chrono::steady_clock::now();
-    auto worker = [&] {
-      for (std::size_t i = next++; i < work.size(); i = next++) {
-        const Job& job = work[i];
-        std::string outcome, failure;
-        double ms = 0;
-        bool cached = false;
-        try {
-          const CompiledKernel k = compile_key(job.key, job.arch);
-          cached = k.from_cache;
-          ms = k.compile_ms;
-        } catch (const CompileError& e) {
-          failure = fmt::format("{} for {}: NVRTC failed\n{}", job.key, job.arch, e.log());
-        } catch (const std::exception& e) {
-          failure = fmt::format("{} for {}: {}", job.key, job.arch, e.what());
-        }
-        std::lock_guard lock(mutex);
-        Tally& t = tallies[job.arch];
-        ++done;
-        if (!failure.empty()) ++t.failed, failures.push_back(failure);
-        else if (cached) ++t.cached;
-        else ++t.compiled, t.compile_ms += ms;
-        if (terminal) draw_bar(done, int(work.size()), tallies);
-        else fmt::print("{:<8} {} {} {}\n", !failure.empty() ? "FAILED" : cached ? "cached" : "compiled", job.arch,
-                        job.key, cached || !failure.empty() ? "" : fmt::format("({:.0f} ms)", ms));
+    run_parallel(work.size(), *jobs, [&](std::size_t i) {
+      const Job& job = work[i];
+      std::string failure;
+      double ms = 0;
+      bool cached = false;
+      try {
+        const CompiledKernel k = compile_key(job.key, job.arch);
+        cached = k.from_cache;
+        ms = k.compile_ms;
+      } catch (const CompileError& e) {
+        failure = fmt::format("{} for {}: NVRTC failed\n{}", job.key, job.arch, e.log());
+      } catch (const std::exception& e) {
+        failure = fmt::format("{} for {}: {}", job.key, job.arch, e.what());
       }
-    };
-    std::vector<std::thread> threads;
-    for (int t = 0; t < std::min<int>(*jobs, int(work.size())); ++t) threads.emplace_back(worker);
-    for (auto& t : threads) t.join();
+      std::lock_guard lock(mutex);
+      Tally& t = tallies[job.arch];
+      ++done;
+      if (!failure.empty()) ++t.failed, failures.push_back(failure);
+      else if (cached) ++t.cached;
+      else ++t.compiled, t.compile_ms += ms;
+      if (terminal) draw_bar(done, int(work.size()), tallies);
+      else fmt::print("{:<8} {} {} {}\n", !failure.empty() ? "FAILED" : cached ? "cached" : "compiled", job.arch,
+                      job.key, cached || !failure.empty() ? "" : fmt::format("({:.0f} ms)", ms));
+    });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
     for (const std::string& f : failures) fmt::print(stderr, "\n{}\n", f);

@@ -36,6 +36,13 @@ std::vector<std::string> split_commas(const std::string& text);
 // alone with events on the default stream.
 double median_gpu_ms(int warmup, int iterations, const std::function<void(int)>& run);
 
+// Calls work(i) for every i in [0, count) from min(jobs, count) threads, each taking the next index
+// when it is done with one (the compiles of `sjit warmup` and `sjit demo`).
+void run_parallel(std::size_t count, int jobs, const std::function<void(std::size_t)>& work);
+
+// One progress line redrawn on stderr, "[####......] done/total  <tail>", ended once done == total.
+void draw_progress(int done, int total, const std::string& tail);
+
 // A device buffer of `elements` values drawn from N(0, scale^2), rounded to dtype (at least 16 bytes).
 DeviceBuffer random_device_tensor(std::int64_t elements, DType dtype, std::mt19937_64& rng, float scale = 1.0f);
 

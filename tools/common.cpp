@@ -1,8 +1,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <sstream>
+#include <thread>
 
 #include "commands.h"
 
@@ -76,6 +78,22 @@ double median_gpu_ms(int warmup, int iterations, const std::function<void(int)>&
   }
   std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
   return ms[ms.size() / 2];
+}
+
+void run_parallel(std::size_t count, int jobs, const std::function<void(std::size_t)>& work) {
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i = next++; i < count; i = next++) work(i);
+  };
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < std::min<std::size_t>(std::size_t(std::max(jobs, 1)), count); ++t) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+}
+
+void draw_progress(int done, int total, const std::string& tail) {
+  const int width = 30, filled = total ? width * done / total : width;
+  fmt::print(stderr, "\r[{:#<{}}{:.<{}}] {}/{}  {}", "", filled, "", width - filled, done, total, tail);
+  if (done == total) fmt::print(stderr, "\n");
 }
 
 }  // namespace sjit::tool

@@ -37,11 +37,12 @@ struct BackwardSm90Layout {
   static constexpr int k_tile = 0, v_tile = own_bytes;         // offsets from the 1024-aligned base
   static constexpr int q_ring = 2 * own_bytes;
   static constexpr int do_ring = q_ring + Cfg::stages * other_bytes;
-  static constexpr int ds_tiles = do_ring + Cfg::stages * other_bytes;  // two: tile j's is written while
+  // Two dS tiles: tile j's is written while a slower warpgroup may still read j - 1's.
+  static constexpr int ds_tiles = do_ring + Cfg::stages * other_bytes;
   // Each warpgroup's fp32 dQ tile (64 queries x 64 dims) as two 32-column boxes of 128-byte swizzled
   // rows, the source of its bulk reductions into the accumulator.
   static constexpr int dq_box_bytes = 64 * 128, dq_bytes = 2 * dq_box_bytes;
-  static constexpr int dq_tiles = ds_tiles + 2 * ds_bytes;              // a slower warpgroup may still read j - 1's
+  static constexpr int dq_tiles = ds_tiles + 2 * ds_bytes;
   static constexpr int lse2_ring = dq_tiles + (Cfg::atomic_dq ? 2 * dq_bytes : 0);
   static constexpr int delta_ring = lse2_ring + Cfg::stages * cols * 4;
   // K/V's barrier, then a "full" barrier per ring slot (the copies landed), then an "empty" one (every
@@ -248,9 +249,9 @@ __global__ void __launch_bounds__(256, 1)
       for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int row = (warp % 4) * 16 + lane / 4 + h * 8, col = (nt % 4) * 8 + 2 * (lane % 4);
-          const int offset = (nt / 4) * L::dq_box_bytes + row * 128 + (((col / 4) ^ (row % 8)) * 16) + (col % 4) * 4;
-          *reinterpret_cast<float2*>(smem + dq_tile + offset) = make_float2(dq[nt][2 * h], dq[nt][2 * h + 1]);
+          const int row = (warp % 4) * 16 + lane / 4 + h * 8, col = nt * 8 + 2 * (lane % 4);
+          *reinterpret_cast<float2*>(smem + dq_tile + swizzled_offset<4>(64, row, col)) =
+              make_float2(dq[nt][2 * h], dq[nt][2 * h + 1]);
         }
       fence_proxy_async();
       warpgroup_barrier(group);

@@ -35,10 +35,14 @@
 
 namespace sjit_kernels {
 
-// The byte offset of element (row, col) in a 128-byte-swizzled tile of `rows` rows.
+// The byte offset of element (row, col) in a 128-byte-swizzled tile of `rows` rows: column blocks of
+// 128 bytes, one after the other, each row's 16-byte chunks permuted by the row (bf16/f16 operands,
+// ELEMENT_BYTES = 2, or the fp32 dQ tiles of the backward, 4).
+template <int ELEMENT_BYTES = 2>
 __device__ __forceinline__ int swizzled_offset(int rows, int row, int col) {
-  const int chunk = (col % 64) / 8;
-  return (col / 64) * rows * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + (col % 8) * 2;
+  constexpr int per_block = 128 / ELEMENT_BYTES, per_chunk = 16 / ELEMENT_BYTES;
+  const int chunk = (col % per_block) / per_chunk;
+  return (col / per_block) * rows * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + (col % per_chunk) * ELEMENT_BYTES;
 }
 
 // A shared-memory matrix descriptor with the 128-byte swizzle (PTX ISA, "Matrix Descriptor Format"):

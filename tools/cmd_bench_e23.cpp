@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "commands.h"
 #include "sparsejit/e23.h"
@@ -27,6 +30,13 @@ constexpr double kHbmBytesPerS = 3.35e12;
 constexpr double kTensorFlopsPerS = 989e12;
 constexpr double kFp32FlopsPerS = 67e12;
 
+void print_spans(const std::vector<E23ProfileSpan>& spans) {
+  Table table({"role", "span", "ns/step", "max"});
+  for (const E23ProfileSpan& s : spans)
+    table.add({s.role, s.span, fmt::format("{:.0f}", s.ns_per_step), fmt::format("{:.0f}", s.max_ns)});
+  table.print();
+}
+
 // Forward with the state saved, then the backward through time, per kind. The training step's floor is
 // taken as three forward floors (the backward reads both weights again and touches the tape and its
 // gradient: about twice the forward's traffic; the dW products add 4 B D^2 FLOPs).
@@ -40,6 +50,7 @@ void run_e23_backward(const E23BenchOptions& o, E23ForwardArgs args, double fwd_
   DeviceBuffer dw_h(std::size_t(d * d) * e), dw_w(std::size_t(d * d) * e);
   fmt::print("\nbackward through time: forward saving its state, then backward_sequence (K = {}); median of {} runs\n",
              E23::checkpoint_interval(t, o.checkpoint_every), o.iterations);
+  std::vector<std::pair<std::string, std::vector<E23ProfileSpan>>> profiles;  // with --profile
   Table table({"kind", "bwd CTAs", "fwd us/step", "fwd+save", "bwd", "fwd+bwd", "ratio", "x floor", "saved MB",
                "tape history MB", "bwd workspace MB"});
   for (const std::string& kind : split_commas(o.kinds)) {
@@ -57,6 +68,7 @@ void run_e23_backward(const E23BenchOptions& o, E23ForwardArgs args, double fwd_
     bw.du = du.data(), bw.dh0 = dh0.data(), bw.dm0 = dm0.data(), bw.dw_h = dw_h.data(), bw.dw_w = dw_w.data();
     bw.batch = b, bw.steps = t, bw.checkpoint_every = o.checkpoint_every;
     const double bwd_us = 1000.0 * median_gpu_ms(o.warmup, o.iterations, [&](int) { cell.backward_sequence(bw); });
+    if (o.profile) profiles.emplace_back(kind, cell.profile_backward(bw));
     const double per_step = (save_us + bwd_us) / double(t);
     const double floor_us = 3.0 * std::max(fwd_bytes_us, fwd_flops_us);
     table.add({kind, std::to_string(cell.backward_grid_size(b)), fmt::format("{:.2f}", fwd_us / double(t)),
@@ -71,6 +83,11 @@ void run_e23_backward(const E23BenchOptions& o, E23ForwardArgs args, double fwd_
              "forward floors ({:.3f} us). saved = the activation memory kept from forward to backward; tape history = "
              "what storing every M_t in fp32 would take.\n",
              t, 3.0 * std::max(fwd_bytes_us, fwd_flops_us));
+  for (const auto& [kind, spans] : profiles) {
+    fmt::print("\nbackward profile, {}: ns per step (mean over steps {}..0 and the role's CTAs; max = slowest CTA's "
+               "mean; launch rows: ns per launch)\n", kind, t - 2);
+    print_spans(spans);
+  }
 }
 
 // Per-phase timing of one instrumented launch per kind (E23::profile_forward), after a warm-up launch.
@@ -84,10 +101,7 @@ void print_e23_profile(const E23BenchOptions& o, const E23ForwardArgs& args) {
     const std::vector<E23ProfileSpan> spans = cell.profile_forward(args);
     fmt::print("\nprofile, {}: ns per step (mean over steps 1..{} and the role's CTAs; max = slowest CTA's mean)\n",
                kind, o.steps - 1);
-    Table table({"role", "span", "ns/step", "max"});
-    for (const E23ProfileSpan& s : spans)
-      table.add({s.role, s.span, fmt::format("{:.0f}", s.ns_per_step), fmt::format("{:.0f}", s.max_ns)});
-    table.print();
+    print_spans(spans);
   }
 }
 
@@ -173,7 +187,8 @@ Runner add_bench_e23(CLI::App& bench) {
   cmd->add_option("--iters", o->iterations, "Timed runs (median reported)");
   cmd->add_option("--warmup", o->warmup, "Untimed runs first");
   cmd->add_flag("--backward", o->backward, "Also time the forward that saves its state and the backward through time");
-  cmd->add_flag("--profile", o->profile, "Also time each phase of one instrumented launch per kind (docs/e23.md)");
+  cmd->add_flag("--profile", o->profile,
+                "Also time each phase of one instrumented launch per kind (docs/e23.md); with --backward the backward's too");
   cmd->add_option("--checkpoint-every", o->checkpoint_every, "K, steps between saved tapes (0: ceil(sqrt(steps)))");
   return [=] { return cmd->parsed() ? run_e23(*o) : -1; };
 }

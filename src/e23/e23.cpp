@@ -294,7 +294,23 @@ void E23::launch_forward(const E23ForwardArgs& a, Stream stream, unsigned long l
   run(per.forward, launch, s, params);
 }
 
-void E23::backward_sequence(const E23BackwardArgs& a, Stream stream) {
+void E23::backward_sequence(const E23BackwardArgs& a, Stream stream) { launch_backward(a, stream, nullptr); }
+
+std::vector<E23ProfileSpan> E23::profile_backward(const E23BackwardArgs& a, Stream stream) {
+  e23::check_backward_args(state_->spec, a);
+  if (a.batch == 0 || a.steps == 0) return {};
+  const int grid = backward_grid_size(a.batch);
+  const std::size_t words = std::size_t(grid) * std::size_t(a.steps + 1) * sjit_kernels::kE23BackwardMarks * 2;
+  DeviceBuffer marks(words * 8);
+  marks.fill_bytes(0, stream);
+  launch_backward(a, stream, marks.as<unsigned long long>());
+  synchronize(stream);
+  std::vector<unsigned long long> host(words);
+  marks.download(host.data(), words * 8);
+  return e23::summarize_backward_profile(host, grid, a.batch, a.steps);
+}
+
+void E23::launch_backward(const E23BackwardArgs& a, Stream stream, unsigned long long* profile) {
   const E23Spec& spec = state_->spec;
   e23::check_backward_args(spec, a);
   const std::size_t elem = size_of(spec.dtype);
@@ -344,6 +360,7 @@ void E23::backward_sequence(const E23BackwardArgs& a, Stream stream) {
 
   const Launch launch = plan_backward(per.backward, spec, a.batch);
   p.state_in_shared = launch.tape_in_shared ? 1 : 0;
+  p.profile = profile;
 
   SJIT_CU(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p.barrier), 0, e23::forward_counter_bytes(a.batch), s));
   // The tagged g_z words: no stale tag may match a step of this launch.

@@ -120,6 +120,12 @@ __device__ __forceinline__ int entry_of_step(const E23BackwardParams& p, int t) 
   return segment_entry(p, t / p.checkpoint_every, t % p.checkpoint_every);
 }
 
+// The opt-in profile (E23BackwardParams::profile, E23BackwardMark): point `mark` of step t, or with
+// t = steps a point of the launch itself (E23BackwardLaunchMark). Nothing when not profiling.
+__device__ __forceinline__ void backward_mark(const E23BackwardParams& p, int t, int mark) {
+  profile_store(p.profile, p.steps + 1, kE23BackwardMarks, t, mark);
+}
+
 // Replays step k of segment j for batch row b (t = j K + k): M_t from M_{t-1} (the checkpoint when k = 0)
 // with the write of step t - 1, the read weights a_t = f(s M_t h_t) and the write weights
 // b_t = f(s M_t h_{t+1}); stored at the step's entry. The write scores use the forward's arithmetic
@@ -523,6 +529,7 @@ __device__ void tape_item_step(const E23BackwardParams& p, int b, int t, float* 
   const TapeItemSmem<Cfg> s(smem);
   const bool read_next = t < steps - 1;          // step t + 1 exists: its read is undone too
   const bool segment_end = read_next && k == K - 1;  // this segment's last step is still to replay
+  backward_mark(p, t, kBMarkTapeStart);
   float* g_m = grad_tape_of<Cfg, kShared>(p, b, smem);
   const float* stored_tape = p.seg_m + entry_of_step(p, t) * bnd + (long long)b * N * D;
   const float* tape = kShared ? undone_tape_in_shared<Cfg>(smem) : stored_tape;
@@ -544,19 +551,23 @@ __device__ void tape_item_step(const E23BackwardParams& p, int b, int t, float* 
   wait_async_copies();
   __syncthreads();
   write_dots_before_wait<Cfg, kShared>(g_m, tape, s);
+  backward_mark(p, t, kBMarkTapeReady);
   if (read_next) {
     // g_z_{t+1} arrives as tagged words (tag steps - t - 1): polling them is the wait, with no counter, no
     // fence on the tiles' side and no second load (the forward's z and w hand-over).
     for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads)
       *reinterpret_cast<float4*>(s.gz + k) = poll_tagged4(p.g_z_tagged + b * D + k, unsigned(steps - 1 - t));
     __syncthreads();
+    backward_mark(p, t, kBMarkTapeGo);
     dots_after_wait<Cfg, kShared>(tape, s);
   }
   __syncthreads();
   if (threadIdx.x < 32) undo_weights<Cfg>(read_next, s);
   __syncthreads();
+  backward_mark(p, t, kBMarkTapeWeights);
   undo_update<Cfg, kShared>(p, b, t, read_next, g_m, tape, s);
   signal_counter(tape_counter(p, g));  // g_w_t, g_h_tape, g_h_write are out: the group's tiles may go on
+  backward_mark(p, t, kBMarkTapeSignalled);
   // The tape of step t - 1 into shared memory now, so the copy runs under the replay that follows (whose
   // stores go to entries of steps above t - 1, its loads to other entries and the first 3 D + 3 S floats).
   // Not at a segment end: that step's tape is replayed straight into shared memory.
@@ -606,10 +617,13 @@ __device__ void tile_recurrence(const E23BackwardParams& p, int tile, int t, flo
   const long long bd = (long long)p.batch * D;
   auto store = [&](int b, int r, float sum, int) { __stcg(p.g_h_gemm + b * D + r, sum); };
   with_weights_loaded<Cfg>(static_cast<const typename Tr::T*>(p.w_h_t), row0, [&](const auto& w) {
+    backward_mark(p, t, kBMarkRecStart);
     wait_counter(gz_counter(p, g), unsigned(Tr::row_tiles) * unsigned(p.steps - 1 - t));  // g_z_{t+1} of the group
+    backward_mark(p, t, kBMarkRecGo);
     gemv_tile<Cfg>(w, State<D>{p.g_z + (t + 1) * bd}, row0, g * kGemvTileBatches, p.batch, smem,
                    smem + Tr::warps * kGemvTileOutputs, store);
   });
+  backward_mark(p, t, kBMarkRecDone);
 }
 
 // Tile item `tile` at step t, on the critical path: g_{h_{t+1}} = W_w^T g_w_t + dy_t + the write
@@ -665,11 +679,14 @@ __device__ void tile_gradient(const E23BackwardParams& p, int tile, int t, float
   const State<D> g_w{p.g_w + t * bd};
   float* stage = smem + Tr::warps * kGemvTileOutputs;
   with_weights_loaded<Cfg>(static_cast<const T*>(p.w_w_t), row0, [&](const auto& w) {
+    backward_mark(p, t, kBMarkGradStart);
     wait_counter(tape_counter(p, g), unsigned(min(kGemvTileBatches, p.batch - batch0)) * unsigned(p.steps - t));
+    backward_mark(p, t, kBMarkGradGo);
     if constexpr (Cfg::tensor_cores) gemv_tile<Cfg>(w, g_w, row0, batch0, p.batch, smem, stage, finish, parts);
     else gemv_tile<Cfg>(w, g_w, row0, batch0, p.batch, smem, stage, finish);
   });
   signal_counter(gz_counter(p, g));  // g_z_t rows out: the group's tape items and tiles may undo step t
+  backward_mark(p, t, kBMarkGradDone);
 }
 
 // Steps T - 1 down to 0, then step 0's read (-> dm0) and the recurrence's part of g_{h_0}. No grid
@@ -707,6 +724,7 @@ __device__ void backward_steps(const E23BackwardParams& p, float* smem) {
     for (int item = blockIdx.x; item < items; item += gridDim.x)
       if (item >= batch) tile_gradient<Cfg>(p, item - batch, t, smem);
     for (int item = blockIdx.x; item < batch; item += gridDim.x) tape_item_replay<Cfg>(p, item, t, smem);
+    if (blockIdx.x < batch) backward_mark(p, t, kBMarkTapeReplayed);
   }
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     if (item < batch) {
@@ -740,6 +758,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1) e23_backward(const E23Backwar
   const int items = batch + Tr::row_tiles * ((batch + kGemvTileBatches - 1) / kGemvTileBatches);
   const long long thread = (long long)blockIdx.x * Cfg::threads + threadIdx.x, threads = (long long)gridDim.x * Cfg::threads;
   GridBarrier barrier{p.barrier};
+  backward_mark(p, steps, kBLaunchStart);
 
   // Prologue: W^T for the tiles, g_M_T = dm_final (or 0).
   {
@@ -764,9 +783,12 @@ __global__ void __launch_bounds__(Cfg::threads, 1) e23_backward(const E23Backwar
       for (int k = 0; k < steps - last_segment * K; ++k) replay_step<Cfg>(p, item, last_segment, k, smem);
   }
   barrier.sync();
+  backward_mark(p, steps, kBLaunchStepsBegin);
 
   backward_steps<Cfg>(p, smem);
+  backward_mark(p, steps, kBLaunchStepsEnd);
   barrier.sync();
+  backward_mark(p, steps, kBLaunchOuterBegin);
   T* dh0 = static_cast<T*>(p.dh0);
   for (long long e = thread; e < bd; e += threads)
     dh0[e] = from_float<T>(__ldcg(p.g_h_tape + e) + __ldcg(p.g_h_gemm + e));
@@ -780,6 +802,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1) e23_backward(const E23Backwar
     if (write_side) outer_product_tile<Cfg>(p.g_w, p.save_h + bd, rows, r0, c0, static_cast<T*>(p.dw_w), smem);
     else outer_product_tile<Cfg>(p.g_z, p.save_h, rows, r0, c0, static_cast<T*>(p.dw_h), smem);
   }
+  backward_mark(p, steps, kBLaunchEnd);
 }
 
 }  // namespace sjit_kernels

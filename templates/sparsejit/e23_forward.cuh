@@ -78,13 +78,17 @@ __device__ __forceinline__ float* tape_of(const E23ForwardParams& p, int b, floa
 
 // The opt-in profile (E23ForwardParams::profile): thread 0 stores clock64 and the global nanosecond timer
 // at point `mark` of step t. Stores only (no round trip); nothing at all when not profiling.
-__device__ __forceinline__ void profile_mark(const E23ForwardParams& p, int t, int mark) {
-  if (p.profile == nullptr || threadIdx.x != 0 || t >= p.steps) return;
+// The backward's marks (E23BackwardParams::profile) use the same store with their own layout.
+__device__ __forceinline__ void profile_store(unsigned long long* profile, int slots, int marks, int slot, int mark) {
+  if (profile == nullptr || threadIdx.x != 0 || slot < 0 || slot >= slots) return;
   unsigned long long ns;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
   const unsigned long long cycles = clock64();
-  unsigned long long* at = p.profile + ((((long long)blockIdx.x * p.steps + t) * kE23Marks + mark) * 2);
+  unsigned long long* at = profile + ((((long long)blockIdx.x * slots + slot) * marks + mark) * 2);
   asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(at), "l"(cycles), "l"(ns) : "memory");
+}
+__device__ __forceinline__ void profile_mark(const E23ForwardParams& p, int t, int mark) {
+  profile_store(p.profile, p.steps, kE23Marks, t, mark);
 }
 
 // Operands of the products (e23_gemv.cuh): x_b[k], x_b[k + 1] in fp32 for the FMA path; data() and

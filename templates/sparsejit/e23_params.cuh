@@ -21,6 +21,34 @@ enum E23Mark : int {
   kE23Marks
 };
 
+// The same for a backward launch (E23BackwardParams::profile): per step t (from T - 1 down to 0) the
+// points below at profile[((cta * (steps + 1) + t) * kE23BackwardMarks + mark) * 2]; the extra step slot
+// `steps` holds the launch's own points (E23BackwardLaunchMark).
+enum E23BackwardMark : int {
+  kBMarkRecStart,       // tile: weights requested, before waiting for g_z_{t+1} of the group
+  kBMarkRecGo,          // g_z_{t+1} of the group is out
+  kBMarkRecDone,        // W_h^T g_z_{t+1} stored (the recurrence's part)
+  kBMarkGradStart,      // tile: dy_t and the parts requested, before waiting for the tape items of step t
+  kBMarkGradGo,         // the group's tape items of step t signalled
+  kBMarkGradDone,       // g_z_t stored (and tagged) and signalled
+  kBMarkTapeStart,      // tape item: step t begins (a segment end replays here)
+  kBMarkTapeReady,      // saved operands loaded, the write's dots done: polling g_z_{t+1} next
+  kBMarkTapeGo,         // g_z_{t+1} arrived
+  kBMarkTapeWeights,    // the dots after the wait and both Jacobians done
+  kBMarkTapeSignalled,  // the update pass stored and signalled
+  kBMarkTapeReplayed,   // the replay steps of the segment below done
+  kE23BackwardMarks
+};
+enum E23BackwardLaunchMark : int {
+  kBLaunchStart,        // the kernel began
+  kBLaunchStepsBegin,   // W^T written and the last segment replayed (after the grid barrier)
+  kBLaunchStepsEnd,     // the steps and step 0's read undone (before the grid barrier)
+  kBLaunchOuterBegin,   // after the grid barrier: dh0, then dW
+  kBLaunchEnd,          // dW tiles done
+  kE23BackwardLaunchMarks
+};
+static_assert(int(kE23BackwardLaunchMarks) <= int(kE23BackwardMarks), "the launch's points share a step slot's room");
+
 struct E23ForwardParams {
   // Inputs, in the spec's element type T (row-major, docs/e23.md "Shapes and layouts").
   const void* u;    // [steps, batch, D]
@@ -98,6 +126,8 @@ struct E23BackwardParams {
   // that owns its tape item (the grid has a CTA per batch row and the launch asks for the room); p.g_m is
   // then unused.
   int state_in_shared;
+  // Null, or [grid, steps + 1, kE23BackwardMarks, 2] 64-bit words, zeroed before launch (E23BackwardMark).
+  unsigned long long* profile;
 };
 
 }  // namespace sjit_kernels

@@ -106,6 +106,9 @@ class E23 {
   // persistent launch, like the forward: it replays the tape segment by segment from the checkpoints
   // and undoes the steps from the last to the first (docs/e23.md).
   void backward_sequence(const E23BackwardArgs& args, Stream stream = nullptr);
+  // One backward launch with per-phase timing, as profile_forward (roles "tape", "tile", "grid", and
+  // "launch (...)" for the prologue, the steps and dW of the launch as a whole).
+  std::vector<E23ProfileSpan> profile_backward(const E23BackwardArgs& args, Stream stream = nullptr);
   // Compiles and loads the backward kernel; with batch > 0 also allocates the own backward workspace.
   void prepare_backward(std::int64_t batch = 0, std::int64_t steps = 0, std::int64_t checkpoint_every = 0);
 
@@ -129,6 +132,7 @@ class E23 {
 
  private:
   void launch_forward(const E23ForwardArgs& args, Stream stream, unsigned long long* profile);
+  void launch_backward(const E23BackwardArgs& args, Stream stream, unsigned long long* profile);
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 #include <random>
+#include <tuple>
 
 #include "commands.h"
 
@@ -82,28 +83,36 @@ int run_attention(const AttentionBenchOptions& o) {
     bargs.d_o = d_o->data(), bargs.dq = dq->data(), bargs.dk = dk->data(), bargs.dv = dv->data();
     bargs.batch = o.batch, bargs.heads_q = o.heads, bargs.heads_kv = heads_kv, bargs.seq_q = o.seq, bargs.seq_k = seq_k;
   }
-  double dense_both_ms = 0;
-  // Backward columns: time, forward + backward, and its rate counted as 3.5 x the forward's FLOPs
-  // (FlashAttention's convention: the backward does 2.5 x the forward's matrix work).
-  auto backward_cells = [&](Attention& attention, const BlockPattern* pattern, double fwd_ms, double flops) {
+  Attention dense_attention(dense, config);
+  const AttentionForwardArgs dense_args = args;
+  AttentionBackwardArgs dense_bargs = bargs;
+  // Backward columns: time, forward + backward, its rate counted as 3.5 x the forward's FLOPs
+  // (FlashAttention's convention: the backward does 2.5 x the forward's matrix work), and the speedup
+  // over the dense forward + backward timed alternately with this row's (dense_fwd_ms: the same).
+  auto backward_cells = [&](Attention& attention, const BlockPattern* pattern, double fwd_ms, double dense_fwd_ms,
+                            double flops) {
     if (!o.backward) return std::vector<std::string>{};
     bargs.pattern = pattern;
-    const double bwd_ms = median_ms(o.warmup, o.iterations, [&] { attention.backward(bargs); });
+    double bwd_ms = 0, dense_bwd_ms = 0;
+    if (pattern == nullptr) {
+      bwd_ms = dense_bwd_ms = median_ms(o.warmup, o.iterations, [&] { attention.backward(bargs); });
+    } else {
+      std::tie(bwd_ms, dense_bwd_ms) = paired_median_gpu_ms(o.warmup, o.iterations, [&] { attention.backward(bargs); },
+                                                            [&] { dense_attention.backward(dense_bargs); });
+    }
     const double both = fwd_ms + bwd_ms;
-    if (dense_both_ms == 0) dense_both_ms = both;
     return std::vector<std::string>{fmt::format("{:.3f} ms", bwd_ms), fmt::format("{:.3f} ms", both),
                                     fmt::format("{:.0f}", 3.5 * flops / both / 1e9),
-                                    fmt::format("{:.2f}x", dense_both_ms / both)};
+                                    fmt::format("{:.2f}x", (dense_fwd_ms + dense_bwd_ms) / both)};
   };
 
-  Attention dense_attention(dense, config);
   const double dense_ms = median_ms(o.warmup, o.iterations, [&] { dense_attention.forward(args); });
   const double dense_flops = attention_forward_flops(dense, args);
   std::vector<std::string> dense_row = {
       "dense", "1", "-", fmt::format("{:.3f} ms", dense_ms), fmt::format("{:.0f}", dense_flops / dense_ms / 1e9),
       fmt::format("{:.0f}%", 100 * dense_flops / dense_ms / 1e9 / kH100PeakTflops), "1.00x", "-",
       key(dense_attention.config())};
-  for (auto& cell : backward_cells(dense_attention, nullptr, dense_ms, dense_flops)) dense_row.push_back(cell);
+  for (auto& cell : backward_cells(dense_attention, nullptr, dense_ms, dense_ms, dense_flops)) dense_row.push_back(cell);
   table.add(dense_row);
 
   std::vector<std::pair<std::string, BlockPattern>> patterns_to_run;
@@ -123,14 +132,15 @@ int run_attention(const AttentionBenchOptions& o) {
     const double flops = attention_forward_flops(sparse, args);
     auto add_row = [&](Attention& attention, const std::string& kernel) {
       attention.prepare(pattern);
-      const double ms = median_ms(o.warmup, o.iterations, [&] { attention.forward(args); });
+      const auto [ms, dense_now_ms] = paired_median_gpu_ms(o.warmup, o.iterations, [&] { attention.forward(args); },
+                                                           [&] { dense_attention.forward(dense_args); });
       const double tflops = flops / ms / 1e9;
       std::vector<std::string> row = {
           kernel, fmt::format("{:.3f}", stats.density), fmt::format("{:.1f}", stats.mean_per_row),
           fmt::format("{:.3f} ms", ms), fmt::format("{:.0f}", tflops),
-          fmt::format("{:.0f}%", 100 * tflops / kH100PeakTflops), fmt::format("{:.2f}x", dense_ms / ms),
-          stats.density > 0 ? fmt::format("{:.2f}", ms / (dense_ms * stats.density)) : "-", key(attention.config())};
-      for (auto& cell : backward_cells(attention, &pattern, ms, flops)) row.push_back(cell);
+          fmt::format("{:.0f}%", 100 * tflops / kH100PeakTflops), fmt::format("{:.2f}x", dense_now_ms / ms),
+          stats.density > 0 ? fmt::format("{:.2f}", ms / (dense_now_ms * stats.density)) : "-", key(attention.config())};
+      for (auto& cell : backward_cells(attention, &pattern, ms, dense_now_ms, flops)) row.push_back(cell);
       table.add(row);
     };
     Attention runtime(sparse, config);
@@ -143,7 +153,9 @@ int run_attention(const AttentionBenchOptions& o) {
   }
   table.print();
   fmt::print("TFLOP/s count 4*D per (query, key) pair the mask allows, over the active blocks only.\n"
-             "'vs dense x density' is the time over (dense time x density): 1.00 is perfect scaling.\n");
+             "'vs dense x density' is the time over (dense time x density): 1.00 is perfect scaling.\n"
+             "A row's 'vs dense' columns use the dense kernels timed alternately with the row's (a, b, a, b, ..),\n"
+             "so both see the same clocks: an H100's drift by several percent over a run as it warms.\n");
   return 0;
 }
 

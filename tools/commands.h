@@ -6,6 +6,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sparsejit/sparsejit.h"
@@ -35,6 +36,10 @@ std::vector<std::string> split_commas(const std::string& text);
 // Median GPU time of run(i) in milliseconds: `warmup` untimed calls, then `iterations` calls each timed
 // alone with events on the default stream.
 double median_gpu_ms(int warmup, int iterations, const std::function<void(int)>& run);
+// The medians of `a` and `b` timed alternately (a, b, a, b, ...): both see the same clocks and
+// temperature, which drift by several percent over a long benchmark, so their ratio is fair.
+std::pair<double, double> paired_median_gpu_ms(int warmup, int iterations, const std::function<void()>& a,
+                                               const std::function<void()>& b);
 
 // Calls work(i) for every i in [0, count) from min(jobs, count) threads, each taking the next index
 // when it is done with one (the compiles of `sjit warmup` and `sjit demo`).

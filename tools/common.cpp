@@ -66,6 +66,11 @@ DeviceBuffer random_device_tensor(std::int64_t elements, DType dtype, std::mt199
   return buffer;
 }
 
+static double median_of(std::vector<double>& ms) {
+  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+  return ms[ms.size() / 2];
+}
+
 double median_gpu_ms(int warmup, int iterations, const std::function<void(int)>& run) {
   EventTimer timer;
   for (int i = 0; i < warmup; ++i) run(i);
@@ -76,8 +81,24 @@ double median_gpu_ms(int warmup, int iterations, const std::function<void(int)>&
     run(i);
     ms.push_back(timer.stop_ms());
   }
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return ms[ms.size() / 2];
+  return median_of(ms);
+}
+
+std::pair<double, double> paired_median_gpu_ms(int warmup, int iterations, const std::function<void()>& a,
+                                               const std::function<void()>& b) {
+  std::vector<double> ms_a, ms_b;
+  EventTimer timer;
+  for (int i = 0; i < warmup; ++i) a(), b();
+  synchronize();
+  for (int i = 0; i < iterations; ++i) {
+    timer.start();
+    a();
+    ms_a.push_back(timer.stop_ms());
+    timer.start();
+    b();
+    ms_b.push_back(timer.stop_ms());
+  }
+  return {median_of(ms_a), median_of(ms_b)};
 }
 
 void run_parallel(std::size_t count, int jobs, const std::function<void(std::size_t)>& work) {

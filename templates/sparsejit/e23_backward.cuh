@@ -37,7 +37,7 @@
 
 namespace sjit_kernels {
 
-inline constexpr int kE23OuterTile = 64;  // dW tiles: 64 x 64 outputs, 4 x 4 a thread
+inline constexpr int kE23OuterTile = 64;  // dW tiles: 64 x 64 outputs (FMAs: 4 x 4 a thread; mma: 16 x 32 a warp)
 inline constexpr int kE23OuterChunk = 32;  // rows (t, b) staged in shared memory at a time
 
 template <class Cfg>
@@ -453,6 +453,88 @@ __device__ __forceinline__ void undo_first_read(const E23BackwardParams& p, int 
   __syncthreads();
 }
 
+// The same tile on tensor cores (bf16 and f16 builds): out = G^T H with G = g[j][r0 ..], H = h[j][c0 ..], the
+// sum over j the mma's k. Each fp32 value is split into bf16 hi + lo (as the products split their operand)
+// and three products are summed, hi hi + hi lo + lo hi (lo lo and what the split leaves out are about 2^-16
+// of a product): the FMA tile's 24 significant bits become about 16, far below the outputs' rounding to T.
+// A chunk of 32 rows j is staged in shared memory as bf16 pairs (j, j + 1) in one 32-bit word,
+// [64 columns][16 words] for each of g hi, g lo, h hi, h lo, the words of a column XOR-swizzled by its
+// bits 1-2 so that the fragment loads (8 columns x 4 words a warp) hit 32 distinct banks. Warp w makes
+// outputs 16 (w % 4) .. + 15 by 32 (w / 4) .. + 31: one A fragment and four B fragments a k-step. The order
+// of the sum is fixed (mma's own, chunk after chunk): deterministic.
+template <class Cfg>
+__device__ __forceinline__ void outer_product_tile_mma(const float* g, const float* h, long long rows, int r0, int c0,
+                                                       typename Cfg::T* out, float* smem) {
+  using B16 = __nv_bfloat16;
+  constexpr int D = Cfg::dim, tile = kE23OuterTile, chunk = kE23OuterChunk, words = chunk / 2;
+  static_assert(Cfg::threads == 256 && tile == 64 && chunk == 32, "8 warps of 16 x 32 outputs, 16 words a column");
+  unsigned* s_g_hi = reinterpret_cast<unsigned*>(smem);  // [64][16] words each
+  unsigned* s_g_lo = s_g_hi + tile * words;
+  unsigned* s_h_hi = s_g_lo + tile * words;
+  unsigned* s_h_lo = s_h_hi + tile * words;
+  auto word_at = [](int x, int w) { return x * words + (w ^ (((x >> 1) & 3) << 2)); };
+  // Staging: thread (x = tid % 64, pair p0 = tid / 64) loads rows j0 + 2 p, j0 + 2 p + 1 for p = p0 + 4 q
+  // (q < 4) of column x of g and of h: a warp's loads of one row are 128 contiguous bytes.
+  const int x = threadIdx.x % tile, p0 = threadIdx.x / tile;
+  float gn[4][2], hn[4][2];
+  auto load_chunk = [&](long long j0) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const long long j = j0 + 2 * (p0 + 4 * q) + e;
+        gn[q][e] = j < rows && r0 + x < D ? __ldcg(g + j * D + r0 + x) : 0.f;
+        hn[q][e] = j < rows && c0 + x < D ? __ldcg(h + j * D + c0 + x) : 0.f;
+      }
+  };
+  auto split = [](const float (&v)[2], unsigned& hi, unsigned& lo) {
+    hi = pack2<B16>(v[0], v[1]);
+    const float2 r = unpack2<B16>(hi);
+    lo = pack2<B16>(v[0] - r.x, v[1] - r.y);
+  };
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
+  const int m0 = 16 * (warp % 4), n0 = 32 * (warp / 4);
+  float acc[4][4] = {};
+  load_chunk(0);
+  for (long long j0 = 0; j0 < rows; j0 += chunk) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int w = word_at(x, p0 + 4 * q);
+      split(gn[q], s_g_hi[w], s_g_lo[w]);
+      split(hn[q], s_h_hi[w], s_h_lo[w]);
+    }
+    __syncthreads();
+    if (j0 + chunk < rows) load_chunk(j0 + chunk);  // under this chunk's products
+#pragma unroll
+    for (int ks = 0; ks < chunk / 16; ++ks) {
+      const int w0 = 8 * ks + tq, w1 = w0 + 4;  // k 2t, 2t + 1 and 8 + 2t, 9 + 2t of the k-step
+      const int ra = m0 + gq, rb = ra + 8;
+      const unsigned a_hi[4] = {s_g_hi[word_at(ra, w0)], s_g_hi[word_at(rb, w0)], s_g_hi[word_at(ra, w1)],
+                                s_g_hi[word_at(rb, w1)]};
+      const unsigned a_lo[4] = {s_g_lo[word_at(ra, w0)], s_g_lo[word_at(rb, w0)], s_g_lo[word_at(ra, w1)],
+                                s_g_lo[word_at(rb, w1)]};
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int c = n0 + 8 * nt + gq;
+        const unsigned b_hi0 = s_h_hi[word_at(c, w0)], b_hi1 = s_h_hi[word_at(c, w1)];
+        const unsigned b_lo0 = s_h_lo[word_at(c, w0)], b_lo1 = s_h_lo[word_at(c, w1)];
+        mma_16x8x16<B16>(acc[nt], a_hi, b_hi0, b_hi1);
+        mma_16x8x16<B16>(acc[nt], a_hi, b_lo0, b_lo1);
+        mma_16x8x16<B16>(acc[nt], a_lo, b_hi0, b_hi1);
+      }
+    }
+    __syncthreads();
+  }
+  // Accumulator fragments: rows g and g + 8, columns 2t and 2t + 1 of each n-tile.
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = r0 + m0 + gq + 8 * (i / 2), col = c0 + n0 + 8 * nt + 2 * tq + i % 2;
+      if (r < D && col < D) out[r * D + col] = from_float<typename Cfg::T>(acc[nt][i]);
+    }
+}
+
 // out[r][c] = sum_j g[j][r] h[j][c] over j < rows, for the 64 x 64 tile at (r0, c0); g and h are [rows, D]
 // fp32. One CTA, a fixed summation order (deterministic).
 template <class Cfg>
@@ -760,13 +842,17 @@ __global__ void __launch_bounds__(Cfg::threads, 1) e23_backward(const E23Backwar
   GridBarrier barrier{p.barrier};
   backward_mark(p, steps, kBLaunchStart);
 
-  // Prologue: W^T for the tiles, g_M_T = dm_final (or 0).
+  // Prologue: W^T for the tiles, g_M_T = dm_final (or 0). When the grid has CTAs besides the tape items'
+  // (the front end sizes it for the dW tiles too), those write W^T while the tape items replay.
   {
     const T* w_h = static_cast<const T*>(p.w_h);
     const T* w_w = static_cast<const T*>(p.w_w);
     T* w_h_t = static_cast<T*>(p.w_h_t);
     T* w_w_t = static_cast<T*>(p.w_w_t);
-    for (long long e = thread; e < (long long)D * D; e += threads) {
+    const bool others = int(gridDim.x) > batch;
+    const long long first = others ? thread - (long long)batch * Cfg::threads : thread;
+    const long long stride = others ? threads - (long long)batch * Cfg::threads : threads;
+    for (long long e = first; e >= 0 && e < (long long)D * D; e += stride) {
       const int r = int(e / D), c = int(e % D);  // read row-major (coalesced), write transposed
       w_h_t[c * D + r] = w_h[e];
       w_w_t[c * D + r] = w_w[e];
@@ -787,7 +873,9 @@ __global__ void __launch_bounds__(Cfg::threads, 1) e23_backward(const E23Backwar
 
   backward_steps<Cfg>(p, smem);
   backward_mark(p, steps, kBLaunchStepsEnd);
-  barrier.sync();
+  barrier.arrive();
+  if (int(blockIdx.x) < items) barrier.wait();
+  else barrier.wait_sleeping(500);  // a CTA for dW only: no need to poll the counter at full rate all launch long
   backward_mark(p, steps, kBLaunchOuterBegin);
   T* dh0 = static_cast<T*>(p.dh0);
   for (long long e = thread; e < bd; e += threads)
@@ -799,8 +887,11 @@ __global__ void __launch_bounds__(Cfg::threads, 1) e23_backward(const E23Backwar
     const int local = tile % (tiles_1d * tiles_1d);
     const int r0 = (local / tiles_1d) * kE23OuterTile, c0 = (local % tiles_1d) * kE23OuterTile;
     const long long rows = (long long)steps * batch;  // one per (t, b)
-    if (write_side) outer_product_tile<Cfg>(p.g_w, p.save_h + bd, rows, r0, c0, static_cast<T*>(p.dw_w), smem);
-    else outer_product_tile<Cfg>(p.g_z, p.save_h, rows, r0, c0, static_cast<T*>(p.dw_h), smem);
+    const float* g = write_side ? p.g_w : p.g_z;
+    const float* h = write_side ? p.save_h + bd : p.save_h;
+    T* out = static_cast<T*>(write_side ? p.dw_w : p.dw_h);
+    if constexpr (Cfg::tensor_cores) outer_product_tile_mma<Cfg>(g, h, rows, r0, c0, out, smem);
+    else outer_product_tile<Cfg>(g, h, rows, r0, c0, out, smem);
   }
   backward_mark(p, steps, kBLaunchEnd);
 }

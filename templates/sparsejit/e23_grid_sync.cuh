@@ -75,6 +75,12 @@ struct GridBarrier {
       }
     __syncthreads();
   }
+  // wait() for a CTA with nothing to do until then: it polls every `ns` nanoseconds instead of back to back.
+  __device__ __forceinline__ void wait_sleeping(unsigned ns) {
+    if (threadIdx.x == 0)
+      while (int(load_acquire_gpu(counter) - target) < 0) __nanosleep(ns);
+    __syncthreads();
+  }
   __device__ __forceinline__ void sync() {
     arrive();
     wait();

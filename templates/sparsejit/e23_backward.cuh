@@ -474,10 +474,11 @@ __device__ __forceinline__ void outer_product_tile_mma(const float* g, const flo
   unsigned* s_h_lo = s_h_hi + tile * words;
   auto word_at = [](int x, int w) { return x * words + (w ^ (((x >> 1) & 3) << 2)); };
   // Staging: thread (x = tid % 64, pair p0 = tid / 64) loads rows j0 + 2 p, j0 + 2 p + 1 for p = p0 + 4 q
-  // (q < 4) of column x of g and of h: a warp's loads of one row are 128 contiguous bytes.
+  // (q < 4) of column x of g and of h: a warp's loads of one row are 128 contiguous bytes. Two chunks are
+  // in flight ahead of the one being multiplied (one ahead left each chunk waiting about an L2 round trip:
+  // 133 us for the 128 chunks of a tile at B = 64).
   const int x = threadIdx.x % tile, p0 = threadIdx.x / tile;
-  float gn[4][2], hn[4][2];
-  auto load_chunk = [&](long long j0) {
+  auto load_chunk = [&](long long j0, float (&gn)[4][2], float (&hn)[4][2]) {
 #pragma unroll
     for (int q = 0; q < 4; ++q)
 #pragma unroll
@@ -495,8 +496,9 @@ __device__ __forceinline__ void outer_product_tile_mma(const float* g, const flo
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
   const int m0 = 16 * (warp % 4), n0 = 32 * (warp / 4);
   float acc[4][4] = {};
-  load_chunk(0);
-  for (long long j0 = 0; j0 < rows; j0 += chunk) {
+  // Chunk j0 from registers into shared memory, chunk j0 + 2 chunk requested into the same registers, then
+  // chunk j0's products.
+  auto chunk_products = [&](long long j0, float (&gn)[4][2], float (&hn)[4][2]) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int w = word_at(x, p0 + 4 * q);
@@ -504,7 +506,7 @@ __device__ __forceinline__ void outer_product_tile_mma(const float* g, const flo
       split(hn[q], s_h_hi[w], s_h_lo[w]);
     }
     __syncthreads();
-    if (j0 + chunk < rows) load_chunk(j0 + chunk);  // under this chunk's products
+    if (j0 + 2 * chunk < rows) load_chunk(j0 + 2 * chunk, gn, hn);
 #pragma unroll
     for (int ks = 0; ks < chunk / 16; ++ks) {
       const int w0 = 8 * ks + tq, w1 = w0 + 4;  // k 2t, 2t + 1 and 8 + 2t, 9 + 2t of the k-step
@@ -524,6 +526,13 @@ __device__ __forceinline__ void outer_product_tile_mma(const float* g, const flo
       }
     }
     __syncthreads();
+  };
+  float g_even[4][2], h_even[4][2], g_odd[4][2], h_odd[4][2];  // chunks 0, 2, 4, ... and 1, 3, 5, ...
+  load_chunk(0, g_even, h_even);
+  if (chunk < rows) load_chunk(chunk, g_odd, h_odd);
+  for (long long j0 = 0; j0 < rows; j0 += 2 * chunk) {
+    chunk_products(j0, g_even, h_even);
+    if (j0 + chunk < rows) chunk_products(j0 + chunk, g_odd, h_odd);
   }
   // Accumulator fragments: rows g and g + 8, columns 2t and 2t + 1 of each n-tile.
 #pragma unroll

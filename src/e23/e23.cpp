@@ -122,6 +122,19 @@ unsigned char* own_workspace(DeviceBuffer& buffer, std::size_t bytes, Stream str
   return buffer.as<unsigned char>();
 }
 
+// One profiled launch: `words` 64-bit marks zeroed on the device, `launch(marks)`, then the marks on the
+// host (synchronized).
+template <class Launch>
+std::vector<unsigned long long> record_marks(std::size_t words, Stream stream, Launch launch) {
+  DeviceBuffer marks(words * 8);
+  marks.fill_bytes(0, stream);
+  launch(marks.as<unsigned long long>());
+  synchronize(stream);
+  std::vector<unsigned long long> host(words);
+  marks.download(host.data(), words * 8);
+  return host;
+}
+
 }  // namespace
 
 struct E23::State {
@@ -234,13 +247,8 @@ std::vector<E23ProfileSpan> E23::profile_forward(const E23ForwardArgs& a, Stream
   if (a.batch == 0 || a.steps == 0) return {};
   const int grid = grid_size(a.batch);
   const std::size_t words = std::size_t(grid) * std::size_t(a.steps) * sjit_kernels::kE23Marks * 2;
-  DeviceBuffer marks(words * 8);
-  marks.fill_bytes(0, stream);
-  launch_forward(a, stream, marks.as<unsigned long long>());
-  synchronize(stream);
-  std::vector<unsigned long long> host(words);
-  marks.download(host.data(), words * 8);
-  return e23::summarize_profile(host, grid, a.batch, a.steps);
+  const auto marks = record_marks(words, stream, [&](unsigned long long* at) { launch_forward(a, stream, at); });
+  return e23::summarize_profile(marks, grid, a.batch, a.steps);
 }
 
 void E23::launch_forward(const E23ForwardArgs& a, Stream stream, unsigned long long* profile) {
@@ -305,13 +313,8 @@ std::vector<E23ProfileSpan> E23::profile_backward(const E23BackwardArgs& a, Stre
   if (a.batch == 0 || a.steps == 0) return {};
   const int grid = backward_grid_size(a.batch);
   const std::size_t words = std::size_t(grid) * std::size_t(a.steps + 1) * sjit_kernels::kE23BackwardMarks * 2;
-  DeviceBuffer marks(words * 8);
-  marks.fill_bytes(0, stream);
-  launch_backward(a, stream, marks.as<unsigned long long>());
-  synchronize(stream);
-  std::vector<unsigned long long> host(words);
-  marks.download(host.data(), words * 8);
-  return e23::summarize_backward_profile(host, grid, a.batch, a.steps);
+  const auto marks = record_marks(words, stream, [&](unsigned long long* at) { launch_backward(a, stream, at); });
+  return e23::summarize_backward_profile(marks, grid, a.batch, a.steps);
 }
 
 void E23::launch_backward(const E23BackwardArgs& a, Stream stream, unsigned long long* profile) {

@@ -61,6 +61,20 @@ __device__ __forceinline__ void load_vector(float* dst, const float* src) {
     *reinterpret_cast<float4*>(dst + k) = load_state4(src + k);
 }
 
+// dst[v][0, D) = src[v][0, D) for V vectors, a thread's loads of all V issued before any of its stores: one
+// load_vector after another is a loop (its own branch) each, and the loads of the next wait for the
+// previous one's, one L2 round trip a vector.
+template <class Cfg, int V>
+__device__ __forceinline__ void load_vectors(float* const (&dst)[V], const float* const (&src)[V]) {
+  for (int k = 4 * threadIdx.x; k < Cfg::dim; k += 4 * Cfg::threads) {
+    float4 x[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) x[v] = load_state4(src[v] + k);
+#pragma unroll
+    for (int v = 0; v < V; ++v) *reinterpret_cast<float4*>(dst[v] + k) = x[v];
+  }
+}
+
 // c_i of the normalizer Jacobian for weight y_i: y_i^(2 - alpha) on the support, 0 off it (softmax
 // c = y, sparsemax c = 1 on the support).
 template <class Cfg>
@@ -172,13 +186,20 @@ __device__ void replay_step(const E23BackwardParams& p, int b, int j, int k, flo
   };
   float4 cur[kSlots][kCols];
   if (positions > 0) load_at(0, cur);
-  load_vector<Cfg>(h_now, p.save_h + t * bd + b * D);
-  load_vector<Cfg>(h_next, p.save_h + (t + 1) * bd + b * D);
+  // The vectors and b_{t-1} (a slot a thread: N <= threads) requested together (load_vectors).
+  static_assert(N <= Cfg::threads, "one slot a thread");
+  const float b_prev = k > 0 && threadIdx.x < N ? __ldcg(p.seg_b + (entry_prev * (long long)p.batch + b) * N + threadIdx.x) : 0.f;
+  const float* h_src = p.save_h + t * bd + b * D;
   if (k > 0) {
-    load_vector<Cfg>(w_prev, p.save_w + (t - 1) * bd + b * D);
-    for (int i = threadIdx.x; i < N; i += Cfg::threads)
-      write_prev[i] = __ldcg(p.seg_b + (entry_prev * (long long)p.batch + b) * N + i);
+    float* const dst[3] = {h_now, h_next, w_prev};
+    const float* const src[3] = {h_src, h_src + bd, p.save_w + (t - 1) * bd + b * D};
+    load_vectors<Cfg, 3>(dst, src);
+  } else {
+    float* const dst[2] = {h_now, h_next};
+    const float* const src[2] = {h_src, h_src + bd};
+    load_vectors<Cfg, 2>(dst, src);
   }
+  if (k > 0 && threadIdx.x < N) write_prev[threadIdx.x] = b_prev;
   __syncthreads();
   float dot_read[kSlots] = {}, dot_write[kSlots] = {};  // each lane in ascending d, as before
   for (int pos = 0; pos < positions; ++pos) {
@@ -624,21 +645,26 @@ __device__ void tape_item_step(const E23BackwardParams& p, int b, int t, float* 
   float* g_m = grad_tape_of<Cfg, kShared>(p, b, smem);
   const float* stored_tape = p.seg_m + entry_of_step(p, t) * bnd + (long long)b * N * D;
   const float* tape = kShared ? undone_tape_in_shared<Cfg>(smem) : stored_tape;
-  // a_{t+1} first: at a segment end its entry is the one the replay of step t overwrites.
+  // a_{t+1} first (a slot a thread, N <= threads): at a segment end its entry is the one the replay of step t
+  // overwrites. It goes to shared memory with b_t, after the replay (which uses s.b's room).
   const long long entry_next = read_next ? entry_of_step(p, t + 1) : 0;
-  for (int i = threadIdx.x; i < N; i += Cfg::threads)
-    s.a[i] = read_next ? __ldcg(p.seg_a + (entry_next * p.batch + b) * N + i) : 0.f;
+  const float a_next = read_next && threadIdx.x < N ? __ldcg(p.seg_a + (entry_next * p.batch + b) * N + threadIdx.x) : 0.f;
   if (segment_end) {  // step K - 1 of this segment: its entry is free now (step t + 1 needs only M_{t+1}'s weights)
     replay_step<Cfg>(p, b, j, K - 1, smem, kShared ? undone_tape_in_shared<Cfg>(smem) : nullptr);
   } else if constexpr (kShared) {
     if (!read_next) copy_tape_async<Cfg>(undone_tape_in_shared<Cfg>(smem), stored_tape);  // else step t + 1 began it
   }
-  load_vector<Cfg>(s.h, p.save_h + (t + 1) * bd + b * D);
-  load_vector<Cfg>(s.w, p.save_w + t * bd + b * D);
+  // b_t (after a segment end's replay, which stores it), h_{t+1} and w_t requested together (load_vectors).
+  const int entry = entry_of_step(p, t);
+  const float b_now = threadIdx.x < N ? __ldcg(p.seg_b + (entry * (long long)p.batch + b) * N + threadIdx.x) : 0.f;
+  {
+    float* const dst[2] = {s.h, s.w};
+    const float* const src[2] = {p.save_h + (t + 1) * bd + b * D, p.save_w + t * bd + b * D};
+    load_vectors<Cfg, 2>(dst, src);
+  }
+  if (threadIdx.x < N) s.a[threadIdx.x] = a_next, s.b[threadIdx.x] = b_now;
   if (!read_next)
     for (int e = threadIdx.x; e < D; e += Cfg::threads) s.gz[e] = 0.f;
-  const int entry = entry_of_step(p, t);
-  for (int i = threadIdx.x; i < N; i += Cfg::threads) s.b[i] = __ldcg(p.seg_b + (entry * (long long)p.batch + b) * N + i);
   wait_async_copies();
   __syncthreads();
   write_dots_before_wait<Cfg, kShared>(g_m, tape, s);

@@ -383,7 +383,7 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
     const DeviceSchedule& ks =
         state_->schedule(*a.pattern, target, kv_tiling.block_rows(), kv_tiling.block_cols, true);
     p.k_item_tile_begin = ks.item_tile_begin, p.k_tile_index = ks.tile_index, p.k_tile_mask = ks.tile_mask;
-    p.k_items_per_head = ks.q_tiles;
+    p.k_item_order = ks.item_order, p.k_items_per_head = ks.q_tiles;
     p.pattern_heads = ks.pattern_heads;
     kv_grid = std::int64_t(ks.q_tiles) * a.batch * a.heads_kv;
     if (!atomic) {  // the query-major pass walks the forward's schedule

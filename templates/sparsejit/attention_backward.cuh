@@ -172,15 +172,22 @@ __device__ __forceinline__ void load_row_stats(float* lse2_out, float* delta_out
   }
 }
 
-// Which key tile a dK/dV CTA owns, head-major: blockIdx.x = (batch, K/V head) * key_tiles + key_tile.
+// Which key tile a dK/dV CTA owns, head-major: blockIdx.x = (batch, K/V head) * key_tiles + rank.
 // The CTAs resident at one time then cover one or two heads, whose Q and dO (4 MB a head at S = 8192,
-// D = 128) stay in L2 while every key tile of the head reads them.
+// D = 128) stay in L2 while every key tile of the head reads them. Within a head, ranks take the key
+// tiles heaviest first when one pattern serves every head (the key-major schedule's item order: a
+// random pattern's columns differ in length, unlike its rows), so the grid ends on short walks; dense
+// causal walks are already longest first.
 struct KeyTileOwner {
   int batch, kv_head, key_tile, key0;
 };
+template <class Cfg>
 __device__ __forceinline__ KeyTileOwner key_tile_owner(const AttentionBackwardParams& p, int block_rows) {
   const int key_tiles = (p.seq_k + block_rows - 1) / block_rows;
-  const int key_tile = blockIdx.x % key_tiles, head = blockIdx.x / key_tiles;
+  const int rank = blockIdx.x % key_tiles, head = blockIdx.x / key_tiles;
+  int key_tile = rank;
+  if constexpr (Cfg::sparsity != kDense)
+    if (p.pattern_heads == 1) key_tile = p.k_item_order[rank];
   return {head / p.heads_kv, head % p.heads_kv, key_tile, key_tile * block_rows};
 }
 
@@ -341,7 +348,7 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backwa
   T* ds_t = reinterpret_cast<T*>(delta_ring + stages * C);  // atomic dQ only: AtomicDq<Cfg>::tile_elems
   __shared__ QueryTileWalk<Cfg, C> walk;
 
-  const KeyTileOwner own = key_tile_owner(p, R);
+  const KeyTileOwner own = key_tile_owner<Cfg>(p, R);
   const int batch = own.batch, kv_head = own.kv_head, key0 = own.key0;
   if (key0 >= p.seq_k) return;  // a schedule item past the end of a short key sequence
   const int count = walk.build(p, own);

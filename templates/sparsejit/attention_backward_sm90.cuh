@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(256, 1)
   float* delta_ring = reinterpret_cast<float*>(smem + L::delta_ring);
   __shared__ QueryTileWalk<Cfg, C> walk;
 
-  const KeyTileOwner own = key_tile_owner(p, R);
+  const KeyTileOwner own = key_tile_owner<Cfg>(p, R);
   if (own.key0 >= p.seq_k) return;  // a schedule item past the end of a short key sequence
   const int count = walk.build(p, own);
 

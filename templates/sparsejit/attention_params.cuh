@@ -90,6 +90,7 @@ struct AttentionBackwardParams {
   const int* k_item_tile_begin;
   const int* k_tile_index;
   const unsigned long long* k_tile_mask;
+  const int* k_item_order;  // the key-major items, heaviest first
   int k_items_per_head;  // key tiles per head in the key-major schedule
   int pattern_heads;
 };

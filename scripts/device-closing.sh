@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the lent GPU machine, for a closing note: every GPU test, the demo on an empty cache, the attention
-# forward and backward benchmarks of issues 6 and 7, and the E23 forward and forward + backward at the
+# forward and backward benchmarks of issues 6 and 7 (atomic and deterministic dQ), and the E23 forward and forward + backward at the
 # issue-5 shapes. Logs in $OUT. Usage there (carrying .deps):
 #   bash scripts/device-closing.sh
 set -uo pipefail
@@ -14,6 +14,9 @@ timeout 120 ./build-gpu/sjit bench attention --iters 10 --density 1,0.5,0.25,0.1
 {
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --causal tl --density 1,0.1 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --d 64 --batch 4 --heads 32 --seq 4096 --density 1,0.1 --backward
+  # What determinism costs: the deterministic backward at the densities its table quotes.
+  timeout 90 ./build-gpu/sjit bench attention --iters 10 --deterministic --density 0.5,0.1,0.02 --backward
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --causal tl --deterministic --density 0.1 --backward
 } >>"$OUT/bench-attention.log" 2>&1
 cat "$OUT/bench-attention.log"
 for shape in "--batch 4 --slots 8" "--batch 64 --slots 32"; do

@@ -80,6 +80,28 @@ __device__ __forceinline__ void mask_backward_tile(float (&s)[1][Tr::n_tiles][4]
     }
 }
 
+// The dK/dV pass's element-wise steps on the warp's S^T fragments (its keys x the tile's queries, whose
+// lse2 and delta are indexed by column): P^T = exp2(S^T scale log2(e) - lse2) in place, and then
+// dS^T = P^T (dP^T - delta) in place over dP^T.
+template <class Tr>
+__device__ __forceinline__ void probabilities_from_scores(float (&s)[1][Tr::n_tiles][4], const float* lse2,
+                                                          float scale_log2) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int nt = 0; nt < Tr::n_tiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[0][nt][e] = fast_exp2(fmaf(s[0][nt][e], scale_log2, -lse2[nt * 8 + 2 * (lane % 4) + e % 2]));
+}
+template <class Tr>
+__device__ __forceinline__ void score_gradients(float (&dp)[1][Tr::n_tiles][4], const float (&p)[1][Tr::n_tiles][4],
+                                                const float* delta) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int nt = 0; nt < Tr::n_tiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dp[0][nt][e] = p[0][nt][e] * (dp[0][nt][e] - delta[nt * 8 + 2 * (lane % 4) + e % 2]);
+}
+
 // Writes the warp's rows of a [rows, head_dim] fp32 accumulator times `factor` as T, staged through
 // the warp's own rows of `staging` (a tile only this warp reads) for 16-byte coalesced stores.
 template <class Tr>
@@ -375,7 +397,6 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backwa
     cp_async_commit();
   }
 
-  const int lane = threadIdx.x % 32;
   const int warp_row0 = (threadIdx.x / 32) * 16;
   float dk[1][Tr::d_tiles][4], dv[1][Tr::d_tiles][4];
 #pragma unroll
@@ -401,18 +422,12 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backwa
     score_tile<Tr, false>(s, no_q_fragment, k_tile, q_slot, warp_row0);
     if (backward_tile_needs_mask<Cfg>(p, q0, C, key0, R, t.mask))
       mask_backward_tile<Cfg, true>(s, p, key0, q0, warp_row0, t.mask);
-#pragma unroll
-    for (int nt = 0; nt < Tr::n_tiles; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[0][nt][e] = fast_exp2(fmaf(s[0][nt][e], p.scale_log2, -lse2[nt * 8 + 2 * (lane % 4) + e % 2]));
+    probabilities_from_scores<Tr>(s, lse2, p.scale_log2);
     accumulate_values<Tr>(dv, s, do_slot);  // dV += P^T dO
 
     float ds[1][Tr::n_tiles][4];  // dP^T = V dO^T, then dS^T = P^T * (dP^T - delta)
     score_tile<Tr, false>(ds, no_q_fragment, v_tile, do_slot, warp_row0);
-#pragma unroll
-    for (int nt = 0; nt < Tr::n_tiles; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) ds[0][nt][e] = s[0][nt][e] * (ds[0][nt][e] - delta[nt * 8 + 2 * (lane % 4) + e % 2]);
+    score_gradients<Tr>(ds, s, delta);
     accumulate_values<Tr>(dk, ds, q_slot);  // dK += dS^T Q (scaled at the end)
     if constexpr (Cfg::atomic_dq) {
       // The ring slots are not touched: the next iteration's barrier comes before ds_t is rewritten.

@@ -170,32 +170,14 @@ __global__ void __launch_bounds__(256, 1)
 
     if (backward_tile_needs_mask<Cfg>(p, q0, C, own.key0, R, t.mask))
       mask_backward_tile<Cfg, true>(s, p, own.key0, q0, warp_row0, t.mask);
-#pragma unroll
-    for (int nt = 0; nt < Tr::n_tiles; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = nt * 8 + 2 * (lane % 4) + e % 2;
-        s[0][nt][e] = fast_exp2(fmaf(s[0][nt][e], p.scale_log2, -lse2[c]));
-      }
+    probabilities_from_scores<Tr>(s, lse2, p.scale_log2);
     wgmma_wait<0>();
     wgmma_fence_operands(ds[0]);
-#pragma unroll
-    for (int nt = 0; nt < Tr::n_tiles; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = nt * 8 + 2 * (lane % 4) + e % 2;
-        ds[0][nt][e] = s[0][nt][e] * (ds[0][nt][e] - delta[c]);
-      }
+    score_gradients<Tr>(ds, s, delta);
 #pragma unroll
     for (int kk = 0; kk < C / 16; ++kk) {
-      pa[kk][0] = pack2<T>(s[0][2 * kk][0], s[0][2 * kk][1]);
-      pa[kk][1] = pack2<T>(s[0][2 * kk][2], s[0][2 * kk][3]);
-      pa[kk][2] = pack2<T>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
-      pa[kk][3] = pack2<T>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
-      dsa[kk][0] = pack2<T>(ds[0][2 * kk][0], ds[0][2 * kk][1]);
-      dsa[kk][1] = pack2<T>(ds[0][2 * kk][2], ds[0][2 * kk][3]);
-      dsa[kk][2] = pack2<T>(ds[0][2 * kk + 1][0], ds[0][2 * kk + 1][1]);
-      dsa[kk][3] = pack2<T>(ds[0][2 * kk + 1][2], ds[0][2 * kk + 1][3]);
+      pack_a_fragment<T>(s[0], kk, pa[kk]);
+      pack_a_fragment<T>(ds[0], kk, dsa[kk]);
     }
 
     // dV += P^T dO and dK += dS^T Q (scaled at the end), dO and Q read transposed.

@@ -304,12 +304,7 @@ __device__ __forceinline__ void accumulate_values(float (&o)[Tr::m_tiles][Tr::d_
   for (int kk = 0; kk < Tr::block_n / 16; ++kk) {
     unsigned a[Tr::m_tiles][4];
 #pragma unroll
-    for (int mt = 0; mt < Tr::m_tiles; ++mt) {
-      a[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-      a[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-      a[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-      a[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-    }
+    for (int mt = 0; mt < Tr::m_tiles; ++mt) pack_a_fragment<T>(s[mt], kk, a[mt]);
 #pragma unroll
     for (int dp = 0; dp < Tr::head_dim / 16; ++dp) {
       unsigned b[4];

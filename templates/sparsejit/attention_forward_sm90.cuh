@@ -139,12 +139,7 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, Attentio
   };
   auto pack_probabilities = [&] {
 #pragma unroll
-    for (int kk = 0; kk < Tr::block_n / 16; ++kk) {
-      pa[kk][0] = pack2<T>(s[0][2 * kk][0], s[0][2 * kk][1]);
-      pa[kk][1] = pack2<T>(s[0][2 * kk][2], s[0][2 * kk][3]);
-      pa[kk][2] = pack2<T>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
-      pa[kk][3] = pack2<T>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
-    }
+    for (int kk = 0; kk < Tr::block_n / 16; ++kk) pack_a_fragment<T>(s[0], kk, pa[kk]);
   };
 
   if constexpr (stages == 2) {

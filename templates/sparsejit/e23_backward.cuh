@@ -54,16 +54,9 @@ struct E23BackwardTraits {
                                            : (Tr::shared_floats > outer_floats ? Tr::shared_floats : outer_floats);
 };
 
-// dst[0, D) = src[0, D) (fp32), the whole CTA.
-template <class Cfg>
-__device__ __forceinline__ void load_vector(float* dst, const float* src) {
-  for (int k = 4 * threadIdx.x; k < Cfg::dim; k += 4 * Cfg::threads)
-    *reinterpret_cast<float4*>(dst + k) = load_state4(src + k);
-}
-
-// dst[v][0, D) = src[v][0, D) for V vectors, a thread's loads of all V issued before any of its stores: one
-// load_vector after another is a loop (its own branch) each, and the loads of the next wait for the
-// previous one's, one L2 round trip a vector.
+// dst[v][0, D) = src[v][0, D) (fp32) for V vectors, the whole CTA, a thread's loads of all V issued
+// before any of its stores: one vector's loop after another is a branch each, and the loads of the
+// next would wait for the previous one's, one L2 round trip a vector.
 template <class Cfg, int V>
 __device__ __forceinline__ void load_vectors(float* const (&dst)[V], const float* const (&src)[V]) {
   for (int k = 4 * threadIdx.x; k < Cfg::dim; k += 4 * Cfg::threads) {
@@ -73,6 +66,12 @@ __device__ __forceinline__ void load_vectors(float* const (&dst)[V], const float
 #pragma unroll
     for (int v = 0; v < V; ++v) *reinterpret_cast<float4*>(dst[v] + k) = x[v];
   }
+}
+template <class Cfg>
+__device__ __forceinline__ void load_vector(float* dst, const float* src) {
+  float* const dsts[1] = {dst};
+  const float* const srcs[1] = {src};
+  load_vectors<Cfg, 1>(dsts, srcs);
 }
 
 // c_i of the normalizer Jacobian for weight y_i: y_i^(2 - alpha) on the support, 0 off it (softmax

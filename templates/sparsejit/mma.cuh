@@ -26,6 +26,17 @@ template <> __device__ __forceinline__ unsigned pack2<__half>(float lo, float hi
   return *reinterpret_cast<unsigned*>(&v);
 }
 
+// The A fragment of k-step kk (16 columns) of a 16-row strip of accumulator fragments (acc[n]: its
+// 8-column blocks, as mma m16n8 and wgmma leave them), rounded to T: two 8-column accumulator blocks
+// have the layout of one A fragment, so a product's result feeds the next product from registers.
+template <class T, int N>
+__device__ __forceinline__ void pack_a_fragment(const float (&acc)[N][4], int kk, unsigned (&a)[4]) {
+  a[0] = pack2<T>(acc[2 * kk][0], acc[2 * kk][1]);
+  a[1] = pack2<T>(acc[2 * kk][2], acc[2 * kk][3]);
+  a[2] = pack2<T>(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
+  a[3] = pack2<T>(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
+}
+
 template <class T> struct IsBf16 { static constexpr bool value = false; };
 template <> struct IsBf16<__nv_bfloat16> { static constexpr bool value = true; };
 

@@ -11,7 +11,8 @@
 
 namespace sjit_kernels {
 
-// One-shot barrier of one arrival (the issuing thread's expect-bytes) plus the copies' bytes.
+// A barrier whose phase completes after `arrivals` arrivals (for a copy barrier: 1, the issuing
+// thread's expect-bytes) and, with expect-bytes, the copies' bytes.
 __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrivals) : "memory");
 }

@@ -405,7 +405,7 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   void* params[] = {&p, &maps};
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   if (rows > 0) jit::launch(*kernels.prep, unsigned((rows + 7) / 8), 256, cu_stream, params);
-  if (kv_grid > 0) jit::launch(*kernels.dkdv, unsigned(kv_grid), unsigned(32 * kv_tiling.warps), cu_stream, params);
+  if (kv_grid > 0) jit::launch(*kernels.dkdv, unsigned(kv_grid), unsigned(kv_tiling.threads()), cu_stream, params);
   if (q_grid > 0)  // the dQ pass, or dq_convert (256 threads)
     jit::launch(*kernels.dq, unsigned(q_grid), atomic ? 256u : unsigned(32 * q_tiling.warps), cu_stream, params);
 }

@@ -37,6 +37,9 @@ struct BackwardTiling {
   int stages = 2;
   bool wgmma = false;  // dkdv only: the Hopper kernel (attention_backward_sm90.cuh), sm_90a
   int block_rows() const { return 16 * warps; }
+  // The Hopper dK/dV kernel adds a warpgroup to the `warps` that own the rows: it issues the copies
+  // and adds dQ to the accumulator (attention_backward_sm90.cuh).
+  int threads() const { return 32 * warps + (wgmma && part == BackwardPart::dkdv ? 128 : 0); }
 };
 
 // "part=dkdv,warps=8,cols=64,stages=2", and back (throws InvalidArgument naming the field).

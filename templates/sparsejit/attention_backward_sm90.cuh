@@ -1,8 +1,10 @@
 // Attention backward on Hopper (sm_90a): the dK/dV pass of attention_backward.cuh (same CTA ownership,
-// query-tile walk, masks and atomic dQ contract) with its five tile products on wgmma.
+// query-tile walk, masks and atomic dQ contract) with its five tile products on wgmma, and a warpgroup
+// of its own for everything that is not math.
 //
-// A CTA owns 128 keys as two warpgroups of 64 (warp w owns keys 16w .. 16w + 15, as on the mma.sync
-// path, so masks and stores are shared). For each 64-query tile of its walk:
+// A CTA owns 128 keys. Its first two warpgroups (the math warps) each take 64 of them (warp w owns keys
+// 16w .. 16w + 15, as on the mma.sync path, so masks and stores are shared). For each 64-query tile of
+// the walk:
 //   1. S^T = K Q^T and dP^T = V dO^T: K and V rows of the warpgroup as A, the Q and dO tiles as B, all
 //      K-major in shared memory, in two wgmma groups (P^T = exp2(..) runs while dP^T computes);
 //   2. in registers: the mask where the tile needs one, P^T = exp2(S^T scale log2 e - lse2) and
@@ -11,13 +13,18 @@
 //   3. dV += P^T dO and dK += dS^T Q: A from registers, dO and Q read transposed (N-major);
 //   4. atomic dQ: dS^T goes to shared memory ([keys][queries], two buffers) and dQ = dS K is one more
 //      product with A read transposed (M-major) and K read transposed. Each warpgroup writes its fp32
-//      dQ tile to shared memory and one of its threads adds it to the accumulator with bulk tensor
-//      reductions (no per-element atomics). At d = 128 warpgroup g takes head dims 64g .. 64g + 63 over
-//      all 128 keys; at d = 64 it takes all dims over its own 64 keys (two adds per element).
-// Every tile in shared memory uses the 128-byte swizzle of wgmma.cuh. K, V, and the Q and dO tiles of
-// a ring of `stages` slots arrive by bulk tensor copies (TMA) that thread 0 issues, counted into a
-// "full" mbarrier per slot; thread 0 refills a slot once all eight warps have arrived on its "empty"
-// mbarrier. The rows' lse2 and delta are loaded a tile ahead into registers. One CTA barrier a tile.
+//      dQ tile to shared memory for the dQ warp (below). At d = 128 warpgroup g takes head dims
+//      64g .. 64g + 63 over all 128 keys; at d = 64 it takes all dims over its own 64 keys (two adds
+//      per element).
+// The third warpgroup gives most of its registers to the math warps (setmaxnreg) and splits into:
+//   - the copy warp: K and V, then for each tile of the walk Q and dO by bulk tensor copies (TMA) into
+//     a ring of `stages` slots, and the rows' lse2 and delta, counted into the slot's "full" mbarrier;
+//     it refills a slot once the eight math warps have arrived on its "empty" one;
+//   - the dQ warp (atomic dQ): adds each warpgroup's dQ tile to the fp32 accumulator with bulk tensor
+//     reductions (no per-element atomics) and hands the buffer back once they have read it.
+// The math warps never wait on a copy they issued, a global load or a reduction: only on the slot's
+// full barrier, on the one barrier of the math warps a tile, and on the dQ warp having read their
+// previous dQ tile. Every tile in shared memory uses the 128-byte swizzle of wgmma.cuh.
 #pragma once
 
 #include "sparsejit/attention_backward.cuh"
@@ -28,8 +35,15 @@ namespace sjit_kernels {
 template <class Cfg>
 struct BackwardSm90Layout {
   using Tr = BackwardTraits<Cfg>;
-  static_assert(Cfg::warps == 8 && Tr::block_n == 64, "wgmma dK/dV: 8 warps (128 keys) and 64-query tiles");
+  static_assert(Cfg::warps == 8 && Tr::block_n == 64, "wgmma dK/dV: 8 math warps (128 keys) and 64-query tiles");
   static_assert(Tr::head_dim == 64 || Tr::head_dim == 128, "wgmma dK/dV: head_dim 64 or 128");
+  static constexpr int math_threads = 32 * Cfg::warps, threads = math_threads + 128;
+  // 2 x 128 x 232 + 128 x 40: the 384 x 168 registers the launch gives the CTA (setmaxnreg.inc would
+  // wait forever for more).
+  static constexpr int math_registers = 232, helper_registers = 40;
+  static constexpr int copy_warp = Cfg::warps, dq_warp = Cfg::warps + 1;
+  static constexpr int math_barrier = 3;  // named (0 is __syncthreads', 1 and 2 warpgroup_barrier's)
+
   static constexpr int rows = Tr::block_rows, cols = Tr::block_n;
   static constexpr int own_bytes = rows * Tr::head_dim * 2;    // the K and V tiles
   static constexpr int other_bytes = cols * Tr::head_dim * 2;  // one Q or dO slot
@@ -40,18 +54,28 @@ struct BackwardSm90Layout {
   // Two dS tiles: tile j's is written while a slower warpgroup may still read j - 1's.
   static constexpr int ds_tiles = do_ring + Cfg::stages * other_bytes;
   // Each warpgroup's fp32 dQ tile (64 queries x 64 dims) as two 32-column boxes of 128-byte swizzled
-  // rows, the source of its bulk reductions into the accumulator.
+  // rows, the source of the dQ warp's reductions.
   static constexpr int dq_box_bytes = 64 * 128, dq_bytes = 2 * dq_box_bytes;
   static constexpr int dq_tiles = ds_tiles + 2 * ds_bytes;
   static constexpr int lse2_ring = dq_tiles + (Cfg::atomic_dq ? 2 * dq_bytes : 0);
   static constexpr int delta_ring = lse2_ring + Cfg::stages * cols * 4;
-  // K/V's barrier, then a "full" barrier per ring slot (the copies landed), then an "empty" one (every
-  // warp is done with the slot's tiles).
+  // mbarriers: K/V's; a full and an empty one per ring slot; each warpgroup's dQ tile full (written)
+  // and empty (read by the reductions).
+  static constexpr int kv_ready = 0, slot_full = 1, slot_empty = 1 + Cfg::stages, dq_full = 1 + 2 * Cfg::stages,
+                       dq_empty = dq_full + 2, barrier_count = dq_empty + 2;
   static constexpr int barriers = delta_ring + Cfg::stages * cols * 4;
-  static constexpr int used_bytes = barriers + 8 * (2 * Cfg::stages + 1);
+  // The walk and the tile each ring slot holds. Here rather than in static shared memory: the extern
+  // array's 1 KB alignment would pad a static block to 1 KB.
+  struct Indices {
+    QueryTileWalk<Cfg, cols> walk;
+    QueryTile slot_tile[Cfg::stages];
+  };
+  static constexpr int indices = barriers + 8 * barrier_count;
+  static constexpr int used_bytes = indices + int(sizeof(Indices));
+  static_assert(sizeof(Indices) <= 1024, "codegen's attention_backward_shared_bytes allows 1 KB for them");
   // dK and dV are staged through padded rows (store_rows) over the tiles once the walk is done.
   static constexpr int staging_elems = rows * Tr::row_elems;
-  static_assert(2 * staging_elems * 2 <= used_bytes, "the output staging tiles must fit");
+  static_assert(2 * staging_elems * 2 <= dq_tiles, "the output staging tiles must fit below the dQ tiles");
 };
 
 // Bytes of dynamic shared memory (the host asks for 1 KB more, to align the base to a swizzle atom).
@@ -59,75 +83,101 @@ template <class Cfg>
 constexpr int backward_sm90_shared_bytes() { return BackwardSm90Layout<Cfg>::used_bytes; }
 
 template <class Cfg>
-__global__ void __launch_bounds__(256, 1)
+__global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
     attention_backward_dkdv_sm90(const AttentionBackwardParams p, const __grid_constant__ AttentionBackwardTensorMaps maps) {
   using Tr = BackwardTraits<Cfg>;
   using L = BackwardSm90Layout<Cfg>;
   using T = typename Tr::T;
   constexpr int R = L::rows, C = L::cols, D = Tr::head_dim, stages = Cfg::stages;
   extern __shared__ __align__(1024) unsigned char shared_bwd_sm90[];
-  unsigned char* smem = shared_bwd_sm90 + ((1024 - (smem_address(shared_bwd_sm90) & 1023)) & 1023);
+  const unsigned align = (1024 - (smem_address(shared_bwd_sm90) & 1023)) & 1023;
+  // No launch may give less than the layout: the host's figure (codegen) is written apart from it.
+  if (dynamic_shared_bytes() < L::used_bytes + align) __trap();
+  unsigned char* smem = shared_bwd_sm90 + align;
   const unsigned base = smem_address(smem);
   float* lse2_ring = reinterpret_cast<float*>(smem + L::lse2_ring);
   float* delta_ring = reinterpret_cast<float*>(smem + L::delta_ring);
-  __shared__ QueryTileWalk<Cfg, C> walk;
+  typename L::Indices& indices = *reinterpret_cast<typename L::Indices*>(smem + L::indices);
+  QueryTileWalk<Cfg, C>& walk = indices.walk;
 
   const KeyTileOwner own = key_tile_owner<Cfg>(p, R);
   if (own.key0 >= p.seq_k) return;  // a schedule item past the end of a short key sequence
   const int count = walk.build(p, own);
 
-  const unsigned kv_ready = base + L::barriers;
-  auto slot_full = [&](int slot) { return kv_ready + 8 * (1 + slot); };
-  auto slot_empty = [&](int slot) { return kv_ready + 8 * (1 + stages + slot); };
-  // Thread 0: Q and dO of the j-th query tile of the walk into ring slot j % stages, counted into the
-  // slot's full barrier, whose phase flips once per use.
-  auto issue_query_tile = [&](int j) {
-    const QueryTile t = walk.locate(p, own, j);
-    const int slot = j % stages, q0 = t.q_tile * C;
-    mbarrier_expect_bytes(slot_full(slot), 2 * L::other_bytes);
-    tma_load_tile<D, C>(base + L::q_ring + slot * L::other_bytes, maps.q, slot_full(slot), own.batch, t.head_q, q0);
-    tma_load_tile<D, C>(base + L::do_ring + slot * L::other_bytes, maps.d_o, slot_full(slot), own.batch, t.head_q, q0);
-  };
-  // Threads r < C: row r's lse2 and delta of the j-th tile. Loaded into registers a tile ahead and
-  // stored into the ring before the CTA barrier that publishes them, so the load's latency hides
-  // under the tile's products instead of stalling the loading warps (and with them their warpgroup).
-  struct RowStats {
-    float lse2 = infinity(), delta = 0.f;  // a row past the end: P = 0
-  };
-  auto fetch_row_stats = [&](int j) {
-    RowStats r;
-    if (threadIdx.x < C && j < count) {
-      const QueryTile t = walk.locate(p, own, j);
-      const int query = t.q_tile * C + threadIdx.x;
-      const long long row = (static_cast<long long>(own.batch) * p.heads_q + t.head_q) * p.seq_q + query;
-      if (query < p.seq_q) r = {p.lse2[row], p.delta[row]};
-    }
-    return r;
-  };
-  auto store_row_stats = [&](int j, const RowStats& r) {
-    if (threadIdx.x < C) {
-      lse2_ring[(j % stages) * C + threadIdx.x] = r.lse2;
-      delta_ring[(j % stages) * C + threadIdx.x] = r.delta;
-    }
-  };
-
-  // Prologue: K, V and the first query tiles. A key tile no query tile sees loads nothing (dK = dV = 0).
+  auto barrier = [&](int index) { return base + L::barriers + 8 * index; };
   if (threadIdx.x == 0) {
-    init_copy_barriers(kv_ready, stages + 1);
-    for (int slot = 0; slot < stages; ++slot) mbarrier_init(slot_empty(slot), Cfg::warps);
-    if (count > 0) {
-      mbarrier_expect_bytes(kv_ready, 2 * L::own_bytes);
-      tma_load_tile<D, R>(base + L::k_tile, maps.k, kv_ready, own.batch, own.kv_head, own.key0);
-      tma_load_tile<D, R>(base + L::v_tile, maps.v, kv_ready, own.batch, own.kv_head, own.key0);
+    mbarrier_init(barrier(L::kv_ready), 1);
+    for (int slot = 0; slot < stages; ++slot) {
+      mbarrier_init(barrier(L::slot_full + slot), 32);  // the copy warp's lanes
+      mbarrier_init(barrier(L::slot_empty + slot), Cfg::warps);
     }
-    for (int j = 0; j < stages - 1 && j < count; ++j) issue_query_tile(j);
+    for (int g = 0; g < 2; ++g) {
+      mbarrier_init(barrier(L::dq_full + g), 1);
+      mbarrier_init(barrier(L::dq_empty + g), 1);
+    }
+    fence_barrier_init();
   }
-  store_row_stats(0, fetch_row_stats(0));
-  __syncthreads();  // the barriers are initialized before anyone waits on them; tile 0's statistics
-  if (count > 0) mbarrier_wait(kv_ready, 0);
+  __syncthreads();  // the barriers are initialized before anyone waits on them; the walk is built
 
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, group = warp / 4;
-  const int warp_row0 = warp * 16;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warp >= Cfg::warps) {
+    warpgroup_release_registers<L::helper_registers>();
+    if (warp == L::copy_warp) {
+      // The copy warp: K and V, then tile j's Q and dO into ring slot j % stages (lane 0's copies),
+      // its rows' statistics (every lane) and where the tile is, all counted into the slot's full
+      // barrier, whose phase flips once per use.
+      if (count > 0 && lane == 0) {
+        mbarrier_expect_bytes(barrier(L::kv_ready), 2 * L::own_bytes);
+        tma_load_tile<D, R>(base + L::k_tile, maps.k, barrier(L::kv_ready), own.batch, own.kv_head, own.key0);
+        tma_load_tile<D, R>(base + L::v_tile, maps.v, barrier(L::kv_ready), own.batch, own.kv_head, own.key0);
+      }
+      for (int j = 0; j < count; ++j) {
+        const int slot = j % stages;
+        if (j >= stages) mbarrier_wait(barrier(L::slot_empty + slot), (j / stages - 1) & 1);
+        const QueryTile t = walk.locate(p, own, j);
+        const int q0 = t.q_tile * C;
+        const unsigned full = barrier(L::slot_full + slot);
+        if (lane == 0) {
+          mbarrier_expect_bytes_only(full, 2 * L::other_bytes);
+          tma_load_tile<D, C>(base + L::q_ring + slot * L::other_bytes, maps.q, full, own.batch, t.head_q, q0);
+          tma_load_tile<D, C>(base + L::do_ring + slot * L::other_bytes, maps.d_o, full, own.batch, t.head_q, q0);
+          indices.slot_tile[slot] = t;
+        }
+        // Rows past the end get lse2 = +inf (P = 0) and delta = 0, as for a row that saw no key.
+        const long long row0 = (static_cast<long long>(own.batch) * p.heads_q + t.head_q) * p.seq_q + q0;
+        for (int r = lane; r < C; r += 32) {
+          const bool valid = q0 + r < p.seq_q;
+          lse2_ring[slot * C + r] = valid ? p.lse2[row0 + r] : infinity();
+          delta_ring[slot * C + r] = valid ? p.delta[row0 + r] : 0.f;
+        }
+        mbarrier_arrive(full);
+      }
+    } else if (Cfg::atomic_dq && warp == L::dq_warp && lane == 0) {
+      // The dQ warp: adds each warpgroup's dQ tile of tile j to the accumulator (two bulk reductions of
+      // 32 dims each) and hands the buffer back once they have read it.
+      for (int j = 0; j < count; ++j) {
+        const QueryTile t = walk.locate(p, own, j);
+        for (int g = 0; g < 2; ++g) {
+          mbarrier_wait(barrier(L::dq_full + g), j & 1);
+          const unsigned tile = base + L::dq_tiles + g * L::dq_bytes;
+          const int dim0 = D == 128 ? g * 64 : 0;
+          tma_reduce_add_4d(maps.dq_accum, tile, dim0, t.q_tile * C, t.head_q, own.batch);
+          tma_reduce_add_4d(maps.dq_accum, tile + L::dq_box_bytes, dim0 + 32, t.q_tile * C, t.head_q, own.batch);
+          bulk_commit();
+        }
+        bulk_wait_read();
+        mbarrier_arrive(barrier(L::dq_empty + 0));
+        mbarrier_arrive(barrier(L::dq_empty + 1));
+      }
+      bulk_wait_done();  // the adds land before the grid ends
+    }
+    return;
+  }
+
+  // The math warps.
+  warpgroup_claim_registers<L::math_registers>();
+  if (count > 0) mbarrier_wait(barrier(L::kv_ready), 0);
+  const int group = warp / 4, warp_row0 = warp * 16;
   // This warpgroup's 64 keys of the K and V tiles, as K-major A operands.
   const unsigned k_rows = base + L::k_tile + group * 64 * 128, v_rows = base + L::v_tile + group * 64 * 128;
   float dk[1][Tr::d_tiles][4], dv[1][Tr::d_tiles][4];
@@ -139,20 +189,13 @@ __global__ void __launch_bounds__(256, 1)
 
   for (int j = 0; j < count; ++j) {
     const int slot = j % stages;
-    // Thread 0 refills the slot tile j - 1 used once every warp has released it: no CTA barrier.
-    const int next = j + stages - 1;
-    if (threadIdx.x == 0 && next < count) {
-      if (next >= stages) mbarrier_wait(slot_empty(next % stages), (next / stages - 1) & 1);
-      issue_query_tile(next);
-    }
-    const RowStats next_stats = fetch_row_stats(j + 1);
-    const QueryTile t = walk.locate(p, own, j);
+    mbarrier_wait(barrier(L::slot_full + slot), (j / stages) & 1);  // tile j's Q, dO and statistics
+    const QueryTile t = indices.slot_tile[slot];
     const int q0 = t.q_tile * C;
     const unsigned q_slot = base + L::q_ring + slot * L::other_bytes;
     const unsigned do_slot = base + L::do_ring + slot * L::other_bytes;
     const float* lse2 = lse2_ring + slot * C;
     const float* delta = delta_ring + slot * C;
-    mbarrier_wait(slot_full(slot), (j / stages) & 1);  // tile j's Q and dO have landed
 
     // S^T and dP^T in two groups: P = exp2(..) runs while dP^T is still in the tensor cores.
     float s[1][Tr::n_tiles][4], ds[1][Tr::n_tiles][4];  // S^T and dP^T: this warp's keys x the tile's queries
@@ -202,12 +245,9 @@ __global__ void __launch_bounds__(256, 1)
         }
       fence_proxy_async();
     }
-    store_row_stats(j + 1, next_stats);
-    // The warpgroup's dQ tile is rewritten after the barrier: its previous reductions have read it.
-    if (Cfg::atomic_dq && threadIdx.x % 128 == 0) bulk_wait_read();
-    // The one CTA barrier of a tile: the dS tile and tile j + 1's statistics are complete. Every warp
-    // is past tile j - 1, so the other dS buffer and statistics slot are free for tile j + 1.
-    __syncthreads();
+    // The one barrier of the math warps a tile: the dS tile is complete. Every math warp is past tile
+    // j - 1, so the other dS buffer is free for tile j + 1.
+    named_barrier(L::math_barrier, L::math_threads);
 
     if constexpr (Cfg::atomic_dq) {
       // dQ = dS K for 64 queries x 64 dims: A = dS (M-major: stored by key), B = K (N-major).
@@ -224,8 +264,8 @@ __global__ void __launch_bounds__(256, 1)
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_operands(dq);
-      // The warpgroup's dQ tile into shared memory, then one thread adds it to the accumulator with two
-      // bulk reductions (its dims 0-31 and 32-63): no atomic from any thread.
+      // The warpgroup's dQ tile into shared memory, once the dQ warp has read the previous one.
+      if (j > 0) mbarrier_wait(barrier(L::dq_empty + group), (j - 1) & 1);
       const unsigned dq_tile = L::dq_tiles + group * L::dq_bytes;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
@@ -237,12 +277,7 @@ __global__ void __launch_bounds__(256, 1)
         }
       fence_proxy_async();
       warpgroup_barrier(group);
-      if (threadIdx.x % 128 == 0) {
-        const int dim0 = D == 128 ? group * 64 : 0;
-        tma_reduce_add_4d(maps.dq_accum, base + dq_tile, dim0, q0, t.head_q, own.batch);
-        tma_reduce_add_4d(maps.dq_accum, base + dq_tile + L::dq_box_bytes, dim0 + 32, q0, t.head_q, own.batch);
-        bulk_commit();
-      }
+      if (threadIdx.x % 128 == 0) mbarrier_arrive(barrier(L::dq_full + group));
     } else {
       wgmma_wait<0>();
     }
@@ -252,17 +287,15 @@ __global__ void __launch_bounds__(256, 1)
     wgmma_fence_operands(dsa);
     // This warp's products that read tile j's Q and dO are complete: release the slot.
     __syncwarp();
-    if (lane == 0) mbarrier_arrive(slot_empty(slot));
+    if (lane == 0) mbarrier_arrive(barrier(L::slot_empty + slot));
   }
 
-  if (Cfg::atomic_dq && threadIdx.x % 128 == 0) bulk_wait_read();
-  __syncthreads();  // every warpgroup is done with the tiles the outputs are staged over
+  named_barrier(L::math_barrier, L::math_threads);  // every math warp is done with the tiles staged over
   T* staging = reinterpret_cast<T*>(smem);
   T* dk_out = static_cast<T*>(p.dk) + own.batch * p.dk_batch_stride + own.kv_head * p.dk_head_stride;
   T* dv_out = static_cast<T*>(p.dv) + own.batch * p.dv_batch_stride + own.kv_head * p.dv_head_stride;
   store_rows<Tr>(dk, p.scale, staging, dk_out, p.dk_row_stride, own.key0, p.seq_k, warp_row0);
   store_rows<Tr>(dv, 1.f, staging + L::staging_elems, dv_out, p.dv_row_stride, own.key0, p.seq_k, warp_row0);
-  if (Cfg::atomic_dq && threadIdx.x % 128 == 0) bulk_wait_done();  // dQ's adds land before the grid ends
 }
 
 }  // namespace sjit_kernels

@@ -34,6 +34,12 @@ __device__ __forceinline__ void mbarrier_expect_bytes(unsigned barrier, unsigned
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
 }
 
+// Announces `bytes` to come from copies signalling this barrier, without arriving: the issuing thread
+// arrives later, with the other producers of the phase (mbarrier_arrive).
+__device__ __forceinline__ void mbarrier_expect_bytes_only(unsigned barrier, unsigned bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
+}
+
 // One arrival of the calling thread, no bytes: a consumer announcing it is done with a ring slot.
 __device__ __forceinline__ void mbarrier_arrive(unsigned barrier) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
@@ -83,6 +89,12 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 // Waits until every group of this thread has completed, its writes to global memory included.
 __device__ __forceinline__ void bulk_wait_done() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// Bytes of dynamic shared memory this launch was given.
+__device__ __forceinline__ unsigned dynamic_shared_bytes() {
+  unsigned bytes;
+  asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(bytes));
+  return bytes;
+}
 
 // Rows [row0, row0 + ROWS) of matrix (batch, head) of a [B, H, S, HEAD_DIM] tensor map whose box is
 // 64 columns x ROWS rows with the 128-byte swizzle: HEAD_DIM / 64 copies, one per swizzle atom

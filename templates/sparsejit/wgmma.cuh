@@ -102,6 +102,23 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 __device__ __forceinline__ void warpgroup_barrier(int group) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + group) : "memory");
 }
+// Synchronizes `threads` threads (whole warps) on named barrier `id`: a barrier for some of the CTA's
+// warps, where others (a warp-specialized kernel's) never arrive.
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Warp specialization: a warpgroup that needs few registers (copies, bookkeeping) gives them back, and
+// the warpgroups that do the math take them (every warp of the warpgroup executes it). The kernel is
+// compiled for the launch's even share; these set each warpgroup's own limit from here on.
+template <int REGISTERS>
+__device__ __forceinline__ void warpgroup_release_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGISTERS));
+}
+template <int REGISTERS>
+__device__ __forceinline__ void warpgroup_claim_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGISTERS));
+}
 
 // Generated operand lists: 64-row wgmma with N = 64 or 128 columns, fp32 accumulators.
 // clang-format off

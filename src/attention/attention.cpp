@@ -208,6 +208,12 @@ struct Attention::State {
     BackwardKernels k{target.context, t.dkdv, t.dq};
     k.prep = get(t.prep);
     k.dkdv = get(t.dkdv);
+    // The Hopper dK/dV kernel moves registers between its warpgroups (setmaxnreg), out of the CTA's
+    // share: compiled for fewer than 65536 / threads a thread, its math warps would wait forever.
+    if (t.dkdv.wgmma && k.dkdv->registers != 65536 / t.dkdv.threads() / 8 * 8)
+      throw Error(fmt::format("attention backward: the dK/dV kernel '{}' was compiled for {} registers a thread; "
+                              "its warp specialization needs {} (this ptxas allocates differently)",
+                              k.dkdv->kernel_key, k.dkdv->registers, 65536 / t.dkdv.threads() / 8 * 8));
     k.dq = get(t.dq);
     std::lock_guard lock(mutex);
     backward_kernels.push_back(std::move(k));

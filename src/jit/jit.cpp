@@ -72,6 +72,7 @@ std::shared_ptr<const LoadedKernel> load(const Target& target, const CompiledKer
   SJIT_CU(cu.cuModuleGetFunction(&kernel->function, kernel->module, compiled.lowered_name.c_str()));
   SJIT_CU(cu.cuFuncGetAttribute(&kernel->max_threads_per_block, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
                                 kernel->function));
+  SJIT_CU(cu.cuFuncGetAttribute(&kernel->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, kernel->function));
   if (dynamic_shared_bytes > 48 * 1024) {  // above 48 KB a function must opt in
     SJIT_CU(cu.cuFuncSetAttribute(kernel->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                   dynamic_shared_bytes));

@@ -18,6 +18,7 @@ struct LoadedKernel {
   CUmodule module = nullptr;
   CUfunction function = nullptr;
   int max_threads_per_block = 0;
+  int registers = 0;             // a thread's, as compiled
   int dynamic_shared_bytes = 0;  // bytes of dynamic shared memory every launch asks for
   std::string kernel_key;
   ~LoadedKernel();

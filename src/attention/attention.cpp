@@ -210,10 +210,11 @@ struct Attention::State {
     k.dkdv = get(t.dkdv);
     // The Hopper dK/dV kernel moves registers between its warpgroups (setmaxnreg), out of the CTA's
     // share: compiled for fewer than 65536 / threads a thread, its math warps would wait forever.
-    if (t.dkdv.wgmma && k.dkdv->registers != 65536 / t.dkdv.threads() / 8 * 8)
+    const int full_share = 65536 / t.dkdv.threads() / 8 * 8;
+    if (t.dkdv.wgmma && k.dkdv->registers != full_share)
       throw Error(fmt::format("attention backward: the dK/dV kernel '{}' was compiled for {} registers a thread; "
                               "its warp specialization needs {} (this ptxas allocates differently)",
-                              k.dkdv->kernel_key, k.dkdv->registers, 65536 / t.dkdv.threads() / 8 * 8));
+                              k.dkdv->kernel_key, k.dkdv->registers, full_share));
     k.dq = get(t.dq);
     std::lock_guard lock(mutex);
     backward_kernels.push_back(std::move(k));

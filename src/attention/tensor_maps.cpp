@@ -26,8 +26,8 @@ sjit_kernels::TensorMap tensor_map(const void* base, CUtensorMapDataType type, i
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   sjit_kernels::TensorMap map{};
   SJIT_CU(runtime::driver().cuTensorMapEncodeTiled(
-      reinterpret_cast<CUtensorMap*>(&map), type, 4, const_cast<void*>(base), extent, stride_bytes, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+      reinterpret_cast<CUtensorMap*>(&map), type, 4, const_cast<void*>(base), extent, stride_bytes, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
   return map;
 }
 

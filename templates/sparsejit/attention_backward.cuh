@@ -181,13 +181,14 @@ __global__ void __launch_bounds__(256) attention_backward_prep(const AttentionBa
   }
 }
 
-// lse2 and delta of `ROWS` query rows from q0 into shared memory, by all THREADS threads. Rows past
-// the end get lse2 = +inf (P = 0) and delta = 0, as for a row that saw no key.
+// lse2 and delta of `ROWS` query rows from q0 into shared memory, by THREADS threads, of which the
+// caller is number `thread` (the whole CTA by default). Rows past the end get lse2 = +inf (P = 0) and
+// delta = 0, as for a row that saw no key.
 template <int ROWS, int THREADS>
 __device__ __forceinline__ void load_row_stats(float* lse2_out, float* delta_out, const AttentionBackwardParams& p,
-                                               int batch, int head_q, int q0) {
+                                               int batch, int head_q, int q0, int thread = threadIdx.x) {
   const long long row_base = (static_cast<long long>(batch) * p.heads_q + head_q) * p.seq_q;
-  for (int r = threadIdx.x; r < ROWS; r += THREADS) {
+  for (int r = thread; r < ROWS; r += THREADS) {
     const bool valid = q0 + r < p.seq_q;
     lse2_out[r] = valid ? p.lse2[row_base + q0 + r] : infinity();
     delta_out[r] = valid ? p.delta[row_base + q0 + r] : 0.f;

@@ -143,13 +143,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
           tma_load_tile<D, C>(base + L::do_ring + slot * L::other_bytes, maps.d_o, full, own.batch, t.head_q, q0);
           indices.slot_tile[slot] = t;
         }
-        // Rows past the end get lse2 = +inf (P = 0) and delta = 0, as for a row that saw no key.
-        const long long row0 = (static_cast<long long>(own.batch) * p.heads_q + t.head_q) * p.seq_q + q0;
-        for (int r = lane; r < C; r += 32) {
-          const bool valid = q0 + r < p.seq_q;
-          lse2_ring[slot * C + r] = valid ? p.lse2[row0 + r] : infinity();
-          delta_ring[slot * C + r] = valid ? p.delta[row0 + r] : 0.f;
-        }
+        load_row_stats<C, 32>(lse2_ring + slot * C, delta_ring + slot * C, p, own.batch, t.head_q, q0, lane);
         mbarrier_arrive(full);
       }
     } else if (Cfg::atomic_dq && warp == L::dq_warp && lane == 0) {

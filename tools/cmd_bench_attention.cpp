@@ -24,6 +24,7 @@ struct AttentionBenchOptions {
   bool per_head = false;
   bool backward = false;
   bool deterministic = false;
+  bool queued = false;
   std::string config;
   int iterations = 20, warmup = 3;
 };
@@ -39,8 +40,8 @@ Causal causal_from(const std::string& text) {
   throw InvalidArgument(fmt::format("--causal {}: use none, tl or br", text));
 }
 
-double median_ms(int warmup, int iterations, const std::function<void()>& run) {
-  return median_gpu_ms(warmup, iterations, [&](int) { run(); });
+double median_ms(const AttentionBenchOptions& o, const std::function<void()>& run) {
+  return median_gpu_ms(o.warmup, o.iterations, [&](int) { run(); }, o.queued);
 }
 
 int run_attention(const AttentionBenchOptions& o) {
@@ -63,9 +64,10 @@ int run_attention(const AttentionBenchOptions& o) {
   args.q = q.data(), args.k = k.data(), args.v = v.data(), args.o = out.data(), args.lse = lse.as<float>();
   args.batch = o.batch, args.heads_q = o.heads, args.heads_kv = heads_kv, args.seq_q = o.seq, args.seq_k = seq_k;
 
-  fmt::print("device {} ({} SMs); B={} Hq={} Hkv={} Sq={} Sk={} D={} {} causal={}{}; median of {} runs\n", dev.name,
+  fmt::print("device {} ({} SMs); B={} Hq={} Hkv={} Sq={} Sk={} D={} {} causal={}{}; median of {} runs{}\n", dev.name,
              dev.multiprocessors, o.batch, o.heads, heads_kv, o.seq, seq_k, o.head_dim, name(dtype), o.causal,
-             !o.backward ? "" : o.deterministic ? "; deterministic backward" : "; backward with atomic dQ", o.iterations);
+             !o.backward ? "" : o.deterministic ? "; deterministic backward" : "; backward with atomic dQ", o.iterations,
+             o.queued ? ", queued (the host's launch latency hidden)" : ", each alone (the host's launch latency included)");
   std::vector<std::string> headers = {"kernel", "density", "blocks/row", "time", "TFLOP/s", "% of 989", "vs dense",
                                       "vs dense x density", "config"};
   if (o.backward) headers.insert(headers.end(), {"bwd", "fwd+bwd", "fwd+bwd TFLOP/s", "fwd+bwd vs dense"});
@@ -95,10 +97,10 @@ int run_attention(const AttentionBenchOptions& o) {
     bargs.pattern = pattern;
     double bwd_ms = 0, dense_bwd_ms = 0;
     if (pattern == nullptr) {
-      bwd_ms = dense_bwd_ms = median_ms(o.warmup, o.iterations, [&] { attention.backward(bargs); });
+      bwd_ms = dense_bwd_ms = median_ms(o, [&] { attention.backward(bargs); });
     } else {
       std::tie(bwd_ms, dense_bwd_ms) = paired_median_gpu_ms(o.warmup, o.iterations, [&] { attention.backward(bargs); },
-                                                            [&] { dense_attention.backward(dense_bargs); });
+                                                            [&] { dense_attention.backward(dense_bargs); }, o.queued);
     }
     const double both = fwd_ms + bwd_ms;
     return std::vector<std::string>{fmt::format("{:.3f} ms", bwd_ms), fmt::format("{:.3f} ms", both),
@@ -106,7 +108,7 @@ int run_attention(const AttentionBenchOptions& o) {
                                     fmt::format("{:.2f}x", (dense_fwd_ms + dense_bwd_ms) / both)};
   };
 
-  const double dense_ms = median_ms(o.warmup, o.iterations, [&] { dense_attention.forward(args); });
+  const double dense_ms = median_ms(o, [&] { dense_attention.forward(args); });
   const double dense_flops = attention_forward_flops(dense, args);
   std::vector<std::string> dense_row = {
       "dense", "1", "-", fmt::format("{:.3f} ms", dense_ms), fmt::format("{:.0f}", dense_flops / dense_ms / 1e9),
@@ -133,7 +135,7 @@ int run_attention(const AttentionBenchOptions& o) {
     auto add_row = [&](Attention& attention, const std::string& kernel) {
       attention.prepare(pattern);
       const auto [ms, dense_now_ms] = paired_median_gpu_ms(o.warmup, o.iterations, [&] { attention.forward(args); },
-                                                           [&] { dense_attention.forward(dense_args); });
+                                                           [&] { dense_attention.forward(dense_args); }, o.queued);
       const double tflops = flops / ms / 1e9;
       std::vector<std::string> row = {
           kernel, fmt::format("{:.3f}", stats.density), fmt::format("{:.1f}", stats.mean_per_row),
@@ -181,6 +183,9 @@ Runner add_bench_attention(CLI::App& bench) {
   cmd->add_flag("--backward", o->backward, "Also time the backward (dQ, dK, dV) and forward + backward");
   cmd->add_flag("--deterministic", o->deterministic, "Backward in deterministic mode (a dQ pass of its own, no atomics)");
   cmd->add_option("--config", o->config, "Tiling, e.g. warps=4,mt=2,bn=64,stages=2,qreg=0 (default: chosen)");
+  cmd->add_flag("--queued", o->queued,
+                "Enqueue every timed run before waiting (each with its own events), so the host's launch latency "
+                "hides behind the GPU's work as in a training loop; by default each run is timed alone");
   cmd->add_option("--iters", o->iterations, "Timed runs (median reported)");
   cmd->add_option("--warmup", o->warmup, "Untimed runs first");
   return [=] { return cmd->parsed() ? run_attention(*o) : -1; };

@@ -33,13 +33,15 @@ std::string short_kind_name(const RowNormSpec& spec);
 // "a,b,,c" -> {"a", "b", "c"}: the comma-separated lists of the options.
 std::vector<std::string> split_commas(const std::string& text);
 
-// Median GPU time of run(i) in milliseconds: `warmup` untimed calls, then `iterations` calls each timed
-// alone with events on the default stream.
-double median_gpu_ms(int warmup, int iterations, const std::function<void(int)>& run);
+// Median GPU time of run(i) in milliseconds: `warmup` untimed calls, then `iterations` calls timed with
+// events on the default stream. Each call is timed alone, so its time includes the host's work from its
+// start event to its first kernel; `queued` enqueues them all before the first wait (each with its own
+// events), which hides that latency behind the previous call's kernels, as in a training loop.
+double median_gpu_ms(int warmup, int iterations, const std::function<void(int)>& run, bool queued = false);
 // The medians of `a` and `b` timed alternately (a, b, a, b, ...): both see the same clocks and
 // temperature, which drift by several percent over a long benchmark, so their ratio is fair.
 std::pair<double, double> paired_median_gpu_ms(int warmup, int iterations, const std::function<void()>& a,
-                                               const std::function<void()>& b);
+                                               const std::function<void()>& b, bool queued = false);
 
 // Calls work(i) for every i in [0, count) from min(jobs, count) threads, each taking the next index
 // when it is done with one (the compiles of `sjit warmup` and `sjit demo`).

@@ -71,33 +71,46 @@ static double median_of(std::vector<double>& ms) {
   return ms[ms.size() / 2];
 }
 
-double median_gpu_ms(int warmup, int iterations, const std::function<void(int)>& run) {
-  EventTimer timer;
+// Queued: every run has its own events and all are enqueued before the first wait, so the host's
+// launch latency hides behind the GPU's work, as in a training loop. Otherwise each run is timed alone
+// and includes the time from its start event to its first kernel.
+static std::vector<double> timed_runs(int iterations, bool queued, const std::vector<std::function<void()>>& runs) {
+  std::vector<double> ms;
+  if (!queued) {
+    EventTimer timer;
+    for (int i = 0; i < iterations; ++i)
+      for (const auto& run : runs) {
+        timer.start();
+        run();
+        ms.push_back(timer.stop_ms());
+      }
+    return ms;
+  }
+  std::vector<EventTimer> timers(std::size_t(iterations) * runs.size());
+  for (std::size_t t = 0; t < timers.size(); ++t) {
+    timers[t].start();
+    runs[t % runs.size()]();
+    timers[t].stop();
+  }
+  for (const EventTimer& timer : timers) ms.push_back(timer.elapsed_ms());
+  return ms;
+}
+
+double median_gpu_ms(int warmup, int iterations, const std::function<void(int)>& run, bool queued) {
   for (int i = 0; i < warmup; ++i) run(i);
   synchronize();
-  std::vector<double> ms;
-  for (int i = 0; i < iterations; ++i) {
-    timer.start();
-    run(i);
-    ms.push_back(timer.stop_ms());
-  }
+  int i = 0;
+  std::vector<double> ms = timed_runs(iterations, queued, {[&] { run(i++); }});
   return median_of(ms);
 }
 
 std::pair<double, double> paired_median_gpu_ms(int warmup, int iterations, const std::function<void()>& a,
-                                               const std::function<void()>& b) {
-  std::vector<double> ms_a, ms_b;
-  EventTimer timer;
+                                               const std::function<void()>& b, bool queued) {
   for (int i = 0; i < warmup; ++i) a(), b();
   synchronize();
-  for (int i = 0; i < iterations; ++i) {
-    timer.start();
-    a();
-    ms_a.push_back(timer.stop_ms());
-    timer.start();
-    b();
-    ms_b.push_back(timer.stop_ms());
-  }
+  const std::vector<double> ms = timed_runs(iterations, queued, {a, b});
+  std::vector<double> ms_a, ms_b;  // a, b, a, b, ...
+  for (std::size_t t = 0; t < ms.size(); ++t) (t % 2 ? ms_b : ms_a).push_back(ms[t]);
   return {median_of(ms_a), median_of(ms_b)};
 }
 

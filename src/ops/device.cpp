@@ -129,7 +129,15 @@ void EventTimer::start(Stream stream) {
 }
 
 float EventTimer::stop_ms(Stream stream) {
+  stop(stream);
+  return elapsed_ms();
+}
+
+void EventTimer::stop(Stream stream) {
   SJIT_CU(cu().cuEventRecord(static_cast<CUevent>(end_), reinterpret_cast<CUstream>(stream)));
+}
+
+float EventTimer::elapsed_ms() const {
   SJIT_CU(cu().cuEventSynchronize(static_cast<CUevent>(end_)));
   float ms = 0;
   SJIT_CU(cu().cuEventElapsedTime(&ms, static_cast<CUevent>(begin_), static_cast<CUevent>(end_)));

@@ -89,6 +89,8 @@ class EventTimer {
   EventTimer& operator=(const EventTimer&) = delete;
   void start(Stream stream = nullptr);
   float stop_ms(Stream stream = nullptr);  // waits for the stop event
+  void stop(Stream stream = nullptr);      // records the stop event and returns at once
+  float elapsed_ms() const;                // waits for the stop event stop() recorded
 
  private:
   void* begin_ = nullptr;

@@ -38,6 +38,22 @@ struct DeviceSchedule {
 
 std::size_t round_up_8(std::size_t bytes) { return (bytes + 7) / 8 * 8; }
 
+// Threads of a forward CTA: the config's warps, and the copy warpgroup of the persistent kernel.
+int forward_threads(const AttentionConfig& config) {
+  return 32 * config.warps + (config.path == AttentionPath::wgmma_ws ? 128 : 0);
+}
+
+// The warp-specialized kernels move registers between their warpgroups (setmaxnreg) out of the CTA's
+// share: compiled for fewer than 65536 / threads a thread, their math warps would wait forever. With
+// 256 threads or fewer a thread may have the 255 it can address, and nothing moves.
+void require_full_register_share(const jit::LoadedKernel& kernel, int threads) {
+  const int full_share = 65536 / threads / 8 * 8;
+  if (threads > 256 && kernel.registers != full_share)
+    throw Error(fmt::format("attention: the kernel '{}' was compiled for {} registers a thread; its warp "
+                            "specialization needs {} (this ptxas allocates differently)",
+                            kernel.kernel_key, kernel.registers, full_share));
+}
+
 // The backward's three tilings for `spec` (pass=bwd): the pre-pass, the dK/dV pass (wgmma where sm90
 // and the kernel exists), and the dQ pass or, with atomic dQ, the conversion of its accumulator.
 struct BackwardTilings {
@@ -120,7 +136,7 @@ struct Attention::State {
       d.sparsity = Sparsity::dense;
       d.pass = Pass::forward;
       AttentionConfig twin;  // the device's default tiling, on the wgmma path if this one is
-      if (config.path == AttentionPath::wgmma) twin.path = AttentionPath::wgmma;
+      if (on_wgmma(config.path)) twin.path = config.path;
       if (mma_only) twin.path = AttentionPath::mma;
       dense_twin = std::make_unique<Attention>(d, twin);
     }
@@ -137,13 +153,14 @@ struct Attention::State {
       for (const auto& k : kernels)
         if (k->context == target.context) return *k;
     }
-    if (config.path == AttentionPath::wgmma && target.device->arch != "sm_90a")
-      throw InvalidArgument(fmt::format("attention config '{}': path = wgmma runs on compute capability 9.0 "
+    if (on_wgmma(config.path) && target.device->arch != "sm_90a")
+      throw InvalidArgument(fmt::format("attention config '{}': path = {} runs on compute capability 9.0 "
                                         "(sm_90a) only; this device is {} ({})",
-                                        key(config), target.device->name, target.device->arch));
+                                        key(config), name(config.path), target.device->name, target.device->arch));
     auto loaded = jit::get_kernel(target, codegen::attention_kernel_key(spec, config), [&] {
       return codegen::attention_source(spec, config, baked_schedule ? &*baked_schedule : nullptr);
     });
+    if (config.path == AttentionPath::wgmma_ws) require_full_register_share(*loaded, forward_threads(config));
     std::lock_guard lock(mutex);
     kernels.push_back(std::move(loaded));
     return *kernels.back();
@@ -208,13 +225,7 @@ struct Attention::State {
     BackwardKernels k{target.context, t.dkdv, t.dq};
     k.prep = get(t.prep);
     k.dkdv = get(t.dkdv);
-    // The Hopper dK/dV kernel moves registers between its warpgroups (setmaxnreg), out of the CTA's
-    // share: compiled for fewer than 65536 / threads a thread, its math warps would wait forever.
-    const int full_share = 65536 / t.dkdv.threads() / 8 * 8;
-    if (t.dkdv.wgmma && k.dkdv->registers != full_share)
-      throw Error(fmt::format("attention backward: the dK/dV kernel '{}' was compiled for {} registers a thread; "
-                              "its warp specialization needs {} (this ptxas allocates differently)",
-                              k.dkdv->kernel_key, k.dkdv->registers, full_share));
+    if (t.dkdv.wgmma) require_full_register_share(*k.dkdv, t.dkdv.threads());
     k.dq = get(t.dq);
     std::lock_guard lock(mutex);
     backward_kernels.push_back(std::move(k));
@@ -332,13 +343,17 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   if (grid > 0x7fffffff)
     throw InvalidArgument(fmt::format("attention: {} query tiles in all exceed the 2^31 - 1 blocks of a launch", grid));
   if (grid == 0) return;
-  // The Hopper kernel's second parameter: the tensor maps it loads its tiles through. The mma.sync
+  p.work_items = int(grid);
+  // The persistent kernel: one CTA an SM (its shared memory and registers allow no more), each taking
+  // the work items gridDim.x apart.
+  if (config.path == AttentionPath::wgmma_ws) grid = std::min<std::int64_t>(grid, target.device->multiprocessors);
+  // The Hopper kernels' second parameter: the tensor maps they load their tiles through. The mma.sync
   // kernel has one parameter, and the driver reads only the parameters a kernel declares.
   sjit_kernels::AttentionForwardTensorMaps maps{};
-  if (config.path == AttentionPath::wgmma)
+  if (on_wgmma(config.path))
     maps = attention::forward_tensor_maps(a, spec.dtype, spec.head_dim, config.block_m(), config.block_n);
   void* params[] = {&p, &maps};
-  jit::launch(kernel, unsigned(grid), unsigned(32 * config.warps), reinterpret_cast<CUstream>(stream), params);
+  jit::launch(kernel, unsigned(grid), unsigned(forward_threads(config)), reinterpret_cast<CUstream>(stream), params);
 }
 
 void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {

@@ -15,9 +15,12 @@ std::string_view name(AttentionPath path) {
     case AttentionPath::automatic: return "auto";
     case AttentionPath::mma: return "mma";
     case AttentionPath::wgmma: return "wgmma";
+    case AttentionPath::wgmma_ws: return "wgmma_ws";
   }
   return "?";
 }
+
+bool on_wgmma(AttentionPath path) { return path == AttentionPath::wgmma || path == AttentionPath::wgmma_ws; }
 
 std::string key(const AttentionConfig& c) {
   std::string text = fmt::format("warps={},mt={},bn={},stages={},qreg={}", c.warps, c.m_tiles, c.block_n, c.stages,
@@ -38,7 +41,8 @@ AttentionConfig parse_attention_config(std::string_view text) {
   if (path == "auto") c.path = AttentionPath::automatic;
   else if (path == "mma") c.path = AttentionPath::mma;
   else if (path == "wgmma") c.path = AttentionPath::wgmma;
-  else throw InvalidSpec(fmt::format("attention config: path = '{}': use mma, wgmma or auto", path));
+  else if (path == "wgmma_ws") c.path = AttentionPath::wgmma_ws;
+  else throw InvalidSpec(fmt::format("attention config: path = '{}': use mma, wgmma, wgmma_ws or auto", path));
   spec::reject_leftovers(kt, "warps, mt, bn, stages, qreg, path");
   return c;
 }
@@ -52,9 +56,9 @@ namespace {
 //   and 0.254), causal or not;
 // - pattern blocks of 64 or less: one warpgroup of 64 rows and 64-key tiles, for the reason given for
 //   the mma.sync path below.
-AttentionConfig wgmma_default_config(const AttentionSpec& spec) {
+AttentionConfig wgmma_default_config(const AttentionSpec& spec, AttentionPath path = AttentionPath::wgmma) {
   AttentionConfig c;
-  c.path = AttentionPath::wgmma;
+  c.path = path;
   c.m_tiles = 1;
   c.q_in_registers = 0;
   c.stages = 2;
@@ -63,6 +67,9 @@ AttentionConfig wgmma_default_config(const AttentionSpec& spec) {
   // specs (H100, d = 128: 1.026 ms dense against 1.057, 0.167 at density 0.1 against 0.202).
   c.block_n = 64;
   c.warps = spec.sparsity != Sparsity::dense && spec.block_size <= 64 ? 4 : 8;
+  // The persistent kernel has one CTA an SM with 240 registers a math thread: 128-key tiles fit
+  // without spilling and halve the barriers a row of tiles costs.
+  if (path == AttentionPath::wgmma_ws) c.block_n = 128;
   return c;
 }
 
@@ -124,8 +131,7 @@ AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c, int compute_
     const bool tiling_set = c.warps != 0 || c.m_tiles != 0 || c.block_n != 0 || c.stages != 0;
     c.path = tiling_set ? AttentionPath::mma : default_config(spec, compute_capability).path;
   }
-  const AttentionConfig d =
-      c.path == AttentionPath::wgmma ? wgmma_default_config(spec) : default_config(spec);
+  const AttentionConfig d = on_wgmma(c.path) ? wgmma_default_config(spec, c.path) : default_config(spec);
   if (c.warps == 0) c.warps = d.warps;
   if (c.m_tiles == 0) c.m_tiles = d.m_tiles;
   if (c.block_n == 0) c.block_n = d.block_n;
@@ -140,12 +146,14 @@ AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c, int compute_
     refuse(fmt::format("bn = {}: use 16, 32, 64 or 128 keys per tile", c.block_n));
   if (c.stages != 2 && c.stages != 3) refuse(fmt::format("stages = {}: use 2 or 3", c.stages));
   if (c.q_in_registers != 0 && c.q_in_registers != 1) refuse(fmt::format("qreg = {}: use 0 or 1", c.q_in_registers));
-  if (c.path == AttentionPath::wgmma) {
+  if (on_wgmma(c.path)) {
+    const std::string_view path = name(c.path);
     if (spec.head_dim != 64 && spec.head_dim != 128)
-      refuse(fmt::format("path = wgmma takes head_dim 64 or 128, not {}", spec.head_dim));
-    if (c.m_tiles != 1) refuse(fmt::format("mt = {}: path = wgmma needs 1 (a warpgroup owns 64 rows)", c.m_tiles));
-    if (c.block_n != 64 && c.block_n != 128) refuse(fmt::format("bn = {}: path = wgmma takes 64 or 128", c.block_n));
-    if (c.q_in_registers != 0) refuse(fmt::format("qreg = {}: path = wgmma reads Q from shared memory (0)", c.q_in_registers));
+      refuse(fmt::format("path = {} takes head_dim 64 or 128, not {}", path, spec.head_dim));
+    if (c.m_tiles != 1) refuse(fmt::format("mt = {}: path = {} needs 1 (a warpgroup owns 64 rows)", c.m_tiles, path));
+    if (c.block_n != 64 && c.block_n != 128) refuse(fmt::format("bn = {}: path = {} takes 64 or 128", c.block_n, path));
+    if (c.q_in_registers != 0)
+      refuse(fmt::format("qreg = {}: path = {} reads Q from shared memory (0)", c.q_in_registers, path));
   }
   if (spec.sparsity != Sparsity::dense) {
     const int bs = spec.block_size;

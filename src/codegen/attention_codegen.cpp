@@ -49,10 +49,16 @@ std::string attention_kernel_key(const AttentionSpec& spec, const AttentionConfi
 }
 
 int attention_forward_shared_bytes(const AttentionSpec& spec, const AttentionConfig& config) {
+  const int tiles_bytes = (config.block_m() + 2 * config.stages * config.block_n) * spec.head_dim * 2;
   if (config.path == AttentionPath::wgmma) {
     // Unpadded 128-byte-swizzled tiles and the copies' mbarriers (Q's and one per ring slot), plus 1 KB
     // to align the base to a swizzle atom (AttentionSm90Layout in attention_forward_sm90.cuh).
-    return 1024 + (config.block_m() + 2 * config.stages * config.block_n) * spec.head_dim * 2 + 8 * (config.stages + 1);
+    return 1024 + tiles_bytes + 8 * (config.stages + 1);
+  }
+  if (config.path == AttentionPath::wgmma_ws) {
+    // The same tiles, the output's padded staging rows, and a full and an empty mbarrier for Q and for
+    // each ring slot (AttentionWsLayout in attention_forward_sm90_ws.cuh).
+    return 1024 + tiles_bytes + config.block_m() * (spec.head_dim + 8) * 2 + 8 * 2 * (config.stages + 1);
   }
   const int row_bytes = (spec.head_dim + 8) * 2;  // padded rows of 16-bit elements
   return (config.block_m() + 2 * config.stages * config.block_n) * row_bytes;
@@ -67,7 +73,10 @@ KernelSource attention_source(const AttentionSpec& spec, const AttentionConfig& 
   if (is_baked && baked == nullptr)
     throw InvalidSpec(fmt::format("attention: '{}' is baked: its kernel can only be built from the pattern itself "
                                   "(construct sjit::Attention with the BlockPattern)", key(spec)));
-  const bool wgmma = config.path == AttentionPath::wgmma;
+  // The template each path instantiates.
+  const char* kernel = config.path == AttentionPath::wgmma      ? "attention_forward_sm90"
+                       : config.path == AttentionPath::wgmma_ws ? "attention_forward_sm90_ws"
+                                                                : "attention_forward";
   KernelSource out;
   out.kernel_key = attention_kernel_key(spec, config);
   std::string arrays, baked_members;
@@ -103,13 +112,13 @@ KernelSource attention_source(const AttentionSpec& spec, const AttentionConfig& 
       "  static constexpr int pattern_block = {};\n"
       "{}"
       "}};\n",
-      out.kernel_key, wgmma ? "attention_forward_sm90" : "attention_forward", arrays, cuda_type(spec.dtype), spec.head_dim, config.warps,
+      out.kernel_key, kernel, arrays, cuda_type(spec.dtype), spec.head_dim, config.warps,
       config.m_tiles, config.block_n, config.stages, config.q_in_registers == 1 ? "true" : "false",
       causal_id(spec.causal), name(spec.causal), sparsity_id(spec.sparsity), name(spec.sparsity),
       // Dense kernels: one "block" larger than any tile, so no tile is ever split into groups.
       spec.sparsity == Sparsity::dense ? 1 << 20 : spec.block_size, baked_members);
-  out.source_name = wgmma ? "attention_forward_sm90.cu" : "attention_forward.cu";
-  out.name_expression = wgmma ? "sjit_kernels::attention_forward_sm90<Cfg>" : "sjit_kernels::attention_forward<Cfg>";
+  out.source_name = fmt::format("{}.cu", kernel);
+  out.name_expression = fmt::format("sjit_kernels::{}<Cfg>", kernel);
   out.dynamic_shared_bytes = attention_forward_shared_bytes(spec, config);
   return out;
 }

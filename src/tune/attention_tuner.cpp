@@ -33,7 +33,8 @@ const std::vector<GridAxis>& grid() {
       {{32, 64, 128}, [](AttentionConfig& c, int v) { c.block_n = v; }},
       {{2, 3}, [](AttentionConfig& c, int v) { c.stages = v; }},
       {{0, 1}, [](AttentionConfig& c, int v) { c.q_in_registers = v; }},
-      {{int(AttentionPath::mma), int(AttentionPath::wgmma)}, [](AttentionConfig& c, int v) { c.path = AttentionPath(v); }},
+      {{int(AttentionPath::mma), int(AttentionPath::wgmma), int(AttentionPath::wgmma_ws)},
+       [](AttentionConfig& c, int v) { c.path = AttentionPath(v); }},
   };
   return axes;
 }

@@ -43,17 +43,133 @@ struct AttentionSm90Layout {
   static_assert(Tr::block_m * Tr::row_elems * 2 <= used_bytes, "the output staging tile must fit");
 };
 
-// Which (batch, head, query tile) this CTA computes: the same work items and heaviest-first order as
-// locate_work, but head-major: consecutive CTAs take the query tiles of one (batch, head) before the
-// next one. The CTAs resident at one time then share a few heads' K/V, which L2 serves: with a pattern
-// shared by all heads and rank-major order, the ~132 resident CTAs read ~132 different heads' key
-// blocks, and a sparse forward reads each K/V tile once per query tile that visits it (0.94 GB from
-// DRAM at density 0.1, B2 H16 S8192 D128, against 0.26 GB head-major).
+// Work item `index` in the order of locate_work but head-major: consecutive indices take the query
+// tiles of one (batch, head) before the next one. The CTAs resident at one time then share a few heads'
+// K/V, which L2 serves: with a pattern shared by all heads and rank-major order, the ~132 resident CTAs
+// read ~132 different heads' key blocks, and a sparse forward reads each K/V tile once per query tile
+// that visits it (0.94 GB from DRAM at density 0.1, B2 H16 S8192 D128, against 0.26 GB head-major).
 template <class Cfg>
-__device__ __forceinline__ WorkItem locate_work_head_major(const AttentionForwardParams& p) {
+__device__ __forceinline__ WorkItem work_item_head_major(const AttentionForwardParams& p, unsigned index) {
   const int ranks = ranks_per_group<Cfg>(p);
-  return work_item<Cfg>(p, blockIdx.x % ranks, blockIdx.x / ranks);
+  return work_item<Cfg>(p, index % ranks, index / ranks);
 }
+
+// One warpgroup's 64 query rows of a work item: the running output and softmax statistics, and the
+// walk over the item's key tiles with both products on wgmma. The kernels differ only in how a tile's
+// K and V arrive and how a ring slot is handed back, which they pass in as three callables:
+//   acquire(j)      waits until tile j is in shared memory and returns its ring slot;
+//   scores_read(j)  tile j's S = Q K^T has completed (the warpgroup's last read of Q if j is the last);
+//   release(slot)   the warpgroup's products are done with the slot's K and V.
+template <class Cfg>
+struct WarpgroupRows {
+  using Tr = AttentionForwardTraits<Cfg>;
+  using L = AttentionSm90Layout<Cfg>;
+  using T = typename Tr::T;
+  float o[1][Tr::d_tiles][4];
+  float row_max[1][2], row_sum[1][2], correction[1][2];
+  float s[1][Tr::n_tiles][4];
+  unsigned pa[Tr::block_n / 16][4];  // P of one tile as the A fragments of block_n / 16 k-steps
+
+  __device__ __forceinline__ void reset() {
+#pragma unroll
+    for (int dt = 0; dt < Tr::d_tiles; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.f;
+    row_max[0][0] = row_max[0][1] = -infinity();
+    row_sum[0][0] = row_sum[0][1] = 0.f;
+  }
+
+  // S = Q K^T of the K tile at shared address k_tile, issued (not waited for). q_rows: this
+  // warpgroup's 64 rows of the Q tile, a K-major A operand.
+  __device__ __forceinline__ void issue_scores(unsigned q_rows, unsigned k_tile) {
+#pragma unroll
+    for (int ks = 0; ks < Tr::k_steps; ++ks)
+      wgmma_ss<T, Tr::block_n>(s[0], kmajor_descriptor(q_rows, Tr::block_m, ks),
+                               kmajor_descriptor(k_tile, Tr::block_n, ks), ks > 0);
+    wgmma_commit();
+  }
+  // O += P V of the V tile at v_tile, issued.
+  __device__ __forceinline__ void issue_values(unsigned v_tile) {
+#pragma unroll
+    for (int kk = 0; kk < Tr::block_n / 16; ++kk)
+      wgmma_rs<T, Tr::head_dim>(o[0], pa[kk], nmajor_descriptor(v_tile, Tr::block_n, kk), 1);
+    wgmma_commit();
+  }
+  // Masks S of tile j where needed and turns it into P (correction set, o not yet rescaled).
+  __device__ __forceinline__ void softmax_tile(const AttentionForwardParams& p, const KeyTiles& tiles, int j,
+                                               int q_row0, int warp_row0) {
+    const int key0 = tiles.tile(j) * Tr::block_n;
+    const unsigned long long pattern_mask = tiles.pattern_mask(j);
+    if (tile_needs_mask<Cfg>(p, q_row0, key0, pattern_mask)) mask_tile<Cfg>(s, p, q_row0, warp_row0, key0, pattern_mask);
+    softmax_scores<Tr>(s, row_max, row_sum, correction, p.scale_log2);
+  }
+  __device__ __forceinline__ void rescale_and_pack() {
+    rescale_output<Tr>(o, correction);
+#pragma unroll
+    for (int kk = 0; kk < Tr::block_n / 16; ++kk) pack_a_fragment<T>(s[0], kk, pa[kk]);
+  }
+
+  // The item's key tiles through this warpgroup; `ring` is the shared address of the K ring (the V
+  // ring follows it).
+  template <class Acquire, class ScoresRead, class Release>
+  __device__ __forceinline__ void walk(const AttentionForwardParams& p, const KeyTiles& tiles, int q_row0,
+                                       unsigned q_rows, unsigned ring, Acquire acquire, ScoresRead scores_read,
+                                       Release release) {
+    const int warp_row0 = (threadIdx.x / 32) * 16;
+    auto k_tile = [&](int slot) { return ring + slot * L::kv_bytes; };
+    auto v_tile = [&](int slot) { return ring + (Cfg::stages + slot) * L::kv_bytes; };
+    if constexpr (Cfg::stages == 2) {
+      // S, softmax and O += P V one after the other.
+      for (int j = 0; j < tiles.count; ++j) {
+        const int slot = acquire(j);
+        wgmma_fence();
+        issue_scores(q_rows, k_tile(slot));
+        wgmma_wait<0>();
+        wgmma_fence_operands(s[0]);
+        scores_read(j);
+        softmax_tile(p, tiles, j, q_row0, warp_row0);
+        rescale_and_pack();
+        wgmma_fence();  // o rescaled and P written by ordinary instructions
+        wgmma_fence_operands(o[0]);
+        issue_values(v_tile(slot));
+        wgmma_wait<0>();
+        wgmma_fence_operands(o[0]);
+        release(slot);
+      }
+    } else {
+      // Three or more slots (FlashAttention-3's intra-warpgroup pipelining): while the tensor cores
+      // run O += P V of tile j - 1, the warpgroup computes the softmax of tile j.
+      int previous = 0;  // tile j - 1's slot
+      for (int j = 0; j < tiles.count; ++j) {
+        const int slot = acquire(j);
+        wgmma_fence();
+        wgmma_fence_operands(o[0]);
+        issue_scores(q_rows, k_tile(slot));
+        if (j > 0) {
+          issue_values(v_tile(previous));
+          wgmma_wait<1>();  // S of tile j is ready; O += P V of tile j - 1 still runs
+        } else {
+          wgmma_wait<0>();
+        }
+        wgmma_fence_operands(s[0]);
+        scores_read(j);
+        softmax_tile(p, tiles, j, q_row0, warp_row0);
+        wgmma_wait<0>();
+        wgmma_fence_operands(o[0]);
+        wgmma_fence_operands(pa);
+        if (j > 0) release(previous);
+        rescale_and_pack();
+        previous = slot;
+      }
+      if (tiles.count > 0) {
+        wgmma_fence();
+        wgmma_fence_operands(o[0]);
+        issue_values(v_tile(previous));
+        wgmma_wait<0>();
+        wgmma_fence_operands(o[0]);
+        release(previous);
+      }
+    }
+  }
+};
 
 template <class Cfg>
 __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, AttentionSm90Layout<Cfg>::ctas_per_sm)
@@ -67,7 +183,7 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, Attentio
   unsigned char* smem = shared_sm90 + ((1024 - (smem_address(shared_sm90) & 1023)) & 1023);
   const unsigned smem_base = smem_address(smem);
 
-  const WorkItem w = locate_work_head_major<Cfg>(p);
+  const WorkItem w = work_item_head_major<Cfg>(p, blockIdx.x);
   const int q_row0 = w.q_tile * Tr::block_m;
   if (q_row0 >= p.seq_q) return;  // a schedule item past the end of a short sequence: nothing to do
   const int kv_head = w.head_q / (p.heads_q / p.heads_kv);
@@ -86,115 +202,35 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, Attentio
     tma_load_tile<Tr::head_dim, Tr::block_n>(smem_base + L::v_ring + slot * L::kv_bytes, maps.v, slot_ready(slot),
                                              w.batch, kv_head, key0);
   };
-  auto wait_key_tile = [&](int j) { mbarrier_wait(slot_ready(j % stages), (j / stages) & 1); };
 
   // Prologue: Q and the first key tiles. A CTA with no key tile loads nothing (its output is 0).
-  constexpr int prefetch = stages == 2 ? 1 : stages - 2;  // tiles in flight ahead of the one computed
+  // Loads run `ahead` tiles ahead of the one computed: with two slots, tile j + 1 loads while tile j
+  // computes; with more, the slot of tile j - 1 stays in use until tile j's softmax is done (its
+  // O += P V runs under it), so only stages - 2 slots are free to load into.
+  constexpr int ahead = stages == 2 ? 1 : stages - 2;
   if (threadIdx.x == 0) {
     init_copy_barriers(q_ready, stages + 1);
     if (tiles.count > 0) {
       mbarrier_expect_bytes(q_ready, L::q_bytes);
       tma_load_tile<Tr::head_dim, Tr::block_m>(smem_base, maps.q, q_ready, w.batch, w.head_q, q_row0);
     }
-    for (int j = 0; j < prefetch && j < tiles.count; ++j) load_key_tile(j);
+    for (int j = 0; j < ahead && j < tiles.count; ++j) load_key_tile(j);
   }
   __syncthreads();  // the barriers are initialized before anyone waits on them
   if (tiles.count > 0) mbarrier_wait(q_ready, 0);
 
-  const int warp_row0 = (threadIdx.x / 32) * 16;
+  // One CTA barrier a tile: every warpgroup is done with the slot that thread 0 then refills.
+  auto acquire = [&](int j) {
+    __syncthreads();
+    if (threadIdx.x == 0 && j + ahead < tiles.count) load_key_tile(j + ahead);
+    mbarrier_wait(slot_ready(j % stages), (j / stages) & 1);
+    return j % stages;
+  };
+  WarpgroupRows<Cfg> rows;
+  rows.reset();
   // This warpgroup's 64 rows of the Q tile: a K-major A operand starting at row 64 * warpgroup.
-  const unsigned q_rows = smem_base + (threadIdx.x / 128) * 64 * 128;
-  float o[1][Tr::d_tiles][4];
-  float row_max[1][2], row_sum[1][2], correction[1][2];
-#pragma unroll
-  for (int dt = 0; dt < Tr::d_tiles; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.f;
-  row_max[0][0] = row_max[0][1] = -infinity();
-  row_sum[0][0] = row_sum[0][1] = 0.f;
-  float s[1][Tr::n_tiles][4];
-  unsigned pa[Tr::block_n / 16][4];  // P of one tile as the A fragments of block_n / 16 k-steps
-
-  // S = Q K^T of key tile j (ring slot `slot`), issued (not waited for).
-  auto issue_scores = [&](int slot) {
-    const unsigned k_tile = smem_base + L::k_ring + slot * L::kv_bytes;
-#pragma unroll
-    for (int ks = 0; ks < Tr::k_steps; ++ks)
-      wgmma_ss<T, Tr::block_n>(s[0], kmajor_descriptor(q_rows, Tr::block_m, ks),
-                               kmajor_descriptor(k_tile, Tr::block_n, ks), ks > 0);
-    wgmma_commit();
-  };
-  // O += P V of the tile in ring slot `slot`, issued.
-  auto issue_values = [&](int slot) {
-    const unsigned v_tile = smem_base + L::v_ring + slot * L::kv_bytes;
-#pragma unroll
-    for (int kk = 0; kk < Tr::block_n / 16; ++kk)
-      wgmma_rs<T, Tr::head_dim>(o[0], pa[kk], nmajor_descriptor(v_tile, Tr::block_n, kk), 1);
-    wgmma_commit();
-  };
-  // Masks S of tile j where needed and turns it into P (correction set, o not yet rescaled).
-  auto softmax_tile = [&](int j) {
-    const int key0 = tiles.tile(j) * Tr::block_n;
-    const unsigned long long pattern_mask = tiles.pattern_mask(j);
-    if (tile_needs_mask<Cfg>(p, q_row0, key0, pattern_mask)) mask_tile<Cfg>(s, p, q_row0, warp_row0, key0, pattern_mask);
-    softmax_scores<Tr>(s, row_max, row_sum, correction, p.scale_log2);
-  };
-  auto pack_probabilities = [&] {
-#pragma unroll
-    for (int kk = 0; kk < Tr::block_n / 16; ++kk) pack_a_fragment<T>(s[0], kk, pa[kk]);
-  };
-
-  if constexpr (stages == 2) {
-    // Two slots: tile j + 1 loads while tile j computes; S, softmax and O += P V one after the other.
-    for (int j = 0; j < tiles.count; ++j) {
-      __syncthreads();  // every warpgroup is done with tile j - 1, whose slot tile j + 1 refills
-      if (threadIdx.x == 0 && j + 1 < tiles.count) load_key_tile(j + 1);
-      wait_key_tile(j);
-      wgmma_fence();
-      issue_scores(j % 2);
-      wgmma_wait<0>();
-      wgmma_fence_operands(s[0]);
-      softmax_tile(j);
-      rescale_output<Tr>(o, correction);
-      pack_probabilities();
-      wgmma_fence();  // o rescaled and P written by ordinary instructions
-      wgmma_fence_operands(o[0]);
-      issue_values(j % 2);
-      wgmma_wait<0>();
-      wgmma_fence_operands(o[0]);
-    }
-  } else {
-    // Three or more slots (FlashAttention-3's intra-warpgroup pipelining): while the tensor cores run
-    // O += P V of tile j - 1, the warpgroup computes the softmax of tile j. The slot of tile j - 1
-    // stays untouched until the barrier of iteration j + 1, so loads run stages - 2 tiles ahead.
-    constexpr int ahead = stages - 2;
-    for (int j = 0; j < tiles.count; ++j) {
-      __syncthreads();  // every warpgroup is done with tile j - 2, whose slot tile j + ahead refills
-      if (threadIdx.x == 0 && j + ahead < tiles.count) load_key_tile(j + ahead);
-      wait_key_tile(j);
-      wgmma_fence();
-      wgmma_fence_operands(o[0]);
-      issue_scores(j % stages);
-      if (j > 0) {
-        issue_values((j - 1) % stages);
-        wgmma_wait<1>();  // S of tile j is ready; O += P V of tile j - 1 still runs
-      } else {
-        wgmma_wait<0>();
-      }
-      wgmma_fence_operands(s[0]);
-      softmax_tile(j);
-      wgmma_wait<0>();
-      wgmma_fence_operands(o[0]);
-      wgmma_fence_operands(pa);
-      rescale_output<Tr>(o, correction);
-      pack_probabilities();
-    }
-    if (tiles.count > 0) {
-      wgmma_fence();
-      wgmma_fence_operands(o[0]);
-      issue_values((tiles.count - 1) % stages);
-      wgmma_wait<0>();
-      wgmma_fence_operands(o[0]);
-    }
-  }
+  rows.walk(p, tiles, q_row0, smem_base + (threadIdx.x / 128) * 64 * 128, smem_base + L::k_ring, acquire,
+            [](int) {}, [](int) {});
 
   // Every copy has landed (each was waited for); meet before the warps stage their output rows over
   // tiles another warpgroup may still be reading.
@@ -202,8 +238,8 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, Attentio
   T* out = static_cast<T*>(p.o) + w.batch * p.o_batch_stride + w.head_q * p.o_head_stride;
   float* lse_row0 =
       p.lse ? p.lse + (static_cast<long long>(w.batch) * p.heads_q + w.head_q) * p.seq_q + q_row0 : nullptr;
-  store_output<Tr>(o, row_max, row_sum, reinterpret_cast<T*>(smem), out, p.o_row_stride, lse_row0, q_row0, warp_row0,
-                   p.seq_q);
+  store_output<Tr>(rows.o, rows.row_max, rows.row_sum, reinterpret_cast<T*>(smem), out, p.o_row_stride, lse_row0,
+                   q_row0, (threadIdx.x / 32) * 16, p.seq_q);
 }
 
 }  // namespace sjit_kernels

@@ -29,6 +29,8 @@ struct AttentionForwardParams {
   const int* item_order;                    // launch rank -> item, heaviest first
   int pattern_heads;                        // 1 (shared by every head) or heads_q
   int q_tiles;                              // query tiles per head: ceil(Sq / block_m)
+  int work_items;                           // (batch, head, query tile) items: one CTA each, or shared
+                                            // out among the persistent kernel's CTAs
 };
 
 // The driver's CUtensorMap (a copy descriptor for the Tensor Memory Accelerator): 128 opaque bytes,

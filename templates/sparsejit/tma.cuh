@@ -45,6 +45,19 @@ __device__ __forceinline__ void mbarrier_arrive(unsigned barrier) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
 }
 
+// mbarrier_arrive where `arrive` holds, as one predicated instruction: no branch, so wgmma operations in
+// flight around it are not serialized for a path the compiler must assume divergent (ptxas C7520).
+__device__ __forceinline__ void mbarrier_arrive_if(unsigned barrier, bool arrive) {
+  asm volatile(
+      "{\n"
+      "  .reg .pred p;\n"
+      "  setp.ne.u32 p, %1, 0;\n"
+      "  @p mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+      "}\n" ::"r"(barrier),
+      "r"(unsigned(arrive))
+      : "memory");
+}
+
 // Waits until the barrier's phase with parity `phase` has completed (all its bytes landed).
 __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned phase) {
   unsigned done = 0;

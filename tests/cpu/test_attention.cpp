@@ -207,10 +207,11 @@ TEST_CASE("attention config key text round-trips", "[attention][config]") {
 TEST_CASE("attention config key text: the kernel path", "[attention][config]") {
   // Text without a path (the old form) parses as automatic, and automatic prints no path.
   CHECK(parse_attention_config("warps=4,mt=2,bn=64,stages=2,qreg=0").path == AttentionPath::automatic);
-  for (const AttentionPath path : {AttentionPath::mma, AttentionPath::wgmma}) {
+  for (const auto& [path, text_of_path] : {std::pair{AttentionPath::mma, "mma"}, std::pair{AttentionPath::wgmma, "wgmma"},
+                                            std::pair{AttentionPath::wgmma_ws, "wgmma_ws"}}) {
     AttentionConfig c{8, 1, 128, 2, 0};
     c.path = path;
-    const std::string text = fmt::format("warps=8,mt=1,bn=128,stages=2,qreg=0,path={}", path == AttentionPath::mma ? "mma" : "wgmma");
+    const std::string text = fmt::format("warps=8,mt=1,bn=128,stages=2,qreg=0,path={}", text_of_path);
     CHECK(key(c) == text);
     CHECK(parse_attention_config(text) == c);
   }
@@ -247,6 +248,17 @@ TEST_CASE("resolve() on the wgmma path: defaults, checks, and which path an unse
                     Contains("head_dim 64 or 128"));
   bad = AttentionConfig{8, 1, 128, 3, 0}, bad.path = AttentionPath::wgmma;  // 225 KB: fits (barely)
   CHECK_NOTHROW(resolve(d128, bad));
+  // The persistent kernel: the same checks naming its path, and its output staging rows on top.
+  AttentionConfig ws;
+  ws.path = AttentionPath::wgmma_ws;
+  const AttentionConfig ws_default = resolve(d128, ws);
+  CHECK(ws_default.path == AttentionPath::wgmma_ws);
+  CHECK(ws_default.block_m() == 128);
+  CHECK(parse_attention_config(key(ws_default)) == ws_default);
+  bad = ws, bad.block_n = 32;
+  CHECK_THROWS_WITH(resolve(d128, bad), Contains("bn = 32") && Contains("wgmma_ws"));
+  bad = AttentionConfig{8, 1, 128, 3, 0}, bad.path = AttentionPath::wgmma_ws;
+  CHECK_THROWS_WITH(resolve(d128, bad), Contains("shared memory"));
   // A config with tiling fields but no path keeps meaning the mma.sync kernel, on any device.
   CHECK(resolve(d128, AttentionConfig{8, 2, 32, 3, 0}, 90).path == AttentionPath::mma);
   // With nothing set, the path is the device's default; without a device (0) it is mma.sync.
@@ -842,6 +854,8 @@ TEST_CASE("attention kernels compile with NVRTC for sm_90a and sm_80", "[attenti
       {"attention:d=128,dtype=bf16|warps=8,mt=1,bn=128,stages=2,qreg=0,path=wgmma", "sm_90a"},
       {"attention:d=64,dtype=f16,causal=br,sparsity=bsr,block=32|warps=4,mt=1,bn=128,stages=3,qreg=0,path=wgmma",
        "sm_90a"},
+      {"attention:d=128,dtype=bf16,sparsity=bsr,block=128|warps=8,mt=1,bn=128,stages=2,qreg=0,path=wgmma_ws", "sm_90a"},
+      {"attention:d=64,dtype=f16,causal=tl|warps=4,mt=1,bn=64,stages=3,qreg=0,path=wgmma_ws", "sm_90a"},
   };
   // Two at a time: CI has two cores.
   for (std::size_t first = 0; first < jobs.size(); first += 2) {
@@ -859,6 +873,10 @@ TEST_CASE("attention kernels compile with NVRTC for sm_90a and sm_80", "[attenti
       CHECK(k.usage.registers > 0);
       if (job.key.find("d=64") != std::string::npos || job.key.find("wgmma") != std::string::npos)
         CHECK(k.usage.spill_store_bytes == 0);
+      // The persistent kernel's two math warpgroups take registers from the copy warpgroup
+      // (setmaxnreg): that needs the launch's full share of 65536 / 384 (168) a thread.
+      if (job.key.find("warps=8,mt=1,bn=128,stages=2,qreg=0,path=wgmma_ws") != std::string::npos)
+        CHECK(k.usage.registers == 168);
     }
   }
 }

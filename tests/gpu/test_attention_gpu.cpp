@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "sparsejit/attention_reference.h"
 #include "sparsejit/sparsejit.h"
@@ -154,12 +155,19 @@ bool on_hopper() {
   return hopper;
 }
 
-AttentionConfig wgmma(int warps = 0, int block_n = 0, int stages = 0) {
+// The two Hopper kernels: one CTA a query tile (wgmma) and persistent, warp-specialized (wgmma_ws).
+// They share the per-warpgroup math, so every wgmma test runs both.
+constexpr std::array kHopperPaths{AttentionPath::wgmma, AttentionPath::wgmma_ws};
+
+AttentionConfig hopper(AttentionPath path, int warps = 0, int block_n = 0, int stages = 0) {
   AttentionConfig c;
-  c.path = AttentionPath::wgmma;
+  c.path = path;
   c.warps = warps, c.block_n = block_n, c.stages = stages;
   if (warps || block_n || stages) c.m_tiles = 1, c.q_in_registers = 0;
   return c;
+}
+AttentionConfig wgmma(int warps = 0, int block_n = 0, int stages = 0) {
+  return hopper(AttentionPath::wgmma, warps, block_n, stages);
 }
 
 }  // namespace
@@ -313,7 +321,7 @@ TEST_CASE("wgmma path: one tile of each head dim and dtype (descriptor layouts)"
   std::mt19937_64 rng(seed);
   for (const int d : {64, 128})
     for (const DType dt : {DType::bf16, DType::f16})
-      for (const AttentionConfig config : {wgmma(4, 64, 2), wgmma(8, 128, 2)}) {
+      for (const AttentionConfig config : {wgmma(4, 64, 2), wgmma(8, 128, 2), hopper(AttentionPath::wgmma_ws, 8, 128, 2)}) {
         // Exactly one query tile and one key tile: S = Q K^T and O = P V through one descriptor each.
         Case c{spec_of(d, dt, Causal::none), 1, 1, 1, config.block_m(), config.block_n};
         c.config = config;
@@ -326,27 +334,28 @@ TEST_CASE("wgmma path: dense for every dtype and head dim and causal mode with G
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (const int d : {64, 128})
-    for (const DType dt : {DType::bf16, DType::f16})
-      for (const Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right}) {
-        Case c{spec_of(d, dt, causal), 2, 4, 2, 197, 333};
-        if (causal == Causal::bottom_right) std::swap(c.seq_q, c.seq_k);  // rows with no key
-        c.config = wgmma();
-        check_case(c, rng);
-      }
-  SECTION("[B, S, H, D] layout, MQA, long causal, decode-like") {
+  for (const AttentionPath path : kHopperPaths) {
+    for (const int d : {64, 128})
+      for (const DType dt : {DType::bf16, DType::f16})
+        for (const Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right}) {
+          Case c{spec_of(d, dt, causal), 2, 4, 2, 197, 333};
+          if (causal == Causal::bottom_right) std::swap(c.seq_q, c.seq_k);  // rows with no key
+          c.config = hopper(path);
+          check_case(c, rng);
+        }
+    // [B, S, H, D] layout, MQA, long causal, decode-like
     Case bshd{spec_of(128, DType::f16, Causal::none), 2, 4, 2, 100, 257};
     bshd.bshd = true;
-    bshd.config = wgmma();
+    bshd.config = hopper(path);
     check_case(bshd, rng);
     Case mqa{spec_of(64, DType::bf16, Causal::top_left), 1, 8, 1, 130, 130};
-    mqa.config = wgmma();
+    mqa.config = hopper(path);
     check_case(mqa, rng);
     Case long_causal{spec_of(128, DType::bf16, Causal::top_left), 1, 2, 1, 1024, 1024};
-    long_causal.config = wgmma();
+    long_causal.config = hopper(path);
     check_case(long_causal, rng);
     Case decode{spec_of(128, DType::bf16, Causal::bottom_right), 1, 2, 2, 3, 1000};
-    decode.config = wgmma();
+    decode.config = hopper(path);
     check_case(decode, rng);
   }
 }
@@ -358,20 +367,22 @@ TEST_CASE("wgmma path: block-sparse and baked for every block size and density",
   std::mt19937_64 rng(seed);
   // Causal mode, head dim, dtype and bsr/baked rotate with the variant so that every value of each
   // meets every block size without compiling a kernel per combination.
-  int variant = 0;
-  for (const int bs : {16, 32, 64, 128})
-    for (const double density : {1.0, 0.5, 0.1, 0.02, 0.0}) {
-      ++variant;
-      const Causal causal = std::array{Causal::none, Causal::top_left, Causal::bottom_right}[variant % 3];
-      const int d = variant % 2 ? 128 : 64;
-      const DType dt = variant % 4 < 2 ? DType::bf16 : DType::f16;
-      const Sparsity sparsity = variant % 5 == 2 ? Sparsity::baked : Sparsity::block_sparse;
-      const std::int64_t seq = bs <= 32 ? 1000 : 1500;
-      Case c{spec_of(d, dt, causal, sparsity, bs), 1, 4, 2, seq + 3, seq - 5, density};
-      c.per_head_pattern = variant % 4 == 1;
-      c.config = wgmma();
-      check_case(c, rng);
-    }
+  for (const AttentionPath path : kHopperPaths) {
+    int variant = 0;
+    for (const int bs : {16, 32, 64, 128})
+      for (const double density : {1.0, 0.5, 0.1, 0.02, 0.0}) {
+        ++variant;
+        const Causal causal = std::array{Causal::none, Causal::top_left, Causal::bottom_right}[variant % 3];
+        const int d = variant % 2 ? 128 : 64;
+        const DType dt = variant % 4 < 2 ? DType::bf16 : DType::f16;
+        const Sparsity sparsity = variant % 5 == 2 ? Sparsity::baked : Sparsity::block_sparse;
+        const std::int64_t seq = bs <= 32 ? 1000 : 1500;
+        Case c{spec_of(d, dt, causal, sparsity, bs), 1, 4, 2, seq + 3, seq - 5, density};
+        c.per_head_pattern = variant % 4 == 1;
+        c.config = hopper(path);
+        check_case(c, rng);
+      }
+  }
 }
 
 TEST_CASE("wgmma path: every tiling it accepts computes the same attention", "[gpu][attention][sm90]") {
@@ -379,11 +390,58 @@ TEST_CASE("wgmma path: every tiling it accepts computes the same attention", "[g
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
+  constexpr AttentionPath ws = AttentionPath::wgmma_ws;
   for (const int d : {64, 128})
     for (const AttentionConfig config :
-         {wgmma(4, 64, 2), wgmma(4, 128, 3), wgmma(8, 64, 2), wgmma(8, 64, 3), wgmma(8, 128, 2)}) {
+         {wgmma(4, 64, 2), wgmma(4, 128, 3), wgmma(8, 64, 2), wgmma(8, 64, 3), wgmma(8, 128, 2), hopper(ws, 4, 64, 2),
+          hopper(ws, 4, 128, 2), hopper(ws, 8, 64, 2), hopper(ws, 8, 64, 3), hopper(ws, 8, 128, 2)}) {
       Case c{spec_of(d, DType::bf16, Causal::top_left, Sparsity::block_sparse, 64), 1, 2, 1, 517, 517, 0.5};
       c.config = config;
       check_case(c, rng);
     }
+}
+
+TEST_CASE("wgmma_ws path: CTAs that take many work items give bit for bit the output of one CTA an item",
+          "[gpu][attention][sm90]") {
+  if (!on_hopper()) return;
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  // Several hundred work items for the 132 persistent CTAs, of unequal lengths (causal rows; random
+  // per-head patterns with empty rows), so that each CTA's copy warp and math warps cross many item
+  // boundaries with ring slots and Q loads in flight. The two kernels do the same arithmetic in the
+  // same order, so their outputs must be equal, and both must match the reference.
+  struct Problem {
+    Case c;
+    int block_n, stages;
+  };
+  const std::array problems{
+      Problem{{spec_of(128, DType::bf16, Causal::top_left), 2, 8, 2, 2000, 2000}, 128, 2},
+      Problem{{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 128), 1, 8, 4, 3000, 3000, 0.1}, 64, 3},
+      Problem{{spec_of(64, DType::f16, Causal::bottom_right, Sparsity::block_sparse, 64), 1, 16, 16, 2500, 2600, 0.05}, 64, 2},
+  };
+  for (Problem problem : problems) {
+    Case& c = problem.c;
+    c.per_head_pattern = c.spec.sparsity != Sparsity::dense;
+    const std::int64_t d = c.spec.head_dim;
+    const auto q = test::quantized(c.spec.dtype, test::random_rows(rng, c.batch * c.heads_q * c.seq_q, int(d), 1.0f));
+    const auto k = test::quantized(c.spec.dtype, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, int(d), 1.0f));
+    const auto v = test::quantized(c.spec.dtype, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, int(d), 1.0f));
+    std::optional<BlockPattern> pattern;
+    if (c.spec.sparsity != Sparsity::dense) pattern = pattern_for(c, rng());
+    const int warps = c.spec.sparsity != Sparsity::dense && c.spec.block_size <= 64 ? 4 : 8;
+    Case one = c, persistent = c;
+    one.config = wgmma(warps, problem.block_n, problem.stages);
+    persistent.config = hopper(AttentionPath::wgmma_ws, warps, problem.block_n, problem.stages);
+    Attention a(one.spec, one.config), b(persistent.spec, persistent.config);
+    const BlockPattern* pp = pattern ? &*pattern : nullptr;
+    const Result want_bits = run_gpu(one, a, q, k, v, pp);
+    const Result got = run_gpu(persistent, b, q, k, v, pp);
+    INFO(persistent.name());
+    REQUIRE(std::memcmp(got.o.data(), want_bits.o.data(), got.o.size() * 4) == 0);
+    REQUIRE(std::memcmp(got.lse.data(), want_bits.lse.data(), got.lse.size() * 4) == 0);
+    const Result again = run_gpu(persistent, b, q, k, v, pp);  // the same Attention launched twice
+    REQUIRE(std::memcmp(again.o.data(), got.o.data(), got.o.size() * 4) == 0);
+    expect_matches(persistent, got, run_reference(persistent, q, k, v, pp));
+  }
 }

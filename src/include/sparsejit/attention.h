@@ -15,11 +15,13 @@
 
 namespace sjit {
 
-// Which forward kernel body runs: mma.sync (sm_80 and later) or wgmma (Hopper, sm_90a only).
+// Which forward kernel body runs: mma.sync (sm_80 and later), wgmma (Hopper, sm_90a only: one CTA a
+// query tile), or wgmma_ws (Hopper: persistent CTAs, one an SM, whose copy warp loads the next work
+// item's tiles under the current one's math; FlashAttention-3's structure).
 // automatic: the default for the device when every tiling field is unset, else mma (a tiling written
 // for the mma.sync kernel keeps meaning that kernel). The backward's dK/dV pass runs on wgmma on
 // sm_90a at head_dim 128 unless the config says mma explicitly.
-enum class AttentionPath { automatic, mma, wgmma };
+enum class AttentionPath { automatic, mma, wgmma, wgmma_ws };
 
 // A kernel's tiling (the tuner's knobs). Zero fields are filled by the heuristic default.
 // The query tile is 16 * m_tiles * warps rows; each warp owns 16 * m_tiles of them. On the wgmma path
@@ -40,7 +42,9 @@ struct AttentionConfig {
 // without it parses as automatic.
 std::string key(const AttentionConfig& config);
 AttentionConfig parse_attention_config(std::string_view text);
-std::string_view name(AttentionPath path);  // "auto", "mma", "wgmma"
+std::string_view name(AttentionPath path);  // "auto", "mma", "wgmma", "wgmma_ws"
+// Whether the path runs a Hopper kernel (wgmma or wgmma_ws).
+bool on_wgmma(AttentionPath path);
 
 // compute_capability: 10 * major + minor of the device the kernel will run on, or 0 for "any"
 // (portable defaults, the mma.sync path).

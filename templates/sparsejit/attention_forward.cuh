@@ -318,13 +318,16 @@ __device__ __forceinline__ void accumulate_values(float (&o)[Tr::m_tiles][Tr::d_
   }
 }
 
-// Normalizes the warp's rows, writes their log-sum-exp, and stores O through the warp's own rows of
-// the Q tile (no other warp reads them) so that global stores are 16 bytes wide and coalesced.
-template <class Tr>
+// Normalizes the warp's rows, writes their log-sum-exp, and stores O through the warp's own rows of a
+// staging tile in shared memory (no other warp reads them) so that global stores are 16 bytes wide and
+// coalesced. `staged(row, col)` is the staging address of element (row, col) of the query tile, in
+// the caller's layout (padded rows, or the wgmma swizzle); 8 consecutive columns from a multiple of 8
+// must be one 16-byte chunk.
+template <class Tr, class Staged>
 __device__ __forceinline__ void store_output(float (&o)[Tr::m_tiles][Tr::d_tiles][4], float (&row_max)[Tr::m_tiles][2],
-                                             float (&row_sum)[Tr::m_tiles][2], typename Tr::T* q_tile,
-                                             typename Tr::T* out, long long out_row_stride, float* lse_row0,
-                                             int q_row0, int warp_row0, int seq_q) {
+                                             float (&row_sum)[Tr::m_tiles][2], Staged staged, typename Tr::T* out,
+                                             long long out_row_stride, float* lse_row0, int q_row0, int warp_row0,
+                                             int seq_q) {
   using T = typename Tr::T;
   const int lane = threadIdx.x % 32;
   constexpr float ln2 = 0.6931471805599453f;
@@ -341,10 +344,9 @@ __device__ __forceinline__ void store_output(float (&o)[Tr::m_tiles][Tr::d_tiles
       if (lse_row0 != nullptr && lane % 4 == 0 && q_row0 + row_local < seq_q)
         lse_row0[row_local] = sum > 0.f ? (row_max[mt][h] + __log2f(sum)) * ln2 : -infinity();
 #pragma unroll
-      for (int dt = 0; dt < Tr::d_tiles; ++dt) {
-        unsigned* dst = reinterpret_cast<unsigned*>(q_tile + row_local * Tr::row_elems + dt * 8 + 2 * (lane % 4));
-        *dst = pack2<T>(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
-      }
+      for (int dt = 0; dt < Tr::d_tiles; ++dt)
+        *reinterpret_cast<unsigned*>(staged(row_local, dt * 8 + 2 * (lane % 4))) =
+            pack2<T>(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
     }
   __syncwarp();
   constexpr int chunks_per_row = Tr::head_dim / 8, warp_rows = 16 * Tr::m_tiles;
@@ -353,9 +355,16 @@ __device__ __forceinline__ void store_output(float (&o)[Tr::m_tiles][Tr::d_tiles
     const int row_local = warp_row0 + i / chunks_per_row, c = i % chunks_per_row;
     if (q_row0 + row_local < seq_q)
       *reinterpret_cast<uint4*>(out + (q_row0 + row_local) * out_row_stride + c * 8) =
-          *reinterpret_cast<const uint4*>(q_tile + row_local * Tr::row_elems + c * 8);
+          *reinterpret_cast<const uint4*>(staged(row_local, c * 8));
   }
 }
+
+// The staging address function of a tile of padded rows (attention_tiles.cuh).
+template <class Tr>
+struct PaddedRows {
+  typename Tr::T* tile;
+  __device__ typename Tr::T* operator()(int row, int col) const { return tile + row * Tr::row_elems + col; }
+};
 
 template <class Cfg>
 __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads)
@@ -436,7 +445,8 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads)
   T* out = static_cast<T*>(p.o) + w.batch * p.o_batch_stride + w.head_q * p.o_head_stride;
   float* lse_row0 =
       p.lse ? p.lse + (static_cast<long long>(w.batch) * p.heads_q + w.head_q) * p.seq_q + q_row0 : nullptr;
-  store_output<Tr>(o, row_max, row_sum, q_tile, out, p.o_row_stride, lse_row0, q_row0, warp_row0, p.seq_q);
+  store_output<Tr>(o, row_max, row_sum, PaddedRows<Tr>{q_tile}, out, p.o_row_stride, lse_row0, q_row0, warp_row0,
+                   p.seq_q);
 }
 
 }  // namespace sjit_kernels

@@ -54,12 +54,19 @@ __device__ __forceinline__ WorkItem work_item_head_major(const AttentionForwardP
   return work_item<Cfg>(p, index % ranks, index / ranks);
 }
 
+// Where key tile j of a walk lies: its first key, and which of its pattern blocks are active.
+struct TileRef {
+  int key0;
+  unsigned long long pattern_mask;
+};
+
 // One warpgroup's 64 query rows of a work item: the running output and softmax statistics, and the
 // walk over the item's key tiles with both products on wgmma. The kernels differ only in how a tile's
-// K and V arrive and how a ring slot is handed back, which they pass in as three callables:
-//   acquire(j)      waits until tile j is in shared memory and returns its ring slot;
-//   scores_read(j)  tile j's S = Q K^T has completed (the warpgroup's last read of Q if j is the last);
-//   release(slot)   the warpgroup's products are done with the slot's K and V.
+// K and V arrive and how a ring slot is handed back, which they pass in as four callables:
+//   acquire(j)       waits until tile j is in shared memory and returns its ring slot;
+//   tile_at(j, slot) the TileRef of tile j (in ring slot `slot`);
+//   scores_read(j)   tile j's S = Q K^T has completed;
+//   release(slot)    the warpgroup's products are done with the slot's K and V.
 template <class Cfg>
 struct WarpgroupRows {
   using Tr = AttentionForwardTraits<Cfg>;
@@ -93,12 +100,10 @@ struct WarpgroupRows {
       wgmma_rs<T, Tr::head_dim>(o[0], pa[kk], nmajor_descriptor(v_tile, Tr::block_n, kk), 1);
     wgmma_commit();
   }
-  // Masks S of tile j where needed and turns it into P (correction set, o not yet rescaled).
-  __device__ __forceinline__ void softmax_tile(const AttentionForwardParams& p, const KeyTiles& tiles, int j,
-                                               int q_row0, int warp_row0) {
-    const int key0 = tiles.tile(j) * Tr::block_n;
-    const unsigned long long pattern_mask = tiles.pattern_mask(j);
-    if (tile_needs_mask<Cfg>(p, q_row0, key0, pattern_mask)) mask_tile<Cfg>(s, p, q_row0, warp_row0, key0, pattern_mask);
+  // Masks S of tile t where needed and turns it into P (correction set, o not yet rescaled).
+  __device__ __forceinline__ void softmax_tile(const AttentionForwardParams& p, TileRef t, int q_row0, int warp_row0) {
+    if (tile_needs_mask<Cfg>(p, q_row0, t.key0, t.pattern_mask))
+      mask_tile<Cfg>(s, p, q_row0, warp_row0, t.key0, t.pattern_mask);
     softmax_scores<Tr>(s, row_max, row_sum, correction, p.scale_log2);
   }
   __device__ __forceinline__ void rescale_and_pack() {
@@ -107,25 +112,25 @@ struct WarpgroupRows {
     for (int kk = 0; kk < Tr::block_n / 16; ++kk) pack_a_fragment<T>(s[0], kk, pa[kk]);
   }
 
-  // The item's key tiles through this warpgroup; `ring` is the shared address of the K ring (the V
-  // ring follows it).
-  template <class Acquire, class ScoresRead, class Release>
-  __device__ __forceinline__ void walk(const AttentionForwardParams& p, const KeyTiles& tiles, int q_row0,
-                                       unsigned q_rows, unsigned ring, Acquire acquire, ScoresRead scores_read,
+  // The item's `count` key tiles through this warpgroup; `ring` is the shared address of the K ring
+  // (the V ring follows it).
+  template <class Acquire, class TileAt, class ScoresRead, class Release>
+  __device__ __forceinline__ void walk(const AttentionForwardParams& p, int count, int q_row0, unsigned q_rows,
+                                       unsigned ring, Acquire acquire, TileAt tile_at, ScoresRead scores_read,
                                        Release release) {
     const int warp_row0 = (threadIdx.x / 32) * 16;
     auto k_tile = [&](int slot) { return ring + slot * L::kv_bytes; };
     auto v_tile = [&](int slot) { return ring + (Cfg::stages + slot) * L::kv_bytes; };
     if constexpr (Cfg::stages == 2) {
       // S, softmax and O += P V one after the other.
-      for (int j = 0; j < tiles.count; ++j) {
+      for (int j = 0; j < count; ++j) {
         const int slot = acquire(j);
         wgmma_fence();
         issue_scores(q_rows, k_tile(slot));
         wgmma_wait<0>();
         wgmma_fence_operands(s[0]);
         scores_read(j);
-        softmax_tile(p, tiles, j, q_row0, warp_row0);
+        softmax_tile(p, tile_at(j, slot), q_row0, warp_row0);
         rescale_and_pack();
         wgmma_fence();  // o rescaled and P written by ordinary instructions
         wgmma_fence_operands(o[0]);
@@ -138,7 +143,7 @@ struct WarpgroupRows {
       // Three or more slots (FlashAttention-3's intra-warpgroup pipelining): while the tensor cores
       // run O += P V of tile j - 1, the warpgroup computes the softmax of tile j.
       int previous = 0;  // tile j - 1's slot
-      for (int j = 0; j < tiles.count; ++j) {
+      for (int j = 0; j < count; ++j) {
         const int slot = acquire(j);
         wgmma_fence();
         wgmma_fence_operands(o[0]);
@@ -151,7 +156,7 @@ struct WarpgroupRows {
         }
         wgmma_fence_operands(s[0]);
         scores_read(j);
-        softmax_tile(p, tiles, j, q_row0, warp_row0);
+        softmax_tile(p, tile_at(j, slot), q_row0, warp_row0);
         wgmma_wait<0>();
         wgmma_fence_operands(o[0]);
         wgmma_fence_operands(pa);
@@ -159,7 +164,7 @@ struct WarpgroupRows {
         rescale_and_pack();
         previous = slot;
       }
-      if (tiles.count > 0) {
+      if (count > 0) {
         wgmma_fence();
         wgmma_fence_operands(o[0]);
         issue_values(v_tile(previous));
@@ -229,8 +234,9 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, Attentio
   WarpgroupRows<Cfg> rows;
   rows.reset();
   // This warpgroup's 64 rows of the Q tile: a K-major A operand starting at row 64 * warpgroup.
-  rows.walk(p, tiles, q_row0, smem_base + (threadIdx.x / 128) * 64 * 128, smem_base + L::k_ring, acquire,
-            [](int) {}, [](int) {});
+  auto tile_at = [&](int j, int) { return TileRef{tiles.tile(j) * Tr::block_n, tiles.pattern_mask(j)}; };
+  rows.walk(p, tiles.count, q_row0, smem_base + (threadIdx.x / 128) * 64 * 128, smem_base + L::k_ring, acquire,
+            tile_at, [](int) {}, [](int) {});
 
   // Every copy has landed (each was waited for); meet before the warps stage their output rows over
   // tiles another warpgroup may still be reading.
@@ -238,8 +244,8 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, Attentio
   T* out = static_cast<T*>(p.o) + w.batch * p.o_batch_stride + w.head_q * p.o_head_stride;
   float* lse_row0 =
       p.lse ? p.lse + (static_cast<long long>(w.batch) * p.heads_q + w.head_q) * p.seq_q + q_row0 : nullptr;
-  store_output<Tr>(rows.o, rows.row_max, rows.row_sum, reinterpret_cast<T*>(smem), out, p.o_row_stride, lse_row0,
-                   q_row0, (threadIdx.x / 32) * 16, p.seq_q);
+  store_output<Tr>(rows.o, rows.row_max, rows.row_sum, PaddedRows<Tr>{reinterpret_cast<T*>(smem)}, out, p.o_row_stride,
+                   lse_row0, q_row0, (threadIdx.x / 32) * 16, p.seq_q);
 }
 
 }  // namespace sjit_kernels

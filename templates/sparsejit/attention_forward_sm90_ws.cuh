@@ -1,30 +1,45 @@
 // Attention forward on Hopper (sm_90a), warp-specialized and persistent (the structure of
 // FlashAttention-3, Shah et al. 2024): the same work items, masks, online softmax and wgmma products as
 // attention_forward_sm90.cuh (WarpgroupRows), but one CTA an SM walks work items gridDim.x apart, and
-// a warp of its own keeps the copies ahead of the math across items.
+// a thread of its own keeps the copies ahead of the math across items.
 //
-// Why: at low density a work item is a few key tiles, and a CTA's prologue (Q and the first K/V tile
-// from DRAM) and epilogue (O's stores) weigh as much as several tiles. One CTA per item overlaps them
-// only with the other CTA of the SM, and equal walks (random patterns) put both CTAs' prologues at the
-// same moment. Here the copy warp loads the next item's Q as soon as the math warps have read the
-// current one (after their last S = Q K^T), and its first K/V tiles as soon as ring slots free up, so
-// the next item's data lands while the current item's last products, softmax and stores run.
+// Why: at low density a work item is a few key tiles, and what a CTA does once per item (find its
+// tiles in the schedule, load Q and the first K/V tile, store O) weighs as much as several tiles. One
+// CTA per item hides it only behind the other CTA of the SM, and equal walks (random patterns) put
+// both CTAs' prologues at the same moment. Here:
+//   - the copy thread alone reads the schedule. It publishes each item (where it is, how many tiles)
+//     and each ring slot's tile (first key, pattern mask) in shared memory next to the barrier that
+//     announces them, so the math warps never wait on a global load of the schedule;
+//   - Q has two buffers: the next item's Q loads during the whole current item;
+//   - the K/V ring runs across items: the next item's first tiles load as the current one's last
+//     slots free up.
 //
 // A CTA is Cfg::warps math warps (warps / 4 warpgroups of 64 query rows) plus one warpgroup that gives
 // its registers to them (setmaxnreg) and of which one thread issues every copy. They meet only on
 // mbarriers, never on a CTA barrier:
-//   q_full        Q has landed (the copy thread's expect-bytes and the copy's bytes);
-//   q_empty       every math warp has completed its last S = Q K^T of the item (one arrival a warp);
-//   kv_full[s]    ring slot s holds its tile's K and V;
-//   kv_empty[s]   every math warp's products are done with ring slot s.
-// Both sides walk the same item sequence and count Q loads and K/V tiles the same way, so they agree
-// on every barrier's phase without exchanging anything. The output is staged through padded rows of a
-// buffer of its own (Q's is being refilled by then) and stored with 16-byte stores.
+//   q_full[b]     Q buffer b holds its item's Q, and the item's record is written (the copy thread's
+//                 expect-bytes arrival and the copy's bytes; no bytes for an item without key tiles,
+//                 and a record with count -1 after the last item);
+//   q_empty[b]    every math thread is done with buffer b: its last S = Q K^T and the output staged
+//                 over it (the item's output goes through its own Q buffer, dead by then);
+//   kv_full[s]    ring slot s holds its tile's K and V, and the slot's record is written;
+//   kv_empty[s]   every math thread's products are done with ring slot s.
+// Both sides count items and tiles the same way, so they agree on every barrier's phase.
 #pragma once
 
 #include "sparsejit/attention_forward_sm90.cuh"
 
 namespace sjit_kernels {
+
+// What the copy thread tells the math warps about an item (with its Q buffer) and a tile (with its
+// ring slot).
+struct WsItemRecord {
+  int batch, head_q, q_tile;
+  int count;  // key tiles; -1: no more items
+};
+struct WsTileRecord {
+  TileRef tile;
+};
 
 template <class Cfg>
 struct AttentionWsLayout {
@@ -37,11 +52,11 @@ struct AttentionWsLayout {
   static constexpr bool move_registers = Cfg::warps == 8;
   static constexpr int math_registers = 240, copy_registers = 24;
   static constexpr int q_bytes = Base::q_bytes, kv_bytes = Base::kv_bytes;
-  static constexpr int q_tile = 0, k_ring = q_bytes;  // offsets from the 1024-aligned base; V follows K
-  static constexpr int staging = q_bytes + 2 * Cfg::stages * kv_bytes;
-  static constexpr int staging_bytes = Tr::block_m * Tr::row_elems * 2;
-  static constexpr int barriers = staging + staging_bytes;
-  static constexpr int q_full = 0, q_empty = 1, kv_full = 2, kv_empty = 2 + Cfg::stages, barrier_count = 2 + 2 * Cfg::stages;
+  static constexpr int q_tiles = 0, k_ring = 2 * q_bytes;  // offsets from the 1024-aligned base; V follows K
+  static constexpr int records = k_ring + 2 * Cfg::stages * kv_bytes;
+  static constexpr int record_bytes = 2 * int(sizeof(WsItemRecord)) + Cfg::stages * int(sizeof(WsTileRecord));
+  static constexpr int barriers = records + (record_bytes + 7) / 8 * 8;
+  static constexpr int q_full = 0, q_empty = 2, kv_full = 4, kv_empty = 4 + Cfg::stages, barrier_count = 4 + 2 * Cfg::stages;
   static constexpr int used_bytes = barriers + 8 * barrier_count;
 };
 
@@ -59,10 +74,14 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
   unsigned char* smem = shared_ws + align;
   const unsigned base = smem_address(smem);
   auto barrier = [&](int index) { return base + L::barriers + 8 * index; };
+  volatile WsItemRecord* item_records = reinterpret_cast<WsItemRecord*>(smem + L::records);
+  volatile WsTileRecord* tile_records = reinterpret_cast<WsTileRecord*>(smem + L::records + 2 * sizeof(WsItemRecord));
 
   if (threadIdx.x == 0) {
-    mbarrier_init(barrier(L::q_full), 1);
-    mbarrier_init(barrier(L::q_empty), L::math_threads);
+    for (int b = 0; b < 2; ++b) {
+      mbarrier_init(barrier(L::q_full + b), 1);
+      mbarrier_init(barrier(L::q_empty + b), L::math_threads);
+    }
     for (int slot = 0; slot < stages; ++slot) {
       mbarrier_init(barrier(L::kv_full + slot), 1);
       mbarrier_init(barrier(L::kv_empty + slot), L::math_threads);
@@ -73,26 +92,38 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
 
   // The warp index read from lane 0: the compiler then knows it is the same in every lane, and so that
   // the math warps' branch is not divergent (it would serialize their wgmma otherwise, ptxas C7520).
-  const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0), lane = threadIdx.x % 32;
+  const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
   if (warp >= Cfg::warps) {
     if constexpr (L::move_registers) warpgroup_release_registers<L::copy_registers>();
-    if (warp != L::copy_warp || lane != 0) return;
-    // The copy thread: for each item with key tiles, Q once the math warps are done reading the last
-    // item's, then the item's K/V tiles, each into the next ring slot once the math warps free it.
-    int q_loads = 0, tiles_loaded = 0;
+    if (warp != L::copy_warp || threadIdx.x % 32 != 0) return;
+    // The copy thread: for each item, its record and Q into the next Q buffer once the math warps are
+    // done with that buffer's previous item, then the item's K/V tiles, each with its record into the
+    // next ring slot once the math warps free it.
+    int items = 0, tiles_loaded = 0;
+    auto publish_item = [&](const WorkItem& w, int count) {
+      const int b = items % 2;
+      if (items >= 2) mbarrier_wait(barrier(L::q_empty + b), (items / 2 - 1) & 1);
+      item_records[b].batch = w.batch;
+      item_records[b].head_q = w.head_q;
+      item_records[b].q_tile = w.q_tile;
+      item_records[b].count = count;
+      mbarrier_expect_bytes(barrier(L::q_full + b), count > 0 ? L::q_bytes : 0);  // publishes the record
+      if (count > 0)
+        tma_load_tile<Tr::head_dim, Tr::block_m>(base + L::q_tiles + b * L::q_bytes, maps.q, barrier(L::q_full + b),
+                                                 w.batch, w.head_q, w.q_tile * Tr::block_m);
+      ++items;
+    };
     for (unsigned item = blockIdx.x; item < unsigned(p.work_items); item += gridDim.x) {
       const WorkItem w = work_item_head_major<Cfg>(p, item);
-      const int q_row0 = w.q_tile * Tr::block_m;
-      if (q_row0 >= p.seq_q || w.tiles.count == 0) continue;
-      if (q_loads > 0) mbarrier_wait(barrier(L::q_empty), (q_loads - 1) & 1);
-      mbarrier_expect_bytes(barrier(L::q_full), L::q_bytes);
-      tma_load_tile<Tr::head_dim, Tr::block_m>(base + L::q_tile, maps.q, barrier(L::q_full), w.batch, w.head_q, q_row0);
-      ++q_loads;
+      if (w.q_tile * Tr::block_m >= p.seq_q) continue;  // a schedule item past the end of a short sequence
+      publish_item(w, w.tiles.count);
       const int kv_head = w.head_q / (p.heads_q / p.heads_kv);
       for (int j = 0; j < w.tiles.count; ++j, ++tiles_loaded) {
         const int slot = tiles_loaded % stages;
         if (tiles_loaded >= stages) mbarrier_wait(barrier(L::kv_empty + slot), (tiles_loaded / stages - 1) & 1);
         const int key0 = w.tiles.tile(j) * Tr::block_n;
+        tile_records[slot].tile.key0 = key0;
+        tile_records[slot].tile.pattern_mask = w.tiles.pattern_mask(j);
         const unsigned full = barrier(L::kv_full + slot);
         mbarrier_expect_bytes(full, 2 * L::kv_bytes);
         tma_load_tile<Tr::head_dim, Tr::block_n>(base + L::k_ring + slot * L::kv_bytes, maps.k, full, w.batch, kv_head,
@@ -101,38 +132,48 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
                                                  w.batch, kv_head, key0);
       }
     }
+    publish_item(WorkItem{}, -1);
     return;
   }
 
-  // The math warps.
+  // The math warps: items in the copy thread's order until the record that says there are no more.
   if constexpr (L::move_registers) warpgroup_claim_registers<L::math_registers>();
-  const unsigned q_rows = base + L::q_tile + (threadIdx.x / 128) * 64 * 128;  // this warpgroup's rows of Q
-  T* staging = reinterpret_cast<T*>(smem + L::staging);
-  int q_loads = 0, tiles_seen = 0;
-  for (unsigned item = blockIdx.x; item < unsigned(p.work_items); item += gridDim.x) {
-    const WorkItem w = work_item_head_major<Cfg>(p, item);
-    const int q_row0 = w.q_tile * Tr::block_m;
-    if (q_row0 >= p.seq_q) continue;  // a schedule item past the end of a short sequence
-    const KeyTiles& tiles = w.tiles;
+  const int group = warp / 4;
+  int tiles_seen = 0;
+  for (int n = 0;; ++n) {
+    const int b = n % 2;
+    mbarrier_wait(barrier(L::q_full + b), (n / 2) & 1);
+    const int count = item_records[b].count;
+    if (count < 0) break;
+    const int batch = item_records[b].batch, head_q = item_records[b].head_q;
+    const int q_row0 = item_records[b].q_tile * Tr::block_m;
+    const unsigned q_tile = base + L::q_tiles + b * L::q_bytes;
+
+    auto acquire = [&](int j) {
+      const int k = tiles_seen + j;
+      mbarrier_wait(barrier(L::kv_full + k % stages), (k / stages) & 1);
+      return k % stages;
+    };
+    auto tile_at = [&](int, int slot) { return TileRef{tile_records[slot].tile.key0, tile_records[slot].tile.pattern_mask}; };
+    auto release = [&](int slot) { mbarrier_arrive(barrier(L::kv_empty + slot)); };
     WarpgroupRows<Cfg> rows;
     rows.reset();
-    if (tiles.count > 0) mbarrier_wait(barrier(L::q_full), q_loads++ & 1);
-    auto acquire = [&](int j) {
-      const int n = tiles_seen + j;
-      mbarrier_wait(barrier(L::kv_full + n % stages), (n / stages) & 1);
-      return n % stages;
-    };
-    auto scores_read = [&](int j) { mbarrier_arrive_if(barrier(L::q_empty), j == tiles.count - 1); };
-    auto release = [&](int slot) { mbarrier_arrive(barrier(L::kv_empty + slot)); };
-    rows.walk(p, tiles, q_row0, q_rows, base + L::k_ring, acquire, scores_read, release);
-    tiles_seen += tiles.count;
+    rows.walk(p, count, q_row0, q_tile + group * 64 * 128, base + L::k_ring, acquire, tile_at, [](int) {}, release);
+    tiles_seen += count;
 
-    T* out = static_cast<T*>(p.o) + w.batch * p.o_batch_stride + w.head_q * p.o_head_stride;
-    float* lse_row0 =
-        p.lse ? p.lse + (static_cast<long long>(w.batch) * p.heads_q + w.head_q) * p.seq_q + q_row0 : nullptr;
-    __syncwarp();  // every lane has read the warp's staged rows of the previous item
-    store_output<Tr>(rows.o, rows.row_max, rows.row_sum, staging, out, p.o_row_stride, lse_row0, q_row0, warp * 16,
+    // The output, staged over this warpgroup's rows of the item's Q buffer (in its swizzle): every warp
+    // of the warpgroup has completed its products that read them.
+    warpgroup_barrier(group);
+    unsigned char* staging = smem + L::q_tiles + b * L::q_bytes;
+    auto staged = [&](int row, int col) {
+      return reinterpret_cast<T*>(staging + swizzled_offset(Tr::block_m, row, col));
+    };
+    T* out = static_cast<T*>(p.o) + batch * p.o_batch_stride + head_q * p.o_head_stride;
+    float* lse_row0 = p.lse ? p.lse + (static_cast<long long>(batch) * p.heads_q + head_q) * p.seq_q + q_row0 : nullptr;
+    store_output<Tr>(rows.o, rows.row_max, rows.row_sum, staged, out, p.o_row_stride, lse_row0, q_row0, warp * 16,
                      p.seq_q);
+    __syncwarp();  // every lane has read its chunks of the staged rows
+    mbarrier_arrive(barrier(L::q_empty + b));
   }
 }
 

@@ -2,7 +2,7 @@
 # On the lent GPU machine: a same-run A/B of the working tree (B) against a snapshot of another commit
 # (A), since H100s of the pool differ by 3-4% and only figures of one call compare. Builds both trees
 # at once, runs the GPU tests named by TESTS on B (none if empty), then each bench line of BENCH for
-# A and B alternately, ROUNDS times. EXTRA names more snapshot folders (timing variants), benched
+# A and B alternately, ROUNDS times (TEST_TIMEOUT: seconds for the tests, default 300). EXTRA names more snapshot folders (timing variants), benched
 # after B. Logs in $OUT.
 # Here:   mkdir .snap-a && git archive REV | tar -x -C .snap-a
 # There (carrying .deps and .snap-a):
@@ -28,7 +28,7 @@ for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
 echo "built ${trees[*]} in $(( $(date +%s) - start )) s"
 if (( failed )); then tail -n 30 "$OUT"/build-*.log; exit 1; fi
 if [[ -n ${TESTS:-} ]]; then
-  timeout 300 ./build-gpu/tests/sjit_gpu_tests "$TESTS" >"$OUT/tests-b.log" 2>&1
+  timeout "${TEST_TIMEOUT:-300}" ./build-gpu/tests/sjit_gpu_tests "$TESTS" >"$OUT/tests-b.log" 2>&1
   status=$?
   echo "B tests '$TESTS' exit $status"; grep -E "FAILED|failed|passed|with expansion|seed" "$OUT/tests-b.log" | head -30
   (( status == 0 )) || exit 1  # no figures for a tree that computes wrong (or hangs)

@@ -88,6 +88,16 @@ bool wgmma_is_default(const AttentionSpec& spec) {
   return spec.sparsity == Sparsity::dense || spec.block_size >= 64;
 }
 
+// Which Hopper kernel: the persistent, warp-specialized one (wgmma_ws, 128-key tiles) where it was
+// measured faster on the H100 (same-run A/B, B2 H16 S8192, session of 2026-11-24): d = 128, dense or
+// pattern blocks of 128, causal or not (dense 1.714 ms against 1.864, 641 TFLOP/s; density 0.1
+// 0.208 ms against 0.230-0.248, 0.05 0.130 against 0.155-0.167; causal dense 0.998 against
+// 1.015-1.029, causal 0.1 0.162 against 0.173-0.184). Elsewhere one CTA a query tile (wgmma).
+AttentionPath hopper_default_path(const AttentionSpec& spec) {
+  const bool ws = spec.head_dim == 128 && (spec.sparsity == Sparsity::dense || spec.block_size >= 128);
+  return ws ? AttentionPath::wgmma_ws : AttentionPath::wgmma;
+}
+
 }  // namespace
 
 // The heuristic, from the register budget of one thread (255) and shared-memory bandwidth:
@@ -100,7 +110,7 @@ bool wgmma_is_default(const AttentionSpec& spec) {
 //   inactive blocks inside an active tile stays small.
 AttentionConfig default_config(const AttentionSpec& in, int compute_capability) {
   const AttentionSpec spec = canonical(in);
-  if (compute_capability == 90 && wgmma_is_default(spec)) return wgmma_default_config(spec);
+  if (compute_capability == 90 && wgmma_is_default(spec)) return wgmma_default_config(spec, hopper_default_path(spec));
   AttentionConfig c;
   c.path = AttentionPath::mma;
   c.warps = 4;

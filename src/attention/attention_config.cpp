@@ -89,7 +89,7 @@ bool wgmma_is_default(const AttentionSpec& spec) {
 }
 
 // Which Hopper kernel: the persistent, warp-specialized one (wgmma_ws, 128-key tiles) where it was
-// measured faster on the H100 (same-run A/B, B2 H16 S8192, session of 2026-11-24): d = 128, dense or
+// measured faster on the H100 (same-run A/B, B2 H16 S8192, session of 2026-11-23, sixth): d = 128, dense or
 // pattern blocks of 128, causal or not (dense 1.714 ms against 1.864, 641 TFLOP/s; density 0.1
 // 0.208 ms against 0.230-0.248, 0.05 0.130 against 0.155-0.167; causal dense 0.998 against
 // 1.015-1.029, causal 0.1 0.162 against 0.173-0.184). Elsewhere one CTA a query tile (wgmma).

@@ -62,11 +62,13 @@ struct TileRef {
 
 // One warpgroup's 64 query rows of a work item: the running output and softmax statistics, and the
 // walk over the item's key tiles with both products on wgmma. The kernels differ only in how a tile's
-// K and V arrive and how a ring slot is handed back, which they pass in as four callables:
-//   acquire(j)       waits until tile j is in shared memory and returns its ring slot;
-//   tile_at(j, slot) the TileRef of tile j (in ring slot `slot`);
-//   scores_read(j)   tile j's S = Q K^T has completed;
-//   release(slot)    the warpgroup's products are done with the slot's K and V.
+// K and V arrive and how a ring slot is handed back, which they pass in as a Feed:
+//   overlap             whether P V of tile j - 1 runs under the softmax of tile j;
+//   acquire_k(j)        waits until tile j's K is in shared memory and returns its ring slot;
+//   tile(j, slot)       the TileRef of tile j (read before release_k, after which the slot may refill);
+//   acquire_v(j, slot)  waits until tile j's V is in shared memory;
+//   release_k(slot)     the warpgroup's S = Q K^T is done with the slot's K, release_v with its V;
+//   begin_turn(), end_turn()  around the products of one step: where two warpgroups take turns.
 template <class Cfg>
 struct WarpgroupRows {
   using Tr = AttentionForwardTraits<Cfg>;
@@ -113,68 +115,98 @@ struct WarpgroupRows {
   }
 
   // The item's `count` key tiles through this warpgroup; `ring` is the shared address of the K ring
-  // (the V ring follows it).
-  template <class Acquire, class TileAt, class ScoresRead, class Release>
+  // (the V ring follows it). Feed is how the kernel hands tiles over (see the comment above the struct).
+  template <class Feed>
   __device__ __forceinline__ void walk(const AttentionForwardParams& p, int count, int q_row0, unsigned q_rows,
-                                       unsigned ring, Acquire acquire, TileAt tile_at, ScoresRead scores_read,
-                                       Release release) {
+                                       unsigned ring, Feed& feed) {
     const int warp_row0 = (threadIdx.x / 32) * 16;
     auto k_tile = [&](int slot) { return ring + slot * L::kv_bytes; };
     auto v_tile = [&](int slot) { return ring + (Cfg::stages + slot) * L::kv_bytes; };
-    if constexpr (Cfg::stages == 2) {
+    if constexpr (!Feed::overlap) {
       // S, softmax and O += P V one after the other.
       for (int j = 0; j < count; ++j) {
-        const int slot = acquire(j);
+        const int slot = feed.acquire_k(j);
         wgmma_fence();
         issue_scores(q_rows, k_tile(slot));
         wgmma_wait<0>();
         wgmma_fence_operands(s[0]);
-        scores_read(j);
-        softmax_tile(p, tile_at(j, slot), q_row0, warp_row0);
+        const TileRef t = feed.tile(j, slot);
+        feed.release_k(slot);
+        softmax_tile(p, t, q_row0, warp_row0);
         rescale_and_pack();
+        feed.acquire_v(j, slot);
         wgmma_fence();  // o rescaled and P written by ordinary instructions
         wgmma_fence_operands(o[0]);
         issue_values(v_tile(slot));
         wgmma_wait<0>();
         wgmma_fence_operands(o[0]);
-        release(slot);
+        feed.release_v(slot);
       }
     } else {
-      // Three or more slots (FlashAttention-3's intra-warpgroup pipelining): while the tensor cores
-      // run O += P V of tile j - 1, the warpgroup computes the softmax of tile j.
+      // FlashAttention-3's intra-warpgroup pipelining: while the tensor cores run O += P V of tile
+      // j - 1, the warpgroup computes the softmax of tile j. The products of one step are issued in the
+      // warpgroup's turn (the other warpgroup's softmax runs under them, where the feed alternates).
       int previous = 0;  // tile j - 1's slot
       for (int j = 0; j < count; ++j) {
-        const int slot = acquire(j);
+        const int slot = feed.acquire_k(j);
+        if (j > 0) feed.acquire_v(j - 1, previous);
+        feed.begin_turn();
         wgmma_fence();
         wgmma_fence_operands(o[0]);
         issue_scores(q_rows, k_tile(slot));
+        if (j > 0) issue_values(v_tile(previous));
         if (j > 0) {
-          issue_values(v_tile(previous));
           wgmma_wait<1>();  // S of tile j is ready; O += P V of tile j - 1 still runs
         } else {
           wgmma_wait<0>();
         }
         wgmma_fence_operands(s[0]);
-        scores_read(j);
-        softmax_tile(p, tile_at(j, slot), q_row0, warp_row0);
+        feed.end_turn();
+        const TileRef t = feed.tile(j, slot);
+        feed.release_k(slot);
+        softmax_tile(p, t, q_row0, warp_row0);
         wgmma_wait<0>();
         wgmma_fence_operands(o[0]);
         wgmma_fence_operands(pa);
-        if (j > 0) release(previous);
+        if (j > 0) feed.release_v(previous);
         rescale_and_pack();
         previous = slot;
       }
       if (count > 0) {
+        feed.acquire_v(count - 1, previous);
+        feed.begin_turn();
         wgmma_fence();
         wgmma_fence_operands(o[0]);
         issue_values(v_tile(previous));
+        feed.end_turn();
         wgmma_wait<0>();
         wgmma_fence_operands(o[0]);
-        release(previous);
+        feed.release_v(previous);
       }
     }
   }
 };
+
+// The wgmma kernel's feed: one CTA barrier a tile, after which thread 0 refills the slot every
+// warpgroup is done with (in `acquire`); K and V share a slot's barrier, and the warpgroups issue
+// when they like.
+template <class Cfg, class Acquire, class TileAt>
+struct CtaBarrierFeed {
+  static constexpr bool overlap = Cfg::stages >= 3;
+  Acquire acquire;  // acquire(j): the CTA barrier, thread 0's refill, the wait for tile j; its slot
+  TileAt tile_at;   // tile_at(j): the TileRef of tile j
+  __device__ __forceinline__ int acquire_k(int j) { return acquire(j); }
+  __device__ __forceinline__ TileRef tile(int j, int) { return tile_at(j); }
+  __device__ __forceinline__ void acquire_v(int, int) const {}
+  __device__ __forceinline__ void release_k(int) const {}
+  __device__ __forceinline__ void release_v(int) const {}
+  __device__ __forceinline__ void begin_turn() const {}
+  __device__ __forceinline__ void end_turn() const {}
+};
+template <class Cfg, class Acquire, class TileAt>
+__device__ __forceinline__ CtaBarrierFeed<Cfg, Acquire, TileAt> cta_barrier_feed(Acquire acquire, TileAt tile_at) {
+  return {acquire, tile_at};
+}
 
 template <class Cfg>
 __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, AttentionSm90Layout<Cfg>::ctas_per_sm)
@@ -231,12 +263,12 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, Attentio
     mbarrier_wait(slot_ready(j % stages), (j / stages) & 1);
     return j % stages;
   };
+  auto tile_at = [&](int j) { return TileRef{tiles.tile(j) * Tr::block_n, tiles.pattern_mask(j)}; };
+  auto feed = cta_barrier_feed<Cfg>(acquire, tile_at);
   WarpgroupRows<Cfg> rows;
   rows.reset();
   // This warpgroup's 64 rows of the Q tile: a K-major A operand starting at row 64 * warpgroup.
-  auto tile_at = [&](int j, int) { return TileRef{tiles.tile(j) * Tr::block_n, tiles.pattern_mask(j)}; };
-  rows.walk(p, tiles.count, q_row0, smem_base + (threadIdx.x / 128) * 64 * 128, smem_base + L::k_ring, acquire,
-            tile_at, [](int) {}, [](int) {});
+  rows.walk(p, tiles.count, q_row0, smem_base + (threadIdx.x / 128) * 64 * 128, smem_base + L::k_ring, feed);
 
   // Every copy has landed (each was waited for); meet before the warps stage their output rows over
   // tiles another warpgroup may still be reading.

@@ -22,9 +22,14 @@
 //                 and a record with count -1 after the last item);
 //   q_empty[b]    every math thread is done with buffer b: its last S = Q K^T and the output staged
 //                 over it (the item's output goes through its own Q buffer, dead by then);
-//   kv_full[s]    ring slot s holds its tile's K and V, and the slot's record is written;
-//   kv_empty[s]   every math thread's products are done with ring slot s.
-// Both sides count items and tiles the same way, so they agree on every barrier's phase.
+//   k_full[s]     ring slot s holds its tile's K, and the slot's record is written; v_full[s] its V;
+//   k_empty[s]    every math thread's S = Q K^T is done with slot s's K; v_empty[s] P V with its V.
+// Both sides count items and tiles the same way, so they agree on every barrier's phase. With K and V
+// handed back separately, two slots let P V of tile j - 1 run under the softmax of tile j (the walk's
+// overlap): tile j + 1's K loads once S of tile j - 1 is done, its V once P V of tile j - 1 is.
+//
+// Ping-pong (two math warpgroups): the warpgroups take turns to issue their products (named barriers),
+// so that one's softmax and output stores run while the tensor cores do the other's products.
 #pragma once
 
 #include "sparsejit/attention_forward_sm90.cuh"
@@ -56,8 +61,41 @@ struct AttentionWsLayout {
   static constexpr int records = k_ring + 2 * Cfg::stages * kv_bytes;
   static constexpr int record_bytes = 2 * int(sizeof(WsItemRecord)) + Cfg::stages * int(sizeof(WsTileRecord));
   static constexpr int barriers = records + (record_bytes + 7) / 8 * 8;
-  static constexpr int q_full = 0, q_empty = 2, kv_full = 4, kv_empty = 4 + Cfg::stages, barrier_count = 4 + 2 * Cfg::stages;
+  static constexpr int q_full = 0, q_empty = 2, k_full = 4, v_full = k_full + Cfg::stages,
+                       k_empty = v_full + Cfg::stages, v_empty = k_empty + Cfg::stages, barrier_count = 4 + 4 * Cfg::stages;
+  // Named barriers of the ping-pong (0 is __syncthreads', 1 and 2 warpgroup_barrier's): warpgroup g
+  // waits on turn + g for its turn and arrives on the other's when its products are issued.
+  static constexpr bool ping_pong = Cfg::warps == 8;
+  static constexpr int turn = 3;
   static constexpr int used_bytes = barriers + 8 * barrier_count;
+};
+
+// The math warps' side of the copy thread's barriers (WarpgroupRows::walk's Feed), and the ping-pong.
+template <class Cfg>
+struct CopyThreadFeed {
+  using L = AttentionWsLayout<Cfg>;
+  static constexpr bool overlap = true;
+  unsigned barriers;  // the shared address of barrier 0
+  int first;          // tiles walked before this item (the ring's position)
+  volatile WsTileRecord* records;
+  int group;
+  __device__ __forceinline__ unsigned barrier(int index) const { return barriers + 8 * index; }
+  __device__ __forceinline__ int slot(int j) const { return (first + j) % Cfg::stages; }
+  __device__ __forceinline__ unsigned phase(int j) const { return ((first + j) / Cfg::stages) & 1; }
+  __device__ __forceinline__ int acquire_k(int j) const {
+    mbarrier_wait(barrier(L::k_full + slot(j)), phase(j));
+    return slot(j);
+  }
+  __device__ __forceinline__ TileRef tile(int, int s) const { return {records[s].tile.key0, records[s].tile.pattern_mask}; }
+  __device__ __forceinline__ void acquire_v(int j, int s) const { mbarrier_wait(barrier(L::v_full + s), phase(j)); }
+  __device__ __forceinline__ void release_k(int s) const { mbarrier_arrive(barrier(L::k_empty + s)); }
+  __device__ __forceinline__ void release_v(int s) const { mbarrier_arrive(barrier(L::v_empty + s)); }
+  __device__ __forceinline__ void begin_turn() const {
+    if constexpr (L::ping_pong) named_barrier(L::turn + group, 256);
+  }
+  __device__ __forceinline__ void end_turn() const {
+    if constexpr (L::ping_pong) named_barrier_arrive(L::turn + 1 - group, 256);
+  }
 };
 
 template <class Cfg>
@@ -83,8 +121,10 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
       mbarrier_init(barrier(L::q_empty + b), L::math_threads);
     }
     for (int slot = 0; slot < stages; ++slot) {
-      mbarrier_init(barrier(L::kv_full + slot), 1);
-      mbarrier_init(barrier(L::kv_empty + slot), L::math_threads);
+      mbarrier_init(barrier(L::k_full + slot), 1);
+      mbarrier_init(barrier(L::v_full + slot), 1);
+      mbarrier_init(barrier(L::k_empty + slot), L::math_threads);
+      mbarrier_init(barrier(L::v_empty + slot), L::math_threads);
     }
     fence_barrier_init();
   }
@@ -119,17 +159,18 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
       publish_item(w, w.tiles.count);
       const int kv_head = w.head_q / (p.heads_q / p.heads_kv);
       for (int j = 0; j < w.tiles.count; ++j, ++tiles_loaded) {
-        const int slot = tiles_loaded % stages;
-        if (tiles_loaded >= stages) mbarrier_wait(barrier(L::kv_empty + slot), (tiles_loaded / stages - 1) & 1);
+        const int slot = tiles_loaded % stages, phase = (tiles_loaded / stages - 1) & 1;
         const int key0 = w.tiles.tile(j) * Tr::block_n;
+        if (tiles_loaded >= stages) mbarrier_wait(barrier(L::k_empty + slot), phase);
         tile_records[slot].tile.key0 = key0;
         tile_records[slot].tile.pattern_mask = w.tiles.pattern_mask(j);
-        const unsigned full = barrier(L::kv_full + slot);
-        mbarrier_expect_bytes(full, 2 * L::kv_bytes);
-        tma_load_tile<Tr::head_dim, Tr::block_n>(base + L::k_ring + slot * L::kv_bytes, maps.k, full, w.batch, kv_head,
-                                                 key0);
-        tma_load_tile<Tr::head_dim, Tr::block_n>(base + L::k_ring + (stages + slot) * L::kv_bytes, maps.v, full,
-                                                 w.batch, kv_head, key0);
+        mbarrier_expect_bytes(barrier(L::k_full + slot), L::kv_bytes);
+        tma_load_tile<Tr::head_dim, Tr::block_n>(base + L::k_ring + slot * L::kv_bytes, maps.k,
+                                                 barrier(L::k_full + slot), w.batch, kv_head, key0);
+        if (tiles_loaded >= stages) mbarrier_wait(barrier(L::v_empty + slot), phase);
+        mbarrier_expect_bytes(barrier(L::v_full + slot), L::kv_bytes);
+        tma_load_tile<Tr::head_dim, Tr::block_n>(base + L::k_ring + (stages + slot) * L::kv_bytes, maps.v,
+                                                 barrier(L::v_full + slot), w.batch, kv_head, key0);
       }
     }
     publish_item(WorkItem{}, -1);
@@ -139,6 +180,8 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
   // The math warps: items in the copy thread's order until the record that says there are no more.
   if constexpr (L::move_registers) warpgroup_claim_registers<L::math_registers>();
   const int group = warp / 4;
+  if constexpr (L::ping_pong)
+    if (group == 1) named_barrier_arrive(L::turn, 256);  // warpgroup 0 takes the first turn
   int tiles_seen = 0;
   for (int n = 0;; ++n) {
     const int b = n % 2;
@@ -149,16 +192,10 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
     const int q_row0 = item_records[b].q_tile * Tr::block_m;
     const unsigned q_tile = base + L::q_tiles + b * L::q_bytes;
 
-    auto acquire = [&](int j) {
-      const int k = tiles_seen + j;
-      mbarrier_wait(barrier(L::kv_full + k % stages), (k / stages) & 1);
-      return k % stages;
-    };
-    auto tile_at = [&](int, int slot) { return TileRef{tile_records[slot].tile.key0, tile_records[slot].tile.pattern_mask}; };
-    auto release = [&](int slot) { mbarrier_arrive(barrier(L::kv_empty + slot)); };
+    CopyThreadFeed<Cfg> feed{barrier(0), tiles_seen, tile_records, group};
     WarpgroupRows<Cfg> rows;
     rows.reset();
-    rows.walk(p, count, q_row0, q_tile + group * 64 * 128, base + L::k_ring, acquire, tile_at, [](int) {}, release);
+    rows.walk(p, count, q_row0, q_tile + group * 64 * 128, base + L::k_ring, feed);
     tiles_seen += count;
 
     // The output, staged over this warpgroup's rows of the item's Q buffer (in its swizzle): every warp

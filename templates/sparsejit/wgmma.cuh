@@ -108,6 +108,12 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Arrives on named barrier `id` (counting `threads`) without waiting: the signal half of a barrier
+// that other warps wait on with named_barrier.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Warp specialization: a warpgroup that needs few registers (copies, bookkeeping) gives them back, and
 // the warpgroups that do the math take them (every warp of the warpgroup executes it). The kernel is
 // compiled for the launch's even share; these set each warpgroup's own limit from here on.

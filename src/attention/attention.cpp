@@ -120,6 +120,8 @@ struct Attention::State {
   // The caller asked for path=mma: the backward's dK/dV pass then stays on mma.sync too (otherwise it
   // takes the wgmma kernel on sm_90a wherever one exists).
   bool mma_only = false;
+  // The path the caller's config named (automatic if none): the dense twin takes the same.
+  AttentionPath asked_path = AttentionPath::automatic;
   std::optional<BlockPattern> baked;
   std::optional<attention::TileSchedule> baked_schedule;
 
@@ -135,9 +137,8 @@ struct Attention::State {
       AttentionSpec d = spec;
       d.sparsity = Sparsity::dense;
       d.pass = Pass::forward;
-      AttentionConfig twin;  // the device's default tiling, on the wgmma path if this one is
-      if (on_wgmma(config.path)) twin.path = config.path;
-      if (mma_only) twin.path = AttentionPath::mma;
+      AttentionConfig twin;  // the device's default tiling for the dense spec, on the path the caller named
+      twin.path = asked_path;
       dense_twin = std::make_unique<Attention>(d, twin);
     }
     return *dense_twin;
@@ -254,6 +255,7 @@ Attention::Attention(const AttentionSpec& spec, const AttentionConfig& config) :
                                       key(state_->spec)));
   state_->spec.pass = Pass::forward;  // one object runs both passes
   state_->mma_only = config.path == AttentionPath::mma;
+  state_->asked_path = config.path;
   state_->config = resolve(state_->spec, tuning::attention_config_for(state_->spec, config), current_compute_capability());
 }
 
@@ -266,6 +268,7 @@ Attention::Attention(const AttentionSpec& spec, const BlockPattern& pattern, con
   state_->spec = canonical(s);
   state_->spec.pass = Pass::forward;
   state_->mma_only = config.path == AttentionPath::mma;
+  state_->asked_path = config.path;
   if (pattern.block_size() != state_->spec.block_size)
     throw InvalidArgument(fmt::format("attention: the pattern to bake has block size {} but the spec says {}",
                                       pattern.block_size(), state_->spec.block_size));

@@ -89,12 +89,16 @@ bool wgmma_is_default(const AttentionSpec& spec) {
 }
 
 // Which Hopper kernel: the persistent, warp-specialized one (wgmma_ws, 128-key tiles) where it was
-// measured faster on the H100 (same-run A/B, B2 H16 S8192, session of 2026-11-23, sixth): d = 128, dense or
-// pattern blocks of 128, causal or not (dense 1.714 ms against 1.864, 641 TFLOP/s; density 0.1
-// 0.208 ms against 0.230-0.248, 0.05 0.130 against 0.155-0.167; causal dense 0.998 against
-// 1.015-1.029, causal 0.1 0.162 against 0.173-0.184). Elsewhere one CTA a query tile (wgmma).
+// measured faster on the H100 (same-run A/B, session of 2026-11-23, sixth; docs/attention.md):
+// - d = 128 (B2 H16 S8192), dense or pattern blocks of 128, causal or not: dense 1.698 ms against
+//   1.864-1.891 (648 TFLOP/s), density 0.1 0.201 ms against 0.230-0.248, causal dense 0.981 against
+//   1.015-1.029, causal 0.1 0.159 against 0.173-0.184;
+// - d = 64 (B4 H32 S4096), pattern blocks of 128: 0.166 ms at 0.1 against 0.178-0.181. Dense d = 64
+//   stays on wgmma (1.284-1.292 ms against 1.329).
+// Pattern blocks of 64 (one math warpgroup) measured slower: 0.353 ms at 0.1 against 0.343.
 AttentionPath hopper_default_path(const AttentionSpec& spec) {
-  const bool ws = spec.head_dim == 128 && (spec.sparsity == Sparsity::dense || spec.block_size >= 128);
+  const bool sparse = spec.sparsity != Sparsity::dense;
+  const bool ws = sparse ? spec.block_size >= 128 : spec.head_dim == 128;
   return ws ? AttentionPath::wgmma_ws : AttentionPath::wgmma;
 }
 

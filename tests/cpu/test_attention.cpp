@@ -270,7 +270,8 @@ TEST_CASE("resolve() on the wgmma path: defaults, checks, and which path an unse
     return resolve(make_spec(d, DType::f16, causal, sparsity, bs), {}, 90).path;
   };
   CHECK(path_on_h100(128, Causal::none, Sparsity::dense, 0) == AttentionPath::wgmma_ws);
-  CHECK(path_on_h100(64, Causal::none, Sparsity::block_sparse, 128) == AttentionPath::wgmma);
+  CHECK(path_on_h100(64, Causal::none, Sparsity::block_sparse, 128) == AttentionPath::wgmma_ws);
+  CHECK(path_on_h100(64, Causal::none, Sparsity::dense, 0) == AttentionPath::wgmma);
   CHECK(path_on_h100(128, Causal::top_left, Sparsity::block_sparse, 128) == AttentionPath::wgmma_ws);
   CHECK(path_on_h100(128, Causal::none, Sparsity::block_sparse, 64) == AttentionPath::wgmma);
   CHECK(path_on_h100(64, Causal::top_left, Sparsity::dense, 0) == AttentionPath::wgmma);

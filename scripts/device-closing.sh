@@ -5,7 +5,7 @@
 #   bash scripts/device-closing.sh
 set -uo pipefail
 source scripts/device-build.sh
-timeout 400 ./build-gpu/tests/sjit_gpu_tests >"$OUT/gpu-tests.log" 2>&1
+timeout 480 ./build-gpu/tests/sjit_gpu_tests >"$OUT/gpu-tests.log" 2>&1
 echo "gpu tests exit $?"; grep -E "FAILED|failed|passed|with expansion|seed" "$OUT/gpu-tests.log" | head -30
 SJIT_CACHE_DIR=$(mktemp -d) timeout 120 ./build-gpu/sjit demo >"$OUT/demo.log" 2>&1
 echo "demo exit $?"; tail -n 16 "$OUT/demo.log"

@@ -394,7 +394,10 @@ TEST_CASE("wgmma path: every tiling it accepts computes the same attention", "[g
   for (const int d : {64, 128})
     for (const AttentionConfig config :
          {wgmma(4, 64, 2), wgmma(4, 128, 3), wgmma(8, 64, 2), wgmma(8, 64, 3), wgmma(8, 128, 2), hopper(ws, 4, 64, 2),
-          hopper(ws, 4, 128, 2), hopper(ws, 8, 64, 2), hopper(ws, 8, 64, 3), hopper(ws, 8, 128, 2)}) {
+          hopper(ws, 4, 64, 3), hopper(ws, 4, 128, 2), hopper(ws, 4, 128, 3), hopper(ws, 8, 64, 2), hopper(ws, 8, 64, 3),
+          hopper(ws, 8, 128, 2), hopper(ws, 8, 128, 3)}) {
+      if (config.path == ws && config.warps == 8 && config.block_n == 128 && config.stages == 3 && d == 128)
+        continue;  // 2 x 32 KB of Q and 6 x 32 KB of K/V: more shared memory than a CTA may have
       Case c{spec_of(d, DType::bf16, Causal::top_left, Sparsity::block_sparse, 64), 1, 2, 1, 517, 517, 0.5};
       c.config = config;
       check_case(c, rng);

@@ -138,7 +138,10 @@ void check_spec(const RowNormSpec& spec, const std::vector<float>& x, std::int64
     for (int i = 0; i < n; ++i) {
       const double w = want_y[r * n + i];
       strict += w > 1e-5 ? 1 : 0;
-      loose += w > 0 ? 1 : 0;
+      // An input exactly at the threshold (ties are common among bf16 values) has weight 0 in float64
+      // and may come out a hair above it in fp32: counted if the GPU gave it a (tiny) weight, which
+      // expect_close above has already bounded.
+      loose += w > 0 || y[r * n + i] != 0.f ? 1 : 0;
     }
     if (std::isnan(want_y[r * n])) continue;
     if (spec.dtype == DType::f32 && spec.kind == NormKind::softmax) strict = 0;  // tiny values may underflow

@@ -158,7 +158,11 @@ AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c, int compute_
   if (c.m_tiles != 1 && c.m_tiles != 2) refuse(fmt::format("mt = {}: use 1 or 2 (16-row tiles per warp)", c.m_tiles));
   if (c.block_n != 16 && c.block_n != 32 && c.block_n != 64 && c.block_n != 128)
     refuse(fmt::format("bn = {}: use 16, 32, 64 or 128 keys per tile", c.block_n));
-  if (c.stages != 2 && c.stages != 3) refuse(fmt::format("stages = {}: use 2 or 3", c.stages));
+  // The persistent kernel hands K and V back apart, so deeper rings are worth a try there (shared
+  // memory permitting: 64-key tiles).
+  const int max_stages = c.path == AttentionPath::wgmma_ws ? 4 : 3;
+  if (c.stages < 2 || c.stages > max_stages)
+    refuse(fmt::format("stages = {}: use 2 to {} on path {}", c.stages, max_stages, name(c.path)));
   if (c.q_in_registers != 0 && c.q_in_registers != 1) refuse(fmt::format("qreg = {}: use 0 or 1", c.q_in_registers));
   if (on_wgmma(c.path)) {
     const std::string_view path = name(c.path);

@@ -44,7 +44,8 @@ sjit_kernels::AttentionForwardTensorMaps forward_tensor_maps(const AttentionForw
                                                              int head_dim, int block_m, int block_n) {
   return {tensor_map(a.q, dtype, head_dim, a.batch, a.heads_q, a.seq_q, a.q_strides, block_m),
           tensor_map(a.k, dtype, head_dim, a.batch, a.heads_kv, a.seq_k, a.k_strides, block_n),
-          tensor_map(a.v, dtype, head_dim, a.batch, a.heads_kv, a.seq_k, a.v_strides, block_n)};
+          tensor_map(a.v, dtype, head_dim, a.batch, a.heads_kv, a.seq_k, a.v_strides, block_n),
+          tensor_map(a.o, dtype, head_dim, a.batch, a.heads_q, a.seq_q, a.o_strides, block_m)};
 }
 
 sjit_kernels::AttentionBackwardTensorMaps backward_tensor_maps(const AttentionBackwardArgs& a, DType dtype,

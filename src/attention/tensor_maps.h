@@ -7,8 +7,9 @@
 
 namespace sjit::attention {
 
-// Q, K and V of checked arguments as 4-d tensors [B, H, S, D] (any strides), read in boxes of 64
-// columns x block_m rows (Q) or block_n rows (K, V) with the 128-byte swizzle; rows past S read as 0.
+// Q, K, V and O of checked arguments as 4-d tensors [B, H, S, D] (any strides), in boxes of 64
+// columns x block_m rows (Q, O) or block_n rows (K, V) with the 128-byte swizzle; rows past S read
+// as 0 (and are not written).
 // Throws DriverError if the driver refuses a map.
 sjit_kernels::AttentionForwardTensorMaps forward_tensor_maps(const AttentionForwardArgs& args, DType dtype,
                                                              int head_dim, int block_m, int block_n);

@@ -318,16 +318,14 @@ __device__ __forceinline__ void accumulate_values(float (&o)[Tr::m_tiles][Tr::d_
   }
 }
 
-// Normalizes the warp's rows, writes their log-sum-exp, and stores O through the warp's own rows of a
-// staging tile in shared memory (no other warp reads them) so that global stores are 16 bytes wide and
-// coalesced. `staged(row, col)` is the staging address of element (row, col) of the query tile, in
-// the caller's layout (padded rows, or the wgmma swizzle); 8 consecutive columns from a multiple of 8
-// must be one 16-byte chunk.
+// Normalizes the warp's rows, writes their log-sum-exp, and writes O (rounded to T) into the warp's
+// own rows of a staging tile in shared memory. `staged(row, col)` is the staging address of element
+// (row, col) of the query tile, in the caller's layout (padded rows, or the wgmma swizzle); 8
+// consecutive columns from a multiple of 8 must be one 16-byte chunk.
 template <class Tr, class Staged>
-__device__ __forceinline__ void store_output(float (&o)[Tr::m_tiles][Tr::d_tiles][4], float (&row_max)[Tr::m_tiles][2],
-                                             float (&row_sum)[Tr::m_tiles][2], Staged staged, typename Tr::T* out,
-                                             long long out_row_stride, float* lse_row0, int q_row0, int warp_row0,
-                                             int seq_q) {
+__device__ __forceinline__ void stage_output(float (&o)[Tr::m_tiles][Tr::d_tiles][4], float (&row_max)[Tr::m_tiles][2],
+                                             float (&row_sum)[Tr::m_tiles][2], Staged staged, float* lse_row0,
+                                             int q_row0, int warp_row0, int seq_q) {
   using T = typename Tr::T;
   const int lane = threadIdx.x % 32;
   constexpr float ln2 = 0.6931471805599453f;
@@ -348,7 +346,18 @@ __device__ __forceinline__ void store_output(float (&o)[Tr::m_tiles][Tr::d_tiles
         *reinterpret_cast<unsigned*>(staged(row_local, dt * 8 + 2 * (lane % 4))) =
             pack2<T>(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
     }
+}
+
+// stage_output, then the warp's staged rows to global memory with 16-byte coalesced stores (no other
+// warp reads them).
+template <class Tr, class Staged>
+__device__ __forceinline__ void store_output(float (&o)[Tr::m_tiles][Tr::d_tiles][4], float (&row_max)[Tr::m_tiles][2],
+                                             float (&row_sum)[Tr::m_tiles][2], Staged staged, typename Tr::T* out,
+                                             long long out_row_stride, float* lse_row0, int q_row0, int warp_row0,
+                                             int seq_q) {
+  stage_output<Tr>(o, row_max, row_sum, staged, lse_row0, q_row0, warp_row0, seq_q);
   __syncwarp();
+  const int lane = threadIdx.x % 32;
   constexpr int chunks_per_row = Tr::head_dim / 8, warp_rows = 16 * Tr::m_tiles;
 #pragma unroll
   for (int i = lane; i < warp_rows * chunks_per_row; i += 32) {

@@ -20,8 +20,10 @@
 //   q_full[b]     Q buffer b holds its item's Q, and the item's record is written (the copy thread's
 //                 expect-bytes arrival and the copy's bytes; no bytes for an item without key tiles,
 //                 and a record with count -1 after the last item);
-//   q_empty[b]    every math thread is done with buffer b: its last S = Q K^T and the output staged
-//                 over it (the item's output goes through its own Q buffer, dead by then);
+//   q_empty[b]    every math thread is done with buffer b: its last S = Q K^T, and its rows of the
+//                 item's output staged over it (the Q buffer is dead by then). The copy thread then
+//                 stores the output with bulk copies and reuses the buffer once they have read it, so
+//                 the math warps never wait on a global store;
 //   k_full[s]     ring slot s holds its tile's K, and the slot's record is written; v_full[s] its V;
 //   k_empty[s]    every math thread's S = Q K^T is done with slot s's K; v_empty[s] P V with its V.
 // Both sides count items and tiles the same way, so they agree on every barrier's phase. With K and V
@@ -137,12 +139,23 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
     if constexpr (L::move_registers) warpgroup_release_registers<L::copy_registers>();
     if (warp != L::copy_warp || threadIdx.x % 32 != 0) return;
     // The copy thread: for each item, its record and Q into the next Q buffer once the math warps are
-    // done with that buffer's previous item, then the item's K/V tiles, each with its record into the
-    // next ring slot once the math warps free it.
+    // done with that buffer's previous item and that item's output, staged there, has been copied out;
+    // then the item's K/V tiles, each with its record into the next ring slot once the math warps free
+    // it.
     int items = 0, tiles_loaded = 0;
+    int out_batch[2], out_head[2], out_row0[2];  // where the output staged in each Q buffer goes
+    auto store_output_of = [&](int item) {  // item's output, once staged, by a bulk copy
+      const int b = item % 2;
+      mbarrier_wait(barrier(L::q_empty + b), (item / 2) & 1);
+      tma_store_tile<Tr::head_dim, Tr::block_m>(maps.o, base + L::q_tiles + b * L::q_bytes, out_batch[b], out_head[b],
+                                                out_row0[b]);
+      bulk_commit();
+      bulk_wait_read();  // the buffer may be refilled once the copy has read it
+    };
     auto publish_item = [&](const WorkItem& w, int count) {
       const int b = items % 2;
-      if (items >= 2) mbarrier_wait(barrier(L::q_empty + b), (items / 2 - 1) & 1);
+      if (items >= 2) store_output_of(items - 2);
+      out_batch[b] = w.batch, out_head[b] = w.head_q, out_row0[b] = w.q_tile * Tr::block_m;
       item_records[b].batch = w.batch;
       item_records[b].head_q = w.head_q;
       item_records[b].q_tile = w.q_tile;
@@ -174,6 +187,8 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
       }
     }
     publish_item(WorkItem{}, -1);
+    if (items >= 2) store_output_of(items - 2);  // the last item's (items - 1 is the end record)
+    bulk_wait_done();
     return;
   }
 
@@ -198,18 +213,17 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
     rows.walk(p, count, q_row0, q_tile + group * 64 * 128, base + L::k_ring, feed);
     tiles_seen += count;
 
-    // The output, staged over this warpgroup's rows of the item's Q buffer (in its swizzle): every warp
-    // of the warpgroup has completed its products that read them.
+    // The output, staged over this warpgroup's rows of the item's Q buffer (in its swizzle, the layout
+    // the copy thread's bulk store reads): every warp of the warpgroup has completed its products that
+    // read them.
     warpgroup_barrier(group);
     unsigned char* staging = smem + L::q_tiles + b * L::q_bytes;
     auto staged = [&](int row, int col) {
       return reinterpret_cast<T*>(staging + swizzled_offset(Tr::block_m, row, col));
     };
-    T* out = static_cast<T*>(p.o) + batch * p.o_batch_stride + head_q * p.o_head_stride;
     float* lse_row0 = p.lse ? p.lse + (static_cast<long long>(batch) * p.heads_q + head_q) * p.seq_q + q_row0 : nullptr;
-    store_output<Tr>(rows.o, rows.row_max, rows.row_sum, staged, out, p.o_row_stride, lse_row0, q_row0, warp * 16,
-                     p.seq_q);
-    __syncwarp();  // every lane has read its chunks of the staged rows
+    stage_output<Tr>(rows.o, rows.row_max, rows.row_sum, staged, lse_row0, q_row0, warp * 16, p.seq_q);
+    fence_proxy_async();  // the staged rows, written by ordinary stores, visible to the bulk copy
     mbarrier_arrive(barrier(L::q_empty + b));
   }
 }

@@ -41,9 +41,10 @@ struct alignas(64) TensorMap {
 
 // The Hopper forward's second parameter (passed as __grid_constant__ so the copy engine can read the
 // maps in parameter space): Q, K and V as 4-d tensors [B, H, S, D] of 64-column, 128-byte-swizzled
-// boxes, block_m rows for Q and block_n rows for K and V.
+// boxes, block_m rows for Q and O (which the persistent kernel stores by bulk copies) and block_n
+// rows for K and V.
 struct AttentionForwardTensorMaps {
-  TensorMap q, k, v;
+  TensorMap q, k, v, o;
 };
 
 // The Hopper dK/dV pass's: Q and dO in boxes of the query tile's rows, K and V of the key tile's; with

@@ -96,7 +96,15 @@ __device__ __forceinline__ void tma_reduce_add_4d(const TensorMap& map, unsigned
       "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
 }
-// Closes this thread's bulk reductions issued so far into one group.
+// Copies the box at `src` in shared memory to coordinates (c0 fastest, .. c3) of a 4-d tensor map
+// (elements past the tensor's end are not written). Completion as for tma_reduce_add_4d.
+__device__ __forceinline__ void tma_store_4d(const TensorMap& map, unsigned src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                   reinterpret_cast<unsigned long long>(&map)),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+// Closes this thread's bulk reductions and stores issued so far into one group.
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Waits until every group of this thread has read its shared-memory source (which may then be reused).
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
@@ -117,6 +125,12 @@ __device__ __forceinline__ void tma_load_tile(unsigned dst, const TensorMap& map
                                               int row0) {
 #pragma unroll
   for (int block = 0; block < HEAD_DIM / 64; ++block) tma_load_4d(dst + block * ROWS * 128, map, barrier, block * 64, row0, head, batch);
+}
+// The reverse: a tile in that layout at `src` to rows [row0, row0 + ROWS) (rows past S are dropped).
+template <int HEAD_DIM, int ROWS>
+__device__ __forceinline__ void tma_store_tile(const TensorMap& map, unsigned src, int batch, int head, int row0) {
+#pragma unroll
+  for (int block = 0; block < HEAD_DIM / 64; ++block) tma_store_4d(map, src + block * ROWS * 128, block * 64, row0, head, batch);
 }
 
 }  // namespace sjit_kernels

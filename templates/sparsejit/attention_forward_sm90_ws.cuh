@@ -38,14 +38,11 @@
 
 namespace sjit_kernels {
 
-// What the copy thread tells the math warps about an item (with its Q buffer) and a tile (with its
-// ring slot).
+// What the copy thread tells the math warps about an item, next to its Q buffer; about a tile it
+// tells them the TileRef, next to its ring slot.
 struct WsItemRecord {
   int batch, head_q, q_tile;
   int count;  // key tiles; -1: no more items
-};
-struct WsTileRecord {
-  TileRef tile;
 };
 
 template <class Cfg>
@@ -61,12 +58,13 @@ struct AttentionWsLayout {
   static constexpr int q_bytes = Base::q_bytes, kv_bytes = Base::kv_bytes;
   static constexpr int q_tiles = 0, k_ring = 2 * q_bytes;  // offsets from the 1024-aligned base; V follows K
   static constexpr int records = k_ring + 2 * Cfg::stages * kv_bytes;
-  static constexpr int record_bytes = 2 * int(sizeof(WsItemRecord)) + Cfg::stages * int(sizeof(WsTileRecord));
+  static constexpr int record_bytes = 2 * int(sizeof(WsItemRecord)) + Cfg::stages * int(sizeof(TileRef));
   static constexpr int barriers = records + (record_bytes + 7) / 8 * 8;
   static constexpr int q_full = 0, q_empty = 2, k_full = 4, v_full = k_full + Cfg::stages,
                        k_empty = v_full + Cfg::stages, v_empty = k_empty + Cfg::stages, barrier_count = 4 + 4 * Cfg::stages;
   // Named barriers of the ping-pong (0 is __syncthreads', 1 and 2 warpgroup_barrier's): warpgroup g
-  // waits on turn + g for its turn and arrives on the other's when its products are issued.
+  // waits on turn + g for its turn, issues its products, and arrives on the other's once its
+  // S = Q K^T is done (arriving right after the issue makes ptxas serialize the wgmma, C7514).
   static constexpr bool ping_pong = Cfg::warps == 8;
   static constexpr int turn = 3;
   static constexpr int used_bytes = barriers + 8 * barrier_count;
@@ -79,7 +77,7 @@ struct CopyThreadFeed {
   static constexpr bool overlap = true;
   unsigned barriers;  // the shared address of barrier 0
   int first;          // tiles walked before this item (the ring's position)
-  volatile WsTileRecord* records;
+  volatile TileRef* records;
   int group;
   __device__ __forceinline__ unsigned barrier(int index) const { return barriers + 8 * index; }
   __device__ __forceinline__ int slot(int j) const { return (first + j) % Cfg::stages; }
@@ -88,7 +86,7 @@ struct CopyThreadFeed {
     mbarrier_wait(barrier(L::k_full + slot(j)), phase(j));
     return slot(j);
   }
-  __device__ __forceinline__ TileRef tile(int, int s) const { return {records[s].tile.key0, records[s].tile.pattern_mask}; }
+  __device__ __forceinline__ TileRef tile(int, int s) const { return {records[s].key0, records[s].pattern_mask}; }
   __device__ __forceinline__ void acquire_v(int j, int s) const { mbarrier_wait(barrier(L::v_full + s), phase(j)); }
   __device__ __forceinline__ void release_k(int s) const { mbarrier_arrive(barrier(L::k_empty + s)); }
   __device__ __forceinline__ void release_v(int s) const { mbarrier_arrive(barrier(L::v_empty + s)); }
@@ -115,7 +113,7 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
   const unsigned base = smem_address(smem);
   auto barrier = [&](int index) { return base + L::barriers + 8 * index; };
   volatile WsItemRecord* item_records = reinterpret_cast<WsItemRecord*>(smem + L::records);
-  volatile WsTileRecord* tile_records = reinterpret_cast<WsTileRecord*>(smem + L::records + 2 * sizeof(WsItemRecord));
+  volatile TileRef* tile_records = reinterpret_cast<TileRef*>(smem + L::records + 2 * sizeof(WsItemRecord));
 
   if (threadIdx.x == 0) {
     for (int b = 0; b < 2; ++b) {
@@ -175,8 +173,8 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
         const int slot = tiles_loaded % stages, phase = (tiles_loaded / stages - 1) & 1;
         const int key0 = w.tiles.tile(j) * Tr::block_n;
         if (tiles_loaded >= stages) mbarrier_wait(barrier(L::k_empty + slot), phase);
-        tile_records[slot].tile.key0 = key0;
-        tile_records[slot].tile.pattern_mask = w.tiles.pattern_mask(j);
+        tile_records[slot].key0 = key0;
+        tile_records[slot].pattern_mask = w.tiles.pattern_mask(j);
         mbarrier_expect_bytes(barrier(L::k_full + slot), L::kv_bytes);
         tma_load_tile<Tr::head_dim, Tr::block_n>(base + L::k_ring + slot * L::kv_bytes, maps.k,
                                                  barrier(L::k_full + slot), w.batch, kv_head, key0);

@@ -29,7 +29,7 @@ void print_list() {
              "            stages=2[,path=wgmma]')\n");
   fmt::print("  det       1: deterministic backward (a dQ pass of its own); default: dQ summed with atomics\n");
   fmt::print("  config    --config warps=4|8,mt=1|2,bn=16|32|64|128,stages=2|3,qreg=0|1[,path=mma|wgmma|wgmma_ws]\n");
-  fmt::print("            (path=wgmma, wgmma_ws: Hopper, --arch sm_90a; mt=1, bn 64|128, qreg=0)\n");
+  fmt::print("            (path=wgmma, wgmma_ws: Hopper, --arch sm_90a; mt=1, bn 64|128, qreg=0; stages=4 on wgmma_ws)\n");
   fmt::print("  example   sjit compile attention:d=128,dtype=bf16,causal=tl,sparsity=bsr,block=128\n");
   fmt::print("            sjit compile 'attention:d=128,pass=bwd|part=dkdv,warps=8,cols=64,stages=2,path=wgmma' --arch sm_90a\n");
   fmt::print("\nop e23: the E23 dual-memory Elman cell, a whole sequence a launch (docs/e23.md)\n");

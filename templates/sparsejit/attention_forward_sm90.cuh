@@ -12,6 +12,10 @@
 // by bulk tensor copies (TMA, tma.cuh) that thread 0 issues, each ring slot with an mbarrier that
 // counts the tile's bytes; one CTA barrier per tile tells thread 0 that every warpgroup is done with
 // the slot it refills.
+//
+// The per-warpgroup part (WarpgroupRows: the products, mask, softmax and the walk over one item's
+// tiles) is shared with the persistent, warp-specialized kernel of attention_forward_sm90_ws.cuh;
+// each kernel passes the walk its own way of handing tiles over (a Feed).
 #pragma once
 
 #include "sparsejit/attention_forward.cuh"

@@ -30,7 +30,7 @@ struct AttentionConfig {
   int warps = 0;           // 4 or 8
   int m_tiles = 0;         // 16-row tensor-core tiles per warp: 1 or 2
   int block_n = 0;         // keys per tile: 16, 32, 64 or 128
-  int stages = 0;          // K/V tiles in flight: 2 or 3
+  int stages = 0;          // K/V ring slots: 2 or 3 (up to 4 on wgmma_ws)
   int q_in_registers = -1; // 1: Q fragments live in registers; 0: re-read from shared memory; -1: choose
   AttentionPath path = AttentionPath::automatic;
 

@@ -117,10 +117,9 @@ std::unique_ptr<DeviceSchedule> upload(const attention::TileSchedule& s, CUconte
 struct Attention::State {
   AttentionSpec spec;
   AttentionConfig config;
-  // The caller asked for path=mma: the backward's dK/dV pass then stays on mma.sync too (otherwise it
-  // takes the wgmma kernel on sm_90a wherever one exists).
-  bool mma_only = false;
-  // The path the caller's config named (automatic if none): the dense twin takes the same.
+  // The path the caller's config named (automatic if none): the dense twin takes the same, and with
+  // path=mma the backward's dK/dV pass stays on mma.sync too (otherwise it takes the wgmma kernel on
+  // sm_90a wherever one exists).
   AttentionPath asked_path = AttentionPath::automatic;
   std::optional<BlockPattern> baked;
   std::optional<attention::TileSchedule> baked_schedule;
@@ -218,7 +217,7 @@ struct Attention::State {
     }
     AttentionSpec bwd = spec;
     bwd.pass = Pass::backward;
-    const bool sm90 = target.device->arch == "sm_90a" && !mma_only;
+    const bool sm90 = target.device->arch == "sm_90a" && asked_path != AttentionPath::mma;
     auto get = [&](const codegen::BackwardTiling& t) {
       return jit::get_kernel(target, key(bwd) + "|" + key(t), [&] { return codegen::attention_backward_source(bwd, t); });
     };
@@ -254,7 +253,6 @@ Attention::Attention(const AttentionSpec& spec, const AttentionConfig& config) :
     throw InvalidArgument(fmt::format("attention: '{}' is baked: construct Attention with the BlockPattern to bake",
                                       key(state_->spec)));
   state_->spec.pass = Pass::forward;  // one object runs both passes
-  state_->mma_only = config.path == AttentionPath::mma;
   state_->asked_path = config.path;
   state_->config = resolve(state_->spec, tuning::attention_config_for(state_->spec, config), current_compute_capability());
 }
@@ -267,7 +265,6 @@ Attention::Attention(const AttentionSpec& spec, const BlockPattern& pattern, con
   s.pattern_digest = pattern.digest();
   state_->spec = canonical(s);
   state_->spec.pass = Pass::forward;
-  state_->mma_only = config.path == AttentionPath::mma;
   state_->asked_path = config.path;
   if (pattern.block_size() != state_->spec.block_size)
     throw InvalidArgument(fmt::format("attention: the pattern to bake has block size {} but the spec says {}",
@@ -354,7 +351,8 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   // kernel has one parameter, and the driver reads only the parameters a kernel declares.
   sjit_kernels::AttentionForwardTensorMaps maps{};
   if (on_wgmma(config.path))
-    maps = attention::forward_tensor_maps(a, spec.dtype, spec.head_dim, config.block_m(), config.block_n);
+    maps = attention::forward_tensor_maps(a, spec.dtype, spec.head_dim, config.block_m(), config.block_n,
+                                          config.path == AttentionPath::wgmma_ws);
   void* params[] = {&p, &maps};
   jit::launch(kernel, unsigned(grid), unsigned(forward_threads(config)), reinterpret_cast<CUstream>(stream), params);
 }

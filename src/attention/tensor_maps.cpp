@@ -41,11 +41,14 @@ sjit_kernels::TensorMap tensor_map(const void* base, DType dtype, int head_dim, 
 }  // namespace
 
 sjit_kernels::AttentionForwardTensorMaps forward_tensor_maps(const AttentionForwardArgs& a, DType dtype,
-                                                             int head_dim, int block_m, int block_n) {
-  return {tensor_map(a.q, dtype, head_dim, a.batch, a.heads_q, a.seq_q, a.q_strides, block_m),
-          tensor_map(a.k, dtype, head_dim, a.batch, a.heads_kv, a.seq_k, a.k_strides, block_n),
-          tensor_map(a.v, dtype, head_dim, a.batch, a.heads_kv, a.seq_k, a.v_strides, block_n),
-          tensor_map(a.o, dtype, head_dim, a.batch, a.heads_q, a.seq_q, a.o_strides, block_m)};
+                                                             int head_dim, int block_m, int block_n, bool output) {
+  sjit_kernels::AttentionForwardTensorMaps maps{
+      tensor_map(a.q, dtype, head_dim, a.batch, a.heads_q, a.seq_q, a.q_strides, block_m),
+      tensor_map(a.k, dtype, head_dim, a.batch, a.heads_kv, a.seq_k, a.k_strides, block_n),
+      tensor_map(a.v, dtype, head_dim, a.batch, a.heads_kv, a.seq_k, a.v_strides, block_n),
+      {}};
+  if (output) maps.o = tensor_map(a.o, dtype, head_dim, a.batch, a.heads_q, a.seq_q, a.o_strides, block_m);
+  return maps;
 }
 
 sjit_kernels::AttentionBackwardTensorMaps backward_tensor_maps(const AttentionBackwardArgs& a, DType dtype,

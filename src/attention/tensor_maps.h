@@ -7,12 +7,12 @@
 
 namespace sjit::attention {
 
-// Q, K, V and O of checked arguments as 4-d tensors [B, H, S, D] (any strides), in boxes of 64
-// columns x block_m rows (Q, O) or block_n rows (K, V) with the 128-byte swizzle; rows past S read
-// as 0 (and are not written).
+// Q, K, V and, with `output` (the kernels that store O by bulk copies), O of checked arguments as 4-d
+// tensors [B, H, S, D] (any strides), in boxes of 64 columns x block_m rows (Q, O) or block_n rows
+// (K, V) with the 128-byte swizzle; rows past S read as 0 (and are not written).
 // Throws DriverError if the driver refuses a map.
 sjit_kernels::AttentionForwardTensorMaps forward_tensor_maps(const AttentionForwardArgs& args, DType dtype,
-                                                             int head_dim, int block_m, int block_n);
+                                                             int head_dim, int block_m, int block_n, bool output);
 
 // Q and dO in boxes of `cols` rows (the query tiles), K and V of `rows` rows (the key tile), for the
 // dK/dV pass; with atomic dQ also the fp32 accumulator [B, Hq, Sq, head_dim] (contiguous), which the

@@ -90,10 +90,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
   using T = typename Tr::T;
   constexpr int R = L::rows, C = L::cols, D = Tr::head_dim, stages = Cfg::stages;
   extern __shared__ __align__(1024) unsigned char shared_bwd_sm90[];
-  const unsigned align = (1024 - (smem_address(shared_bwd_sm90) & 1023)) & 1023;
-  // No launch may give less than the layout: the host's figure (codegen) is written apart from it.
-  if (dynamic_shared_bytes() < L::used_bytes + align) __trap();
-  unsigned char* smem = shared_bwd_sm90 + align;
+  unsigned char* smem = swizzle_aligned_shared(shared_bwd_sm90, L::used_bytes);
   const unsigned base = smem_address(smem);
   float* lse2_ring = reinterpret_cast<float*>(smem + L::lse2_ring);
   float* delta_ring = reinterpret_cast<float*>(smem + L::delta_ring);

@@ -106,10 +106,7 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
   using T = typename Tr::T;
   constexpr int stages = Cfg::stages;
   extern __shared__ __align__(1024) unsigned char shared_ws[];
-  const unsigned align = (1024 - (smem_address(shared_ws) & 1023)) & 1023;
-  // No launch may give less than the layout: the host's figure (codegen) is written apart from it.
-  if (dynamic_shared_bytes() < L::used_bytes + align) __trap();
-  unsigned char* smem = shared_ws + align;
+  unsigned char* smem = swizzle_aligned_shared(shared_ws, L::used_bytes);
   const unsigned base = smem_address(smem);
   auto barrier = [&](int index) { return base + L::barriers + 8 * index; };
   volatile WsItemRecord* item_records = reinterpret_cast<WsItemRecord*>(smem + L::records);

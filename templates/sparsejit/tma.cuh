@@ -8,6 +8,7 @@
 #pragma once
 
 #include "sparsejit/attention_params.cuh"
+#include "sparsejit/mma.cuh"  // smem_address
 
 namespace sjit_kernels {
 
@@ -43,19 +44,6 @@ __device__ __forceinline__ void mbarrier_expect_bytes_only(unsigned barrier, uns
 // One arrival of the calling thread, no bytes: a consumer announcing it is done with a ring slot.
 __device__ __forceinline__ void mbarrier_arrive(unsigned barrier) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
-}
-
-// mbarrier_arrive where `arrive` holds, as one predicated instruction: no branch, so wgmma operations in
-// flight around it are not serialized for a path the compiler must assume divergent (ptxas C7520).
-__device__ __forceinline__ void mbarrier_arrive_if(unsigned barrier, bool arrive) {
-  asm volatile(
-      "{\n"
-      "  .reg .pred p;\n"
-      "  setp.ne.u32 p, %1, 0;\n"
-      "  @p mbarrier.arrive.shared::cta.b64 _, [%0];\n"
-      "}\n" ::"r"(barrier),
-      "r"(unsigned(arrive))
-      : "memory");
 }
 
 // Waits until the barrier's phase with parity `phase` has completed (all its bytes landed).
@@ -115,6 +103,14 @@ __device__ __forceinline__ unsigned dynamic_shared_bytes() {
   unsigned bytes;
   asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(bytes));
   return bytes;
+}
+// The dynamic shared memory `raw` from its first 1024-byte boundary, where swizzle atoms must start
+// (the launch asks for 1 KB more than a layout's `used_bytes`). No launch may give less than the
+// layout: the host's figure (codegen) is written apart from it, so a mismatch traps here.
+__device__ __forceinline__ unsigned char* swizzle_aligned_shared(unsigned char* raw, unsigned used_bytes) {
+  const unsigned align = (1024 - (smem_address(raw) & 1023)) & 1023;
+  if (dynamic_shared_bytes() < used_bytes + align) __trap();
+  return raw + align;
 }
 
 // Rows [row0, row0 + ROWS) of matrix (batch, head) of a [B, H, S, HEAD_DIM] tensor map whose box is

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <tuple>
 
 #include "sparsejit/attention_reference.h"
 #include "sparsejit/sparsejit.h"
@@ -51,32 +53,53 @@ Inputs random_inputs(const Problem& c, std::mt19937_64& rng) {
           test::quantized(dt, test::random_rows(rng, c.batch * c.heads_q * c.seq_q, d, 1.0f))};
 }
 
-// Forward then backward on the GPU, gradients poisoned with NaN first.
-Gradients run_gpu(const Problem& c, Attention& attention, const Inputs& in, const BlockPattern* pattern) {
-  const DType dt = c.spec.dtype;
-  const std::size_t d = std::size_t(c.spec.head_dim);
-  const std::size_t q_elems = std::size_t(c.batch * c.heads_q * c.seq_q) * d;
-  const std::size_t k_elems = std::size_t(c.batch * c.heads_kv * c.seq_k) * d;
-  DeviceBuffer q = upload(dt, in.q), k = upload(dt, in.k), v = upload(dt, in.v), d_o = upload(dt, in.d_o);
-  DeviceBuffer o(std::max<std::size_t>(q_elems * 2, 16)), lse(std::max<std::size_t>(q_elems / d * 4, 16));
-  DeviceBuffer dq(std::max<std::size_t>(q_elems * 2, 16)), dk(std::max<std::size_t>(k_elems * 2, 16)),
-      dv(std::max<std::size_t>(k_elems * 2, 16));
-  for (DeviceBuffer* b : {&dq, &dk, &dv}) b->fill_bytes(0xFF);
-  const BlockPattern* given = c.spec.sparsity == Sparsity::block_sparse ? pattern : nullptr;
+// One problem's buffers on the GPU (gradients poisoned with NaN), and its forward and backward
+// enqueued on the default stream.
+struct GpuRun {
+  const Problem& c;
+  std::size_t q_elems, k_elems;
+  DeviceBuffer q, k, v, d_o, o, lse, dq, dk, dv;
+  const BlockPattern* pattern;
+  GpuRun(const Problem& problem, const Inputs& in, const BlockPattern* p)
+      : c(problem),
+        q_elems(std::size_t(c.batch * c.heads_q * c.seq_q) * std::size_t(c.spec.head_dim)),
+        k_elems(std::size_t(c.batch * c.heads_kv * c.seq_k) * std::size_t(c.spec.head_dim)),
+        q(upload(c.spec.dtype, in.q)), k(upload(c.spec.dtype, in.k)), v(upload(c.spec.dtype, in.v)),
+        d_o(upload(c.spec.dtype, in.d_o)), o(std::max<std::size_t>(q_elems * 2, 16)),
+        lse(std::max<std::size_t>(q_elems / std::size_t(c.spec.head_dim) * 4, 16)),
+        dq(std::max<std::size_t>(q_elems * 2, 16)), dk(std::max<std::size_t>(k_elems * 2, 16)),
+        dv(std::max<std::size_t>(k_elems * 2, 16)),
+        pattern(c.spec.sparsity == Sparsity::block_sparse ? p : nullptr) {
+    for (DeviceBuffer* b : {&dq, &dk, &dv}) b->fill_bytes(0xFF);
+  }
+  void forward(Attention& attention) {
+    AttentionForwardArgs f;
+    f.q = q.data(), f.k = k.data(), f.v = v.data(), f.o = o.data(), f.lse = lse.as<float>();
+    f.batch = c.batch, f.heads_q = c.heads_q, f.heads_kv = c.heads_kv, f.seq_q = c.seq_q, f.seq_k = c.seq_k;
+    f.pattern = pattern;
+    attention.forward(f);
+  }
+  void backward(Attention& attention) {
+    AttentionBackwardArgs b;
+    b.q = q.data(), b.k = k.data(), b.v = v.data(), b.o = o.data(), b.lse = lse.as<float>(), b.d_o = d_o.data();
+    b.dq = dq.data(), b.dk = dk.data(), b.dv = dv.data();
+    b.batch = c.batch, b.heads_q = c.heads_q, b.heads_kv = c.heads_kv, b.seq_q = c.seq_q, b.seq_k = c.seq_k;
+    b.pattern = pattern;
+    attention.backward(b);
+  }
+  Gradients gradients() const {  // after a synchronize()
+    const DType dt = c.spec.dtype;
+    return {download(dt, dq, q_elems), download(dt, dk, k_elems), download(dt, dv, k_elems)};
+  }
+};
 
-  AttentionForwardArgs f;
-  f.q = q.data(), f.k = k.data(), f.v = v.data(), f.o = o.data(), f.lse = lse.as<float>();
-  f.batch = c.batch, f.heads_q = c.heads_q, f.heads_kv = c.heads_kv, f.seq_q = c.seq_q, f.seq_k = c.seq_k;
-  f.pattern = given;
-  attention.forward(f);
-  AttentionBackwardArgs b;
-  b.q = q.data(), b.k = k.data(), b.v = v.data(), b.o = o.data(), b.lse = lse.as<float>(), b.d_o = d_o.data();
-  b.dq = dq.data(), b.dk = dk.data(), b.dv = dv.data();
-  b.batch = c.batch, b.heads_q = c.heads_q, b.heads_kv = c.heads_kv, b.seq_q = c.seq_q, b.seq_k = c.seq_k;
-  b.pattern = given;
-  attention.backward(b);
+// Forward then backward on the GPU.
+Gradients run_gpu(const Problem& c, Attention& attention, const Inputs& in, const BlockPattern* pattern) {
+  GpuRun run(c, in, pattern);
+  run.forward(attention);
+  run.backward(attention);
   synchronize();
-  return {download(dt, dq, q_elems), download(dt, dk, k_elems), download(dt, dv, k_elems)};
+  return run.gradients();
 }
 
 reference::AttentionGradients run_reference(const Problem& c, const Inputs& in, const BlockPattern* pattern) {
@@ -222,4 +245,39 @@ TEST_CASE("a deterministic backward gives the same bits for the same inputs", "[
   REQUIRE(std::memcmp(a.dq.data(), b.dq.data(), a.dq.size() * 4) == 0);
   REQUIRE(std::memcmp(a.dk.data(), b.dk.data(), a.dk.size() * 4) == 0);
   REQUIRE(std::memcmp(a.dv.data(), b.dv.data(), a.dv.size() * 4) == 0);
+}
+
+// The backward passes of one Attention on one stream share its scratch: the fp32 dQ accumulator and the
+// row statistics. Two passes queued back to back, with no synchronization between them, put the
+// second's pre-pass, which zeroes the accumulator, right behind the first's conversion, which reads
+// it; each pass must still get its own gradients (what a training loop does, where the host never
+// waits between steps).
+TEST_CASE("backward passes queued back to back on one stream each get their own gradients", "[gpu][attention][backward]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (Sparsity sparsity : {Sparsity::dense, Sparsity::block_sparse}) {
+    const Problem c{spec_of(128, DType::bf16, Causal::none, sparsity, sparsity == Sparsity::dense ? 0 : 128), 1, 4, 4,
+                    1024, 1024, 0.25};
+    INFO(c.name());
+    const Inputs first = random_inputs(c, rng), second = random_inputs(c, rng);
+    std::optional<BlockPattern> pattern;
+    if (sparsity != Sparsity::dense) pattern = patterns::random(128, c.seq_q, c.seq_k, c.density, rng(), int(c.heads_q));
+    const BlockPattern* p = pattern ? &*pattern : nullptr;
+    Attention attention(c.spec);
+    GpuRun a(c, first, p), b(c, second, p);
+    a.forward(attention);
+    b.forward(attention);
+    a.backward(attention);
+    b.backward(attention);
+    synchronize();
+    for (auto [run, inputs, which] : {std::tuple{&a, &first, "first pass"}, std::tuple{&b, &second, "second pass"}}) {
+      INFO(which);
+      const Gradients got = run->gradients();
+      const reference::AttentionGradients want = run_reference(c, *inputs, p);
+      expect_close(c, "dq", got.dq, want.dq);
+      expect_close(c, "dk", got.dk, want.dk);
+      expect_close(c, "dv", got.dv, want.dv);
+    }
+  }
 }

@@ -49,7 +49,8 @@ std::string attention_kernel_key(const AttentionSpec& spec, const AttentionConfi
 }
 
 int attention_forward_shared_bytes(const AttentionSpec& spec, const AttentionConfig& config) {
-  const int tiles_bytes = (config.block_m() + 2 * config.stages * config.block_n) * spec.head_dim * 2;
+  const int tile_rows = config.block_m() + 2 * config.stages * config.block_n;  // Q, and K and V of each slot
+  const int tiles_bytes = tile_rows * spec.head_dim * 2;
   if (config.path == AttentionPath::wgmma) {
     // Unpadded 128-byte-swizzled tiles and the copies' mbarriers (Q's and one per ring slot), plus 1 KB
     // to align the base to a swizzle atom (AttentionSm90Layout in attention_forward_sm90.cuh).
@@ -63,7 +64,7 @@ int attention_forward_shared_bytes(const AttentionSpec& spec, const AttentionCon
            8 * (4 + 4 * config.stages);
   }
   const int row_bytes = (spec.head_dim + 8) * 2;  // padded rows of 16-bit elements
-  return (config.block_m() + 2 * config.stages * config.block_n) * row_bytes;
+  return tile_rows * row_bytes;
 }
 
 KernelSource attention_source(const AttentionSpec& spec, const AttentionConfig& config,

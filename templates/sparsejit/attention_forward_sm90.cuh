@@ -220,8 +220,7 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads, Attentio
   using T = typename Tr::T;
   constexpr int stages = Cfg::stages;
   extern __shared__ __align__(1024) unsigned char shared_sm90[];
-  // Swizzle atoms must start at 1024-byte boundaries: align the base (the launch asks for 1 KB more).
-  unsigned char* smem = shared_sm90 + ((1024 - (smem_address(shared_sm90) & 1023)) & 1023);
+  unsigned char* smem = swizzle_aligned_shared(shared_sm90, L::used_bytes);
   const unsigned smem_base = smem_address(smem);
 
   const WorkItem w = work_item_head_major<Cfg>(p, blockIdx.x);

@@ -125,6 +125,12 @@ void expect_close(const Problem& c, const char* what, const std::vector<float>& 
   SUCCEED();
 }
 
+void expect_gradients_close(const Problem& c, const Gradients& got, const reference::AttentionGradients& want) {
+  expect_close(c, "dq", got.dq, want.dq);
+  expect_close(c, "dk", got.dk, want.dk);
+  expect_close(c, "dv", got.dv, want.dv);
+}
+
 void check_problem(const Problem& c, std::mt19937_64& rng, const AttentionConfig& config = {}) {
   INFO(c.name() << " config path " << name(config.path));
   const Inputs in = random_inputs(c, rng);
@@ -138,9 +144,7 @@ void check_problem(const Problem& c, std::mt19937_64& rng, const AttentionConfig
   for (const char* call : {"first call", "second call"}) {
     INFO(call);
     const Gradients got = run_gpu(c, attention, in, pattern ? &*pattern : nullptr);
-    expect_close(c, "dq", got.dq, want.dq);
-    expect_close(c, "dk", got.dk, want.dk);
-    expect_close(c, "dv", got.dv, want.dv);
+    expect_gradients_close(c, got, want);
   }
 }
 
@@ -273,11 +277,7 @@ TEST_CASE("backward passes queued back to back on one stream each get their own 
     synchronize();
     for (auto [run, inputs, which] : {std::tuple{&a, &first, "first pass"}, std::tuple{&b, &second, "second pass"}}) {
       INFO(which);
-      const Gradients got = run->gradients();
-      const reference::AttentionGradients want = run_reference(c, *inputs, p);
-      expect_close(c, "dq", got.dq, want.dq);
-      expect_close(c, "dk", got.dk, want.dk);
-      expect_close(c, "dv", got.dv, want.dv);
+      expect_gradients_close(c, run->gradients(), run_reference(c, *inputs, p));
     }
   }
 }

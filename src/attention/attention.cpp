@@ -200,12 +200,14 @@ struct Attention::State {
     std::shared_ptr<const jit::LoadedKernel> prep, dkdv, dq;  // dq: the dQ pass or dq_convert
   };
   std::vector<BackwardKernels> backward_kernels;
-  // Per (context, stream) scratch of the backward: delta and lse2, 8 bytes a query row, and with atomic
-  // dQ the fp32 accumulator, 4 * head_dim bytes a query row.
+  // Per (context, stream) scratch of the backward: delta and lse2, 8 bytes a query row, and atomic dQ's
+  // counters, 4 bytes a (batch, K/V head); and with atomic dQ the fp32 accumulator, 4 * head_dim bytes
+  // a query row, in a buffer of its own: zeroed when allocated, every pass leaves it zero.
   struct Scratch {
     CUcontext context;
     Stream stream;
     DeviceBuffer buffer;
+    bool zeroed;
   };
   std::list<Scratch> scratch;
 
@@ -232,17 +234,20 @@ struct Attention::State {
     return backward_kernels.back();
   }
 
-  float* scratch_for(const jit::Target& target, Stream stream, std::size_t bytes) {
+  // `zeroed`: the accumulator's buffer, filled with zeros when (re)allocated.
+  float* scratch_for(const jit::Target& target, Stream stream, std::size_t bytes, bool zeroed = false) {
     std::lock_guard lock(mutex);
     for (Scratch& s : scratch)
-      if (s.context == target.context && s.stream == stream) {
+      if (s.context == target.context && s.stream == stream && s.zeroed == zeroed) {
         if (s.buffer.bytes() < bytes) {
           synchronize(stream);  // the old buffer may still be in use by work queued on this stream
           s.buffer = DeviceBuffer(bytes);
+          if (zeroed) s.buffer.fill_bytes(0, stream);
         }
         return s.buffer.as<float>();
       }
-    scratch.push_back({target.context, stream, DeviceBuffer(bytes)});
+    scratch.push_back({target.context, stream, DeviceBuffer(bytes), zeroed});
+    if (zeroed) scratch.back().buffer.fill_bytes(0, stream);
     return scratch.back().buffer.as<float>();
   }
 };
@@ -374,15 +379,16 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   const codegen::BackwardTiling& q_tiling = kernels.dq_tiling;
 
   const std::int64_t rows = a.batch * a.heads_q * a.seq_q;
+  const std::int64_t groups = a.batch * a.heads_kv;  // (batch, K/V head): a dK/dV CTA's query heads
   const bool atomic = codegen::atomic_dq(spec);
-  const std::int64_t accum_floats = atomic ? rows * spec.head_dim : 0;
-  float* scratch =
-      state_->scratch_for(target, stream, std::size_t(std::max<std::int64_t>(rows, 1)) * 8 + std::size_t(accum_floats) * 4);
+  float* scratch = state_->scratch_for(target, stream, std::size_t(std::max<std::int64_t>(rows, 1)) * 8 + std::size_t(groups) * 4);
   sjit_kernels::AttentionBackwardParams p{};
   p.q = a.q, p.k = a.k, p.v = a.v, p.o = a.o, p.d_o = a.d_o, p.lse = a.lse;
-  p.dq_accum = atomic ? scratch : nullptr;  // first: float4 accesses need 16-byte alignment
-  p.delta = scratch + accum_floats;
+  if (atomic)
+    p.dq_accum = state_->scratch_for(target, stream, std::size_t(std::max<std::int64_t>(rows, 1) * spec.head_dim) * 4, true);
+  p.delta = scratch;
   p.lse2 = p.delta + rows;
+  p.groups_done = reinterpret_cast<int*>(p.lse2 + rows);
   p.dq = a.dq, p.dk = a.dk, p.dv = a.dv;
   auto strides = [](const Strides& s, long long& b, long long& h, long long& r) { b = s.batch, h = s.head, r = s.row; };
   strides(a.q_strides, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
@@ -398,9 +404,20 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   p.scale = a.scale;
   p.scale_log2 = a.scale * 1.4426950408889634f;
 
-  std::int64_t kv_grid = (a.seq_k + kv_tiling.block_rows() - 1) / kv_tiling.block_rows() * a.batch * a.heads_kv;
+  const std::int64_t key_tiles = (a.seq_k + kv_tiling.block_rows() - 1) / kv_tiling.block_rows();
+  std::int64_t kv_grid = key_tiles * groups;
+  // Atomic dQ: the Hopper dK/dV pass converts each group's rows in the CTAs a wave later (about as many
+  // groups later as a wave of one CTA an SM holds), and dq_convert the rest; after the mma.sync pass
+  // dq_convert converts them all.
+  std::int64_t converted_in_pass = 0;
+  if (atomic && kv_tiling.wgmma && kv_grid > 0) {
+    const std::int64_t lag = std::max<std::int64_t>(1, (target.device->multiprocessors + key_tiles - 1) / key_tiles);
+    p.convert_lag = int(std::min(lag, groups));
+    converted_in_pass = groups - p.convert_lag;
+  }
+  p.convert_row0 = converted_in_pass * (a.heads_q / a.heads_kv) * a.seq_q;
   // The dQ pass's grid, or with atomic dQ the conversion's (8 rows a CTA).
-  std::int64_t q_grid = atomic ? (rows + 7) / 8
+  std::int64_t q_grid = atomic ? (rows - p.convert_row0 + 7) / 8
                                : (a.seq_q + q_tiling.block_rows() - 1) / q_tiling.block_rows() * a.batch * a.heads_q;
   if (spec.sparsity != Sparsity::dense && a.seq_q > 0 && a.seq_k > 0) {
     const DeviceSchedule& ks =
@@ -408,7 +425,11 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
     p.k_item_tile_begin = ks.item_tile_begin, p.k_tile_index = ks.tile_index, p.k_tile_mask = ks.tile_mask;
     p.k_item_order = ks.item_order, p.k_items_per_head = ks.q_tiles;
     p.pattern_heads = ks.pattern_heads;
-    kv_grid = std::int64_t(ks.q_tiles) * a.batch * a.heads_kv;
+    // The kernels rank a group's CTAs by ceil(Sk / block_rows) (key_tile_owner); the pattern's shape
+    // (checked against the lengths) gives the schedule as many key tiles.
+    if (ks.q_tiles != key_tiles)
+      throw Error(fmt::format("attention backward: the pattern's key-major schedule has {} key tiles where "
+                              "Sk = {} needs {}", ks.q_tiles, a.seq_k, key_tiles));
     if (!atomic) {  // the query-major pass walks the forward's schedule
       const DeviceSchedule& qs =
           state_->schedule(*a.pattern, target, q_tiling.block_rows(), q_tiling.block_cols, false);

@@ -1,13 +1,14 @@
 // Attention backward (FlashAttention-2, Dao 2023, Algorithm 2) in three kernels:
-//   prep:  delta_i = rowsum(dO_i * O_i) and lse2_i = lse_i * log2(e) (+inf for a row that saw no key);
-//          with atomic dQ it also zeroes the row's fp32 dQ accumulator
+//   prep:  delta_i = rowsum(dO_i * O_i) and lse2_i = lse_i * log2(e) (+inf for a row that saw no key)
 //   dkdv:  one CTA per key tile: walks the query tiles that see it (the transposed pattern) and
 //          accumulates dV += P^T dO and dK += scale * dS^T Q in registers, over every query head of
 //          the K/V head's group (grouped-query attention sums there). With atomic dQ (Cfg::atomic_dq)
 //          it also adds dS K for each query tile to the fp32 accumulator with atomics.
 //   dq:    deterministic: one CTA per query tile walks its key tiles (the forward's schedule) and
 //          accumulates dQ += scale * dS K in registers, recomputing P and dP (no atomics anywhere, the
-//          same inputs give the same bits). Atomic: dQ = scale * accumulator, rounded to T.
+//          same inputs give the same bits). Atomic: dQ = scale * accumulator, rounded to T, and the
+//          accumulator back to zero (it is zeroed once, when allocated, and left zero by every pass);
+//          after the Hopper dK/dV pass, which converts most groups itself, only the last groups.
 // with P = exp2(S * scale * log2(e) - lse2) recomputed from Q and K, dP = dO V^T, dS = P * (dP - delta).
 // Atomic dQ does five tile products a (query tile, key tile) pair instead of seven; the price is a
 // [B, Hq, Sq, D] fp32 accumulator and a summation order that varies between runs.
@@ -128,26 +129,56 @@ __device__ __forceinline__ void store_rows(float (&acc)[1][Tr::d_tiles][4], floa
   }
 }
 
-// The query row of the per-row kernels (prep, dq_convert): one warp each, eight a CTA of 256, a lane
-// per 8 elements of the row.
+// A query row of the per-row kernels (prep, dq_convert: one warp each, eight a CTA of 256, a lane per
+// 8 elements of the row) and of the dQ conversion inside the Hopper dK/dV pass.
 struct WarpRow {
   long long row;  // flat (batch, head, i), the index of lse, delta and lse2
   int batch, head, i;
-  bool valid;     // false for the warps past the last row
+  bool valid;     // false past the last row
 };
-template <int D>
-__device__ __forceinline__ WarpRow warp_row(const AttentionBackwardParams& p) {
-  static_assert(D % 8 == 0 && D / 8 <= 32, "one lane per 8 elements of a row");
+__device__ __forceinline__ WarpRow query_row(const AttentionBackwardParams& p, long long row) {
   WarpRow r;
-  r.row = static_cast<long long>(blockIdx.x) * 8 + threadIdx.x / 32;
-  r.valid = r.row < static_cast<long long>(p.batch) * p.heads_q * p.seq_q;
-  r.i = r.valid ? static_cast<int>(r.row % p.seq_q) : 0;
-  r.head = r.valid ? static_cast<int>(r.row / p.seq_q % p.heads_q) : 0;
-  r.batch = r.valid ? static_cast<int>(r.row / p.seq_q / p.heads_q) : 0;
+  r.row = row;
+  r.valid = row < static_cast<long long>(p.batch) * p.heads_q * p.seq_q;
+  r.i = r.valid ? static_cast<int>(row % p.seq_q) : 0;
+  r.head = r.valid ? static_cast<int>(row / p.seq_q % p.heads_q) : 0;
+  r.batch = r.valid ? static_cast<int>(row / p.seq_q / p.heads_q) : 0;
   return r;
 }
+template <int D>
+__device__ __forceinline__ WarpRow warp_row(const AttentionBackwardParams& p, long long first_row = 0) {
+  static_assert(D % 8 == 0 && D / 8 <= 32, "one lane per 8 elements of a row");
+  return query_row(p, first_row + static_cast<long long>(blockIdx.x) * 8 + threadIdx.x / 32);
+}
 
-// delta_i = sum_d dO_id * O_id and lse2_i (and a zeroed dQ accumulator row): one warp per row.
+// Atomic dQ's conversion, 8 elements of a row at a time: the accumulator's fp32 values (read past L1:
+// other CTAs added them), then dQ = scale * them as T and zeros back in the accumulator. Split in two
+// so a caller can have several chunks' loads in flight before their stores.
+struct DqChunk {
+  float4 lo, hi;
+};
+template <int D>
+__device__ __forceinline__ DqChunk load_dq_chunk(const AttentionBackwardParams& p, long long row, int chunk) {
+  const float4* acc = reinterpret_cast<const float4*>(p.dq_accum + row * D + chunk * 8);
+  return {__ldcg(acc), __ldcg(acc + 1)};
+}
+template <class T, int D>
+__device__ __forceinline__ void store_dq_chunk(const AttentionBackwardParams& p, const WarpRow& r, int chunk,
+                                               const DqChunk& c) {
+  uint4 packed;
+  packed.x = pack2<T>(c.lo.x * p.scale, c.lo.y * p.scale);
+  packed.y = pack2<T>(c.lo.z * p.scale, c.lo.w * p.scale);
+  packed.z = pack2<T>(c.hi.x * p.scale, c.hi.y * p.scale);
+  packed.w = pack2<T>(c.hi.z * p.scale, c.hi.w * p.scale);
+  T* dq = static_cast<T*>(p.dq) + r.batch * p.dq_batch_stride + r.head * p.dq_head_stride + r.i * p.dq_row_stride;
+  *reinterpret_cast<uint4*>(dq + chunk * 8) = packed;
+  float4* acc = reinterpret_cast<float4*>(p.dq_accum + r.row * D + chunk * 8);
+  __stcg(acc, make_float4(0.f, 0.f, 0.f, 0.f));
+  __stcg(acc + 1, make_float4(0.f, 0.f, 0.f, 0.f));
+}
+
+// delta_i = sum_d dO_id * O_id and lse2_i: one warp per row. The first B * Hkv warps also reset the
+// groups' done counters of atomic dQ's conversion in the Hopper dK/dV pass.
 template <class Cfg>
 __global__ void __launch_bounds__(256) attention_backward_prep(const AttentionBackwardParams p) {
   using T = typename Cfg::T;
@@ -169,11 +200,8 @@ __global__ void __launch_bounds__(256) attention_backward_prep(const AttentionBa
   }
 #pragma unroll
   for (int m = 16; m >= 1; m /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, m);
-  if constexpr (Cfg::atomic_dq) {
-    float4* acc = reinterpret_cast<float4*>(p.dq_accum + row * Cfg::head_dim);
-    for (int c = lane; c < Cfg::head_dim / 4; c += 32) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
   if (lane == 0) {
+    if (Cfg::atomic_dq && row < static_cast<long long>(p.batch) * p.heads_kv) p.groups_done[row] = 0;
     p.delta[row] = dot;
     const float lse = p.lse[row];
     // A row that saw no key has P = 0 everywhere: +inf makes exp2(s - lse2) exactly 0, never NaN.
@@ -203,15 +231,16 @@ __device__ __forceinline__ void load_row_stats(float* lse2_out, float* delta_out
 // causal walks are already longest first.
 struct KeyTileOwner {
   int batch, kv_head, key_tile, key0;
+  int group, rank, ranks;  // group = (batch, K/V head), its CTAs ranked 0 .. ranks - 1 in launch order
 };
 template <class Cfg>
 __device__ __forceinline__ KeyTileOwner key_tile_owner(const AttentionBackwardParams& p, int block_rows) {
   const int key_tiles = (p.seq_k + block_rows - 1) / block_rows;
-  const int rank = blockIdx.x % key_tiles, head = blockIdx.x / key_tiles;
+  const int rank = blockIdx.x % key_tiles, group = blockIdx.x / key_tiles;
   int key_tile = rank;
   if constexpr (Cfg::sparsity != kDense)
     if (p.pattern_heads == 1) key_tile = p.k_item_order[rank];
-  return {head / p.heads_kv, head % p.heads_kv, key_tile, key_tile * block_rows};
+  return {group / p.heads_kv, group % p.heads_kv, key_tile, key_tile * block_rows, group, rank, key_tiles};
 }
 
 struct QueryTile {
@@ -560,22 +589,14 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backwa
   store_rows<Tr>(dq, p.scale, q_rows, dq_out, p.dq_row_stride, q0, p.seq_q, warp_row0);
 }
 
-// Atomic dQ: dq = scale * accumulator, rounded to T. One warp per row.
+// Atomic dQ: dq = scale * accumulator, rounded to T, for the rows from convert_row0 on, and the
+// accumulator left zero. One warp per row.
 template <class Cfg>
 __global__ void __launch_bounds__(256) attention_backward_dq_convert(const AttentionBackwardParams p) {
-  using T = typename Cfg::T;
-  const WarpRow w = warp_row<Cfg::head_dim>(p);
+  const WarpRow w = warp_row<Cfg::head_dim>(p, p.convert_row0);
   const int lane = threadIdx.x % 32;
   if (!w.valid || lane >= Cfg::head_dim / 8) return;
-  const float4* acc = reinterpret_cast<const float4*>(p.dq_accum + w.row * Cfg::head_dim + lane * 8);
-  const float4 lo = acc[0], hi = acc[1];
-  uint4 packed;
-  packed.x = pack2<T>(lo.x * p.scale, lo.y * p.scale);
-  packed.y = pack2<T>(lo.z * p.scale, lo.w * p.scale);
-  packed.z = pack2<T>(hi.x * p.scale, hi.y * p.scale);
-  packed.w = pack2<T>(hi.z * p.scale, hi.w * p.scale);
-  T* dq = static_cast<T*>(p.dq) + w.batch * p.dq_batch_stride + w.head * p.dq_head_stride + w.i * p.dq_row_stride;
-  *reinterpret_cast<uint4*>(dq + lane * 8) = packed;
+  store_dq_chunk<typename Cfg::T, Cfg::head_dim>(p, w, lane, load_dq_chunk<Cfg::head_dim>(p, w.row, lane));
 }
 
 }  // namespace sjit_kernels

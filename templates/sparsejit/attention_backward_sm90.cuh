@@ -21,7 +21,11 @@
 //     a ring of `stages` slots, and the rows' lse2 and delta, counted into the slot's "full" mbarrier;
 //     it refills a slot once the eight math warps have arrived on its "empty" one;
 //   - the dQ warp (atomic dQ): adds each warpgroup's dQ tile to the fp32 accumulator with bulk tensor
-//     reductions (no per-element atomics) and hands the buffer back once they have read it.
+//     reductions (no per-element atomics) and hands the buffer back once they have read it; once all
+//     its adds have landed it counts the CTA done in its group's counter;
+//   - two conversion warps (atomic dQ): they turn a share of an earlier group's accumulator into dQ
+//     while the math warps work (convert_earlier_group, below), so no pass after this one reads the
+//     whole accumulator back.
 // The math warps never wait on a copy they issued, a global load or a reduction: only on the slot's
 // full barrier, on the one barrier of the math warps a tile, and on the dQ warp having read their
 // previous dQ tile. Every tile in shared memory uses the 128-byte swizzle of wgmma.cuh.
@@ -82,6 +86,48 @@ struct BackwardSm90Layout {
 template <class Cfg>
 constexpr int backward_sm90_shared_bytes() { return BackwardSm90Layout<Cfg>::used_bytes; }
 
+// The CTA's adds to the accumulator, completed by the copy engine (cp.async.bulk.wait_group), are
+// made visible before the group's counter says so.
+__device__ __forceinline__ void count_group_done(int* done) {
+  asm volatile(
+      "fence.proxy.async.global;\n"
+      "red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(done)
+      : "memory");
+}
+__device__ __forceinline__ int load_acquire(const int* at) {
+  int value;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(value) : "l"(at) : "memory");
+  return value;
+}
+
+// Atomic dQ's conversion inside the pass, by the helper warpgroup's two spare warps (64 threads,
+// `thread` 0 .. 63): the CTA of rank r converts the r-th share of `group`'s rows (its query heads,
+// contiguous in the accumulator) once all `ranks` CTAs of that group have counted themselves done.
+// That group is convert_lag groups before this CTA's: CTAs start in launch order, one an SM, so its
+// CTAs all started before this one and wait for nothing later, and the wait ends. The host picks a lag
+// of about a wave of CTAs, so that group has mostly finished when this CTA starts and its accumulator
+// is still in L2; dq_convert does the last convert_lag groups.
+template <class Cfg>
+__device__ __forceinline__ void convert_earlier_group(const AttentionBackwardParams& p, int group, int rank, int ranks, int thread) {
+  constexpr int D = Cfg::head_dim, chunks = D / 8, rows_per_pass = 64 / chunks;
+  const long long group_rows = static_cast<long long>(p.heads_q / p.heads_kv) * p.seq_q;
+  const long long share = (group_rows + ranks - 1) / ranks;
+  const long long begin = group * group_rows + min(group_rows, rank * share);
+  const long long end = group * group_rows + min(group_rows, (rank + 1) * share);
+  if (begin >= end) return;
+  if (thread % 32 == 0)
+    while (load_acquire(p.groups_done + group) < ranks) __nanosleep(256);
+  __syncwarp();
+  // A lane per 8 elements of a row, stepping through the rows (a 64-bit division is a call here). One
+  // row's loads in flight: these warps have 40 registers (two rows would spill).
+  const int chunk = thread % chunks;
+  for (WarpRow r = query_row(p, begin + thread / chunks); r.row < end;) {
+    store_dq_chunk<typename Cfg::T, D>(p, r, chunk, load_dq_chunk<D>(p, r.row, chunk));
+    r.row += rows_per_pass;
+    for (r.i += rows_per_pass; r.i >= p.seq_q; r.i -= p.seq_q) ++r.head;
+  }
+}
+
 template <class Cfg>
 __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
     attention_backward_dkdv_sm90(const AttentionBackwardParams p, const __grid_constant__ AttentionBackwardTensorMaps maps) {
@@ -98,8 +144,9 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
   QueryTileWalk<Cfg, C>& walk = indices.walk;
 
   const KeyTileOwner own = key_tile_owner<Cfg>(p, R);
-  if (own.key0 >= p.seq_k) return;  // a schedule item past the end of a short key sequence
-  const int count = walk.build(p, own);
+  // A schedule item past the end of a short key sequence walks nothing; the CTA still counts itself
+  // done and converts its share of dQ.
+  const int count = own.key0 < p.seq_k ? walk.build(p, own) : 0;
 
   auto barrier = [&](int index) { return base + L::barriers + 8 * index; };
   if (threadIdx.x == 0) {
@@ -143,9 +190,10 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
         load_row_stats<C, 32>(lse2_ring + slot * C, delta_ring + slot * C, p, own.batch, t.head_q, q0, lane);
         mbarrier_arrive(full);
       }
-    } else if (Cfg::atomic_dq && warp == L::dq_warp && lane == 0) {
+    } else if (Cfg::atomic_dq && warp == L::dq_warp) {
       // The dQ warp: adds each warpgroup's dQ tile of tile j to the accumulator (two bulk reductions of
       // 32 dims each) and hands the buffer back once they have read it.
+      if (lane != 0) return;
       for (int j = 0; j < count; ++j) {
         const QueryTile t = walk.locate(p, own, j);
         for (int g = 0; g < 2; ++g) {
@@ -160,7 +208,10 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
         mbarrier_arrive(barrier(L::dq_empty + 0));
         mbarrier_arrive(barrier(L::dq_empty + 1));
       }
-      bulk_wait_done();  // the adds land before the grid ends
+      bulk_wait_done();  // the adds land before the group counts this CTA done
+      count_group_done(p.groups_done + own.group);
+    } else if (Cfg::atomic_dq && own.group >= p.convert_lag) {
+      convert_earlier_group<Cfg>(p, own.group - p.convert_lag, own.rank, own.ranks, threadIdx.x % 64);
     }
     return;
   }

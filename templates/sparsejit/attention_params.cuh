@@ -69,7 +69,8 @@ struct AttentionBackwardParams {
   float* delta;      // [B, Hq, Sq] scratch, written by the pre-pass
   float* lse2;       // [B, Hq, Sq] scratch: lse * log2(e), +inf for a row that saw no key
   void* dq;
-  float* dq_accum;   // atomic dQ only: [B, Hq, Sq, head_dim] fp32 scratch, zeroed by the pre-pass
+  float* dq_accum;   // atomic dQ only: [B, Hq, Sq, head_dim] fp32 scratch, zero on entry and left zero
+                     // by whatever converts it to dQ (zeroed once, when allocated)
   void* dk;
   void* dv;
   long long q_batch_stride, q_head_stride, q_row_stride;
@@ -96,6 +97,14 @@ struct AttentionBackwardParams {
   const int* k_item_order;  // the key-major items, heaviest first
   int k_items_per_head;  // key tiles per head in the key-major schedule
   int pattern_heads;
+
+  // Atomic dQ's conversion. The Hopper dK/dV pass converts a group's rows (the query heads of one
+  // (batch, K/V head), contiguous in the accumulator) in the CTAs `convert_lag` groups later, once all
+  // of the group's CTAs have counted themselves in groups_done; dq_convert converts the rows from
+  // convert_row0 on (all of them after the mma.sync dK/dV pass, the last groups after the Hopper one).
+  int* groups_done;         // [B * Hkv], reset by the pre-pass
+  int convert_lag;          // groups
+  long long convert_row0;   // flat query row
 };
 
 }  // namespace sjit_kernels

@@ -411,7 +411,7 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   // dq_convert converts them all.
   std::int64_t converted_in_pass = 0;
   if (atomic && kv_tiling.wgmma && kv_grid > 0) {
-    const std::int64_t lag = std::max<std::int64_t>(1, (target.device->multiprocessors + key_tiles - 1) / key_tiles);
+    const std::int64_t lag = (target.device->multiprocessors + key_tiles - 1) / key_tiles + 1;
     p.convert_lag = int(std::min(lag, groups));
     converted_in_pass = groups - p.convert_lag;
   }

@@ -61,12 +61,16 @@ struct BackwardSm90Layout {
   // rows, the source of the dQ warp's reductions.
   static constexpr int dq_box_bytes = 64 * 128, dq_bytes = 2 * dq_box_bytes;
   static constexpr int dq_tiles = ds_tiles + 2 * ds_bytes;
-  static constexpr int lse2_ring = dq_tiles + (Cfg::atomic_dq ? 2 * dq_bytes : 0);
+  // Atomic dQ's conversion: two buffers the accumulator's rows arrive in by bulk copies.
+  static constexpr int convert_buffer_bytes = 8192;
+  static constexpr int convert_ring = dq_tiles + (Cfg::atomic_dq ? 2 * dq_bytes : 0);
+  static constexpr int lse2_ring = convert_ring + (Cfg::atomic_dq ? 2 * convert_buffer_bytes : 0);
   static constexpr int delta_ring = lse2_ring + Cfg::stages * cols * 4;
   // mbarriers: K/V's; a full and an empty one per ring slot; each warpgroup's dQ tile full (written)
-  // and empty (read by the reductions).
+  // and empty (read by the reductions); each conversion buffer's full one.
   static constexpr int kv_ready = 0, slot_full = 1, slot_empty = 1 + Cfg::stages, dq_full = 1 + 2 * Cfg::stages,
-                       dq_empty = dq_full + 2, barrier_count = dq_empty + 2;
+                       dq_empty = dq_full + 2, convert_full = dq_empty + 2, barrier_count = convert_full + 2;
+  static constexpr int convert_barrier = 4;  // named: the two conversion warps
   static constexpr int barriers = delta_ring + Cfg::stages * cols * 4;
   // The walk and the tile each ring slot holds. Here rather than in static shared memory: the extern
   // array's 1 KB alignment would pad a static block to 1 KB.
@@ -105,26 +109,47 @@ __device__ __forceinline__ int load_acquire(const int* at) {
 // contiguous in the accumulator) once all `ranks` CTAs of that group have counted themselves done.
 // That group is convert_lag groups before this CTA's: CTAs start in launch order, one an SM, so its
 // CTAs all started before this one and wait for nothing later, and the wait ends. The host picks a lag
-// of about a wave of CTAs, so that group has mostly finished when this CTA starts and its accumulator
-// is still in L2; dq_convert does the last convert_lag groups.
-template <class Cfg>
-__device__ __forceinline__ void convert_earlier_group(const AttentionBackwardParams& p, int group, int rank, int ranks, int thread) {
+// of a wave of CTAs and one group more, so that group has finished when this CTA starts.
+// The rows arrive by bulk copies into two buffers in turn (registers would hold one row a thread in
+// flight: these warps have 40), and leave as dQ, with zeros written back behind them.
+template <class Cfg, class L = BackwardSm90Layout<Cfg>>
+__device__ __forceinline__ void convert_earlier_group(const AttentionBackwardParams& p, int group, int rank, int ranks,
+                                                      int thread, unsigned char* smem, unsigned base) {
   constexpr int D = Cfg::head_dim, chunks = D / 8, rows_per_pass = 64 / chunks;
+  constexpr int buffer_rows = L::convert_buffer_bytes / (4 * D);
   const long long group_rows = static_cast<long long>(p.heads_q / p.heads_kv) * p.seq_q;
   const long long share = (group_rows + ranks - 1) / ranks;
   const long long begin = group * group_rows + min(group_rows, rank * share);
   const long long end = group * group_rows + min(group_rows, (rank + 1) * share);
   if (begin >= end) return;
-  if (thread % 32 == 0)
+  const int buffers = static_cast<int>((end - begin + buffer_rows - 1) / buffer_rows);
+  auto full = [&](int b) { return base + L::barriers + 8 * (L::convert_full + b); };
+  auto request = [&](int b) {  // rows of buffer-load b into buffer b % 2
+    const long long row0 = begin + static_cast<long long>(b) * buffer_rows;
+    const unsigned bytes = static_cast<unsigned>(min(static_cast<long long>(buffer_rows), end - row0) * D * 4);
+    mbarrier_expect_bytes(full(b % 2), bytes);
+    bulk_load(base + L::convert_ring + (b % 2) * L::convert_buffer_bytes, p.dq_accum + row0 * D, bytes, full(b % 2));
+  };
+  if (thread == 0) {
     while (load_acquire(p.groups_done + group) < ranks) __nanosleep(256);
-  __syncwarp();
-  // A lane per 8 elements of a row, stepping through the rows (a 64-bit division is a call here). One
-  // row's loads in flight: these warps have 40 registers (two rows would spill).
+    // The other CTAs' adds, seen through the acquire above, come before this thread's bulk copies.
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+    for (int b = 0; b < 2 && b < buffers; ++b) request(b);
+  }
+  // A thread per 8 elements of a row, stepping through the rows (a 64-bit division is a call here).
   const int chunk = thread % chunks;
-  for (WarpRow r = query_row(p, begin + thread / chunks); r.row < end;) {
-    store_dq_chunk<typename Cfg::T, D>(p, r, chunk, load_dq_chunk<D>(p, r.row, chunk));
-    r.row += rows_per_pass;
-    for (r.i += rows_per_pass; r.i >= p.seq_q; r.i -= p.seq_q) ++r.head;
+  WarpRow r = query_row(p, begin + thread / chunks);
+  for (int b = 0; b < buffers; ++b) {
+    mbarrier_wait(full(b % 2), (b / 2) & 1);
+    const float* rows = reinterpret_cast<const float*>(smem + L::convert_ring + (b % 2) * L::convert_buffer_bytes);
+    const long long row_end = min(end, begin + static_cast<long long>(b + 1) * buffer_rows);
+    for (; r.row < row_end; r.row += rows_per_pass) {
+      const float4* at = reinterpret_cast<const float4*>(rows + (r.row - begin) % buffer_rows * D + chunk * 8);
+      store_dq_chunk<typename Cfg::T, D>(p, r, chunk, {at[0], at[1]});
+      for (r.i += rows_per_pass; r.i >= p.seq_q; r.i -= p.seq_q) ++r.head;
+    }
+    named_barrier(L::convert_barrier, 64);  // buffer b % 2 is read: it may take load b + 2
+    if (thread == 0 && b + 2 < buffers) request(b + 2);
   }
 }
 
@@ -158,6 +183,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
     for (int g = 0; g < 2; ++g) {
       mbarrier_init(barrier(L::dq_full + g), 1);
       mbarrier_init(barrier(L::dq_empty + g), 1);
+      mbarrier_init(barrier(L::convert_full + g), 1);
     }
     fence_barrier_init();
   }
@@ -211,7 +237,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
       bulk_wait_done();  // the adds land before the group counts this CTA done
       count_group_done(p.groups_done + own.group);
     } else if (Cfg::atomic_dq && own.group >= p.convert_lag) {
-      convert_earlier_group<Cfg>(p, own.group - p.convert_lag, own.rank, own.ranks, threadIdx.x % 64);
+      convert_earlier_group<Cfg>(p, own.group - p.convert_lag, own.rank, own.ranks, threadIdx.x % 64, smem, base);
     }
     return;
   }

@@ -73,6 +73,14 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const TensorMap& map, 
       : "memory");
 }
 
+// Copies `bytes` (a multiple of 16, from a 16-byte aligned address) of global memory into shared
+// memory at `dst`; the bytes count into `barrier`.
+__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes, unsigned barrier) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(barrier)
+               : "memory");
+}
+
 // Adds the box at `src` in shared memory to the box at coordinates (c0 fastest, .. c3) of a 4-d tensor
 // map, element by element in the L2 (a bulk reduction: one instruction instead of an atomic per
 // element from every thread; elements past the tensor's end are skipped). Its reads of `src` are done

@@ -284,10 +284,11 @@ TEST_CASE("backward passes queued back to back on one stream each get their own 
 
 // With atomic dQ on Hopper, the dK/dV pass converts each (batch, K/V head) group's dQ in the CTAs of a
 // group about a wave later, and dq_convert only the last groups; the accumulator is left zero for the
-// next pass. These problems have more groups than that lag (33 key tiles: the CTAs of four groups fill
-// an H100), query heads shared by two K/V heads' groups, and group rows that do not split evenly among
-// the CTAs. One Attention runs a large, a small and the large problem again, on fresh inputs each
-// time: the small one reuses the large one's accumulator, and the last finds what the small one left.
+// next pass. These problems have more groups than that lag, two query heads a K/V head, and group
+// rows that do not split evenly among the CTAs: 33 key tiles a group (the CTAs of four groups fill an
+// H100), and 2 key tiles a group with 72 groups, where each CTA's share of 70 rows comes in three
+// loads through the two buffers. One Attention runs them and the first again, on fresh inputs each
+// time: a smaller problem reuses a larger one's accumulator, and the last finds what they left.
 TEST_CASE("dQ is converted right while the dK/dV pass runs, across problem sizes on one Attention",
           "[gpu][attention][backward]") {
   const std::uint64_t seed = test::fresh_seed();
@@ -296,9 +297,10 @@ TEST_CASE("dQ is converted right while the dK/dV pass runs, across problem sizes
   for (const bool sparse : {false, true}) {
     const AttentionSpec spec = sparse ? spec_of(64, DType::bf16, Causal::none, Sparsity::block_sparse, 64)
                                       : spec_of(64, DType::bf16, Causal::bottom_right);
-    const Problem large{spec, 2, 8, 4, 200, 4200, 0.3}, small{spec, 1, 8, 4, 70, 300, 0.3};
+    const Problem large{spec, 2, 8, 4, 200, 4200, 0.3}, many{spec, 4, 36, 18, 70, 200, 0.3},
+        small{spec, 1, 8, 4, 70, 300, 0.3};
     Attention attention(spec);
-    for (const Problem* c : {&large, &small, &large}) {
+    for (const Problem* c : {&large, &many, &small, &large}) {
       INFO(c->name());
       const Inputs in = random_inputs(*c, rng);
       std::optional<BlockPattern> pattern;

@@ -388,7 +388,7 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
     p.dq_accum = state_->scratch_for(target, stream, std::size_t(std::max<std::int64_t>(rows, 1) * spec.head_dim) * 4, true);
   p.delta = scratch;
   p.lse2 = p.delta + rows;
-  p.groups_done = reinterpret_cast<int*>(p.lse2 + rows);
+  p.groups_done = reinterpret_cast<unsigned*>(p.lse2 + rows);
   p.dq = a.dq, p.dk = a.dk, p.dv = a.dv;
   auto strides = [](const Strides& s, long long& b, long long& h, long long& r) { b = s.batch, h = s.head, r = s.row; };
   strides(a.q_strides, p.q_batch_stride, p.q_head_stride, p.q_row_stride);

@@ -33,6 +33,7 @@
 
 #include "sparsejit/attention_backward.cuh"
 #include "sparsejit/attention_forward_sm90.cuh"  // tma.cuh, wgmma.cuh
+#include "sparsejit/global_signals.cuh"
 
 namespace sjit_kernels {
 
@@ -92,16 +93,11 @@ constexpr int backward_sm90_shared_bytes() { return BackwardSm90Layout<Cfg>::use
 
 // The CTA's adds to the accumulator, completed by the copy engine (cp.async.bulk.wait_group), are
 // made visible before the group's counter says so.
-__device__ __forceinline__ void count_group_done(int* done) {
+__device__ __forceinline__ void count_group_done(unsigned* done) {
   asm volatile(
       "fence.proxy.async.global;\n"
-      "red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(done)
+      "red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(done)
       : "memory");
-}
-__device__ __forceinline__ int load_acquire(const int* at) {
-  int value;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(value) : "l"(at) : "memory");
-  return value;
 }
 
 // Atomic dQ's conversion inside the pass, by the helper warpgroup's two spare warps (64 threads,
@@ -131,7 +127,7 @@ __device__ __forceinline__ void convert_earlier_group(const AttentionBackwardPar
     bulk_load(base + L::convert_ring + (b % 2) * L::convert_buffer_bytes, p.dq_accum + row0 * D, bytes, full(b % 2));
   };
   if (thread == 0) {
-    while (load_acquire(p.groups_done + group) < ranks) __nanosleep(256);
+    while (load_acquire_gpu(p.groups_done + group) < static_cast<unsigned>(ranks)) __nanosleep(256);
     // The other CTAs' adds, seen through the acquire above, come before this thread's bulk copies.
     asm volatile("fence.proxy.async.global;\n" ::: "memory");
     for (int b = 0; b < 2 && b < buffers; ++b) request(b);

@@ -102,7 +102,7 @@ struct AttentionBackwardParams {
   // (batch, K/V head), contiguous in the accumulator) in the CTAs `convert_lag` groups later, once all
   // of the group's CTAs have counted themselves in groups_done; dq_convert converts the rows from
   // convert_row0 on (all of them after the mma.sync dK/dV pass, the last groups after the Hopper one).
-  int* groups_done;         // [B * Hkv], reset by the pre-pass
+  unsigned* groups_done;    // [B * Hkv], reset by the pre-pass
   int convert_lag;          // groups
   long long convert_row0;   // flat query row
 };

@@ -8,13 +8,9 @@
 // reduction (RED), and the only round trips a CTA waits for are its fence and the polling loads.
 #pragma once
 
-namespace sjit_kernels {
+#include "sparsejit/global_signals.cuh"
 
-__device__ __forceinline__ unsigned load_acquire_gpu(const unsigned* p) {
-  unsigned value;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(p) : "memory");
-  return value;
-}
+namespace sjit_kernels {
 
 // Point-to-point signals between CTAs: a counter that producers add to once their stores are done and
 // consumers wait on until it reaches a target. The release on the add (after __syncthreads) makes every

@@ -253,8 +253,9 @@ TEST_CASE("a deterministic backward gives the same bits for the same inputs", "[
 
 // The backward passes of one Attention on one stream share its scratch: the fp32 dQ accumulator and the
 // row statistics. Two passes queued back to back, with no synchronization between them, put the
-// second's pre-pass, which zeroes the accumulator, right behind the first's conversion, which reads
-// it; each pass must still get its own gradients (what a training loop does, where the host never
+// second's pre-pass, which resets the conversion's counters, and its adds to the accumulator right
+// behind the first's conversion, which reads it and leaves it zero; each pass must still get its own
+// gradients (what a training loop does, where the host never
 // waits between steps).
 TEST_CASE("backward passes queued back to back on one stream each get their own gradients", "[gpu][attention][backward]") {
   const std::uint64_t seed = test::fresh_seed();

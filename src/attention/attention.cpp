@@ -34,6 +34,7 @@ struct DeviceSchedule {
   const unsigned long long* tile_mask = nullptr;
   const int* item_order = nullptr;
   int pattern_heads = 0, q_tiles = 0, items = 0;
+  std::int64_t tiles = 0;  // active tiles, all items together
 };
 
 std::size_t round_up_8(std::size_t bytes) { return (bytes + 7) / 8 * 8; }
@@ -52,6 +53,20 @@ void require_full_register_share(const jit::LoadedKernel& kernel, int threads) {
     throw Error(fmt::format("attention: the kernel '{}' was compiled for {} registers a thread; its warp "
                             "specialization needs {} (this ptxas allocates differently)",
                             kernel.kernel_key, kernel.registers, full_share));
+}
+
+// Whether the Hopper dK/dV pass should convert atomic dQ's accumulator itself (in the CTAs a wave
+// after each group's) rather than leave it all to dq_convert. A CTA's share of the conversion moves
+// as many rows as a query head has, read, written as dQ and zeroed: its cost is the same at every
+// density, while the CTA's own work is its key tile's active query rows. Below about four active key
+// tiles a query row (density 0.05 at S = 8192), the shares are no longer hidden behind that work and
+// the pass slows by more than dq_convert costs (same-run A/Bs on the H100, docs/attention.md).
+bool worth_converting_in_pass(const DeviceSchedule* key_schedule, const codegen::BackwardTiling& kv_tiling,
+                              std::int64_t seq_q) {
+  constexpr double kMinActiveKeyTilesPerQueryRow = 4;
+  if (!key_schedule) return true;  // dense
+  const double active_rows = double(key_schedule->tiles) * kv_tiling.block_cols / key_schedule->pattern_heads;
+  return active_rows >= kMinActiveKeyTilesPerQueryRow * double(seq_q);
 }
 
 // The backward's three tilings for `spec` (pass=bwd): the pre-pass, the dK/dV pass (wgmma where sm90
@@ -85,6 +100,7 @@ std::unique_ptr<DeviceSchedule> upload(const attention::TileSchedule& s, CUconte
   d->pattern_heads = s.pattern_heads;
   d->q_tiles = s.q_tiles;
   d->items = static_cast<int>(s.item_order.size());
+  d->tiles = s.tiles();
   // Masks first: they need 8-byte alignment.
   const std::size_t mask_bytes = s.tile_mask.size() * 8;
   const std::size_t begin_bytes = s.item_tile_begin.size() * 4, index_bytes = s.tile_index.size() * 4;
@@ -406,11 +422,20 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
 
   const std::int64_t key_tiles = (a.seq_k + kv_tiling.block_rows() - 1) / kv_tiling.block_rows();
   std::int64_t kv_grid = key_tiles * groups;
+  const DeviceSchedule* key_schedule = nullptr;
+  if (spec.sparsity != Sparsity::dense && a.seq_q > 0 && a.seq_k > 0) {
+    key_schedule = &state_->schedule(*a.pattern, target, kv_tiling.block_rows(), kv_tiling.block_cols, true);
+    // The kernels rank a group's CTAs by ceil(Sk / block_rows) (key_tile_owner); the pattern's shape
+    // (checked against the lengths) gives the schedule as many key tiles.
+    if (key_schedule->q_tiles != key_tiles)
+      throw Error(fmt::format("attention backward: the pattern's key-major schedule has {} key tiles where "
+                              "Sk = {} needs {}", key_schedule->q_tiles, a.seq_k, key_tiles));
+  }
   // Atomic dQ: the Hopper dK/dV pass converts each group's rows in the CTAs a wave later (about as many
   // groups later as a wave of one CTA an SM holds), and dq_convert the rest; after the mma.sync pass
   // dq_convert converts them all.
   std::int64_t converted_in_pass = 0;
-  if (atomic && kv_tiling.wgmma && kv_grid > 0) {
+  if (atomic && kv_tiling.wgmma && kv_grid > 0 && worth_converting_in_pass(key_schedule, kv_tiling, a.seq_q)) {
     const std::int64_t lag = (target.device->multiprocessors + key_tiles - 1) / key_tiles + 1;
     p.convert_lag = int(std::min(lag, groups));
     converted_in_pass = groups - p.convert_lag;
@@ -419,17 +444,11 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   // The dQ pass's grid, or with atomic dQ the conversion's (8 rows a CTA).
   std::int64_t q_grid = atomic ? (rows - p.convert_row0 + 7) / 8
                                : (a.seq_q + q_tiling.block_rows() - 1) / q_tiling.block_rows() * a.batch * a.heads_q;
-  if (spec.sparsity != Sparsity::dense && a.seq_q > 0 && a.seq_k > 0) {
-    const DeviceSchedule& ks =
-        state_->schedule(*a.pattern, target, kv_tiling.block_rows(), kv_tiling.block_cols, true);
+  if (key_schedule) {
+    const DeviceSchedule& ks = *key_schedule;
     p.k_item_tile_begin = ks.item_tile_begin, p.k_tile_index = ks.tile_index, p.k_tile_mask = ks.tile_mask;
     p.k_item_order = ks.item_order, p.k_items_per_head = ks.q_tiles;
     p.pattern_heads = ks.pattern_heads;
-    // The kernels rank a group's CTAs by ceil(Sk / block_rows) (key_tile_owner); the pattern's shape
-    // (checked against the lengths) gives the schedule as many key tiles.
-    if (ks.q_tiles != key_tiles)
-      throw Error(fmt::format("attention backward: the pattern's key-major schedule has {} key tiles where "
-                              "Sk = {} needs {}", ks.q_tiles, a.seq_k, key_tiles));
     if (!atomic) {  // the query-major pass walks the forward's schedule
       const DeviceSchedule& qs =
           state_->schedule(*a.pattern, target, q_tiling.block_rows(), q_tiling.block_cols, false);

@@ -434,15 +434,17 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   // Atomic dQ: the Hopper dK/dV pass converts each group's rows in the CTAs a wave later (about as many
   // groups later as a wave of one CTA an SM holds), and dq_convert the rest; after the mma.sync pass
   // dq_convert converts them all.
-  std::int64_t converted_in_pass = 0;
+  // A lag of every group converts none in the pass.
+  p.convert_lag = int(groups);
   if (atomic && kv_tiling.wgmma && kv_grid > 0 && worth_converting_in_pass(key_schedule, kv_tiling, a.seq_q)) {
     const std::int64_t lag = (target.device->multiprocessors + key_tiles - 1) / key_tiles + 1;
     p.convert_lag = int(std::min(lag, groups));
-    converted_in_pass = groups - p.convert_lag;
   }
+  const std::int64_t converted_in_pass = groups - p.convert_lag;
   p.convert_row0 = converted_in_pass * (a.heads_q / a.heads_kv) * a.seq_q;
-  // The dQ pass's grid, or with atomic dQ the conversion's (8 rows a CTA).
-  std::int64_t q_grid = atomic ? (rows - p.convert_row0 + 7) / 8
+  // The dQ pass's grid, or with atomic dQ the conversion's.
+  const int per_row_cta_rows = sjit_kernels::per_row_cta_rows(spec.head_dim);
+  std::int64_t q_grid = atomic ? (rows - p.convert_row0 + per_row_cta_rows - 1) / per_row_cta_rows
                                : (a.seq_q + q_tiling.block_rows() - 1) / q_tiling.block_rows() * a.batch * a.heads_q;
   if (key_schedule) {
     const DeviceSchedule& ks = *key_schedule;
@@ -467,7 +469,8 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
                                            p.dq_accum);
   void* params[] = {&p, &maps};
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
-  if (rows > 0) jit::launch(*kernels.prep, unsigned((rows + 7) / 8), 256, cu_stream, params);
+  if (rows > 0)
+    jit::launch(*kernels.prep, unsigned((rows + per_row_cta_rows - 1) / per_row_cta_rows), 256, cu_stream, params);
   if (kv_grid > 0) jit::launch(*kernels.dkdv, unsigned(kv_grid), unsigned(kv_tiling.threads()), cu_stream, params);
   if (q_grid > 0)  // the dQ pass, or dq_convert (256 threads)
     jit::launch(*kernels.dq, unsigned(q_grid), atomic ? 256u : unsigned(32 * q_tiling.warps), cu_stream, params);

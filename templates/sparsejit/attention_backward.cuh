@@ -129,15 +129,15 @@ __device__ __forceinline__ void store_rows(float (&acc)[1][Tr::d_tiles][4], floa
   }
 }
 
-// A query row of the per-row kernels (prep, dq_convert: one warp each, eight a CTA of 256, a lane per
-// 8 elements of the row) and of the dQ conversion inside the Hopper dK/dV pass.
-struct WarpRow {
+// A query row of the per-row kernels (prep, dq_convert) and of the dQ conversion inside the Hopper
+// dK/dV pass.
+struct QueryRow {
   long long row;  // flat (batch, head, i), the index of lse, delta and lse2
   int batch, head, i;
   bool valid;     // false past the last row
 };
-__device__ __forceinline__ WarpRow query_row(const AttentionBackwardParams& p, long long row) {
-  WarpRow r;
+__device__ __forceinline__ QueryRow query_row(const AttentionBackwardParams& p, long long row) {
+  QueryRow r;
   r.row = row;
   r.valid = row < static_cast<long long>(p.batch) * p.heads_q * p.seq_q;
   r.i = r.valid ? static_cast<int>(row % p.seq_q) : 0;
@@ -145,11 +145,20 @@ __device__ __forceinline__ WarpRow query_row(const AttentionBackwardParams& p, l
   r.batch = r.valid ? static_cast<int>(row / p.seq_q / p.heads_q) : 0;
   return r;
 }
+
+// The per-row kernels' threads (see per_row_lanes): the j-th row of this thread, counting from
+// first_row, and the 8-element chunk of it that is this thread's (chunks past D / 8 are idle).
 template <int D>
-__device__ __forceinline__ WarpRow warp_row(const AttentionBackwardParams& p, long long first_row = 0) {
-  static_assert(D % 8 == 0 && D / 8 <= 32, "one lane per 8 elements of a row");
-  return query_row(p, first_row + static_cast<long long>(blockIdx.x) * 8 + threadIdx.x / 32);
-}
+struct PerRowSlot {
+  static constexpr int lanes = per_row_lanes(D), rows_per_pass = 256 / lanes;
+  static constexpr int rows = kPerRowRowsPerThread, chunks = D / 8, cta_rows = per_row_cta_rows(D);
+  static_assert(chunks <= lanes && lanes <= 32, "a row's chunks on one segment of a warp");
+  static __device__ __forceinline__ QueryRow row(const AttentionBackwardParams& p, long long first_row, int j) {
+    return query_row(p, first_row + static_cast<long long>(blockIdx.x) * cta_rows + j * rows_per_pass +
+                            threadIdx.x / lanes);
+  }
+  static __device__ __forceinline__ int chunk() { return threadIdx.x % lanes; }
+};
 
 // Atomic dQ's conversion, 8 elements of a row at a time: the accumulator's fp32 values (read past L1:
 // other CTAs added them), then dQ = scale * them as T and zeros back in the accumulator. Split in two
@@ -163,7 +172,7 @@ __device__ __forceinline__ DqChunk load_dq_chunk(const AttentionBackwardParams& 
   return {__ldcg(acc), __ldcg(acc + 1)};
 }
 template <class T, int D>
-__device__ __forceinline__ void store_dq_chunk(const AttentionBackwardParams& p, const WarpRow& r, int chunk,
+__device__ __forceinline__ void store_dq_chunk(const AttentionBackwardParams& p, const QueryRow& r, int chunk,
                                                const DqChunk& c) {
   uint4 packed;
   packed.x = pack2<T>(c.lo.x * p.scale, c.lo.y * p.scale);
@@ -177,35 +186,46 @@ __device__ __forceinline__ void store_dq_chunk(const AttentionBackwardParams& p,
   __stcg(acc + 1, make_float4(0.f, 0.f, 0.f, 0.f));
 }
 
-// delta_i = sum_d dO_id * O_id and lse2_i: one warp per row. The first B * Hkv warps also reset the
-// groups' done counters of atomic dQ's conversion in the Hopper dK/dV pass.
+// delta_i = sum_d dO_id * O_id and lse2_i, every load of a thread's rows issued before the sums. The
+// first B * Hkv rows' threads also reset the groups' done counters of atomic dQ's conversion in the
+// Hopper dK/dV pass.
 template <class Cfg>
 __global__ void __launch_bounds__(256) attention_backward_prep(const AttentionBackwardParams p) {
   using T = typename Cfg::T;
-  constexpr int chunks = Cfg::head_dim / 8;
-  const WarpRow w = warp_row<Cfg::head_dim>(p);
-  if (!w.valid) return;
-  const long long row = w.row;
-  const int lane = threadIdx.x % 32;
-  float dot = 0.f;
-  if (lane < chunks) {
-    const T* o = static_cast<const T*>(p.o) + w.batch * p.o_batch_stride + w.head * p.o_head_stride + w.i * p.o_row_stride;
-    const T* d_o =
-        static_cast<const T*>(p.d_o) + w.batch * p.do_batch_stride + w.head * p.do_head_stride + w.i * p.do_row_stride;
-    float a[8], b[8];
-    load_packet<T, 8>(o + lane * 8, a);
-    load_packet<T, 8>(d_o + lane * 8, b);
+  using Slot = PerRowSlot<Cfg::head_dim>;
+  const int chunk = Slot::chunk();
+  QueryRow w[Slot::rows];
+  float a[Slot::rows][8], b[Slot::rows][8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) dot = fmaf(a[e], b[e], dot);
+  for (int j = 0; j < Slot::rows; ++j) {
+    w[j] = Slot::row(p, 0, j);
+    if (w[j].valid && chunk < Slot::chunks) {
+      const T* o = static_cast<const T*>(p.o) + w[j].batch * p.o_batch_stride + w[j].head * p.o_head_stride +
+                   w[j].i * p.o_row_stride;
+      const T* d_o = static_cast<const T*>(p.d_o) + w[j].batch * p.do_batch_stride +
+                     w[j].head * p.do_head_stride + w[j].i * p.do_row_stride;
+      load_packet<T, 8>(o + chunk * 8, a[j]);
+      load_packet<T, 8>(d_o + chunk * 8, b[j]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) a[j][e] = b[j][e] = 0.f;
+    }
   }
 #pragma unroll
-  for (int m = 16; m >= 1; m /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, m);
-  if (lane == 0) {
-    if (Cfg::atomic_dq && row < static_cast<long long>(p.batch) * p.heads_kv) p.groups_done[row] = 0;
-    p.delta[row] = dot;
-    const float lse = p.lse[row];
-    // A row that saw no key has P = 0 everywhere: +inf makes exp2(s - lse2) exactly 0, never NaN.
-    p.lse2[row] = lse == -infinity() ? infinity() : lse * 1.4426950408889634f;
+  for (int j = 0; j < Slot::rows; ++j) {
+    float dot = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) dot = fmaf(a[j][e], b[j][e], dot);
+#pragma unroll
+    for (int m = Slot::lanes / 2; m >= 1; m /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, m);
+    const long long row = w[j].row;
+    if (chunk == 0 && w[j].valid) {
+      if (Cfg::atomic_dq && row < static_cast<long long>(p.batch) * p.heads_kv) p.groups_done[row] = 0;
+      p.delta[row] = dot;
+      const float lse = p.lse[row];
+      // A row that saw no key has P = 0 everywhere: +inf makes exp2(s - lse2) exactly 0, never NaN.
+      p.lse2[row] = lse == -infinity() ? infinity() : lse * 1.4426950408889634f;
+    }
   }
 }
 
@@ -590,13 +610,22 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backwa
 }
 
 // Atomic dQ: dq = scale * accumulator, rounded to T, for the rows from convert_row0 on, and the
-// accumulator left zero. One warp per row.
+// accumulator left zero; every load of a thread's rows issued before the stores.
 template <class Cfg>
 __global__ void __launch_bounds__(256) attention_backward_dq_convert(const AttentionBackwardParams p) {
-  const WarpRow w = warp_row<Cfg::head_dim>(p, p.convert_row0);
-  const int lane = threadIdx.x % 32;
-  if (!w.valid || lane >= Cfg::head_dim / 8) return;
-  store_dq_chunk<typename Cfg::T, Cfg::head_dim>(p, w, lane, load_dq_chunk<Cfg::head_dim>(p, w.row, lane));
+  using Slot = PerRowSlot<Cfg::head_dim>;
+  const int chunk = Slot::chunk();
+  if (chunk >= Slot::chunks) return;
+  QueryRow w[Slot::rows];
+  DqChunk c[Slot::rows];
+#pragma unroll
+  for (int j = 0; j < Slot::rows; ++j) {
+    w[j] = Slot::row(p, p.convert_row0, j);
+    if (w[j].valid) c[j] = load_dq_chunk<Cfg::head_dim>(p, w[j].row, chunk);
+  }
+#pragma unroll
+  for (int j = 0; j < Slot::rows; ++j)
+    if (w[j].valid) store_dq_chunk<typename Cfg::T, Cfg::head_dim>(p, w[j], chunk, c[j]);
 }
 
 }  // namespace sjit_kernels

@@ -134,7 +134,7 @@ __device__ __forceinline__ void convert_earlier_group(const AttentionBackwardPar
   }
   // A thread per 8 elements of a row, stepping through the rows (a 64-bit division is a call here).
   const int chunk = thread % chunks;
-  WarpRow r = query_row(p, begin + thread / chunks);
+  QueryRow r = query_row(p, begin + thread / chunks);
   for (int b = 0; b < buffers; ++b) {
     mbarrier_wait(full(b % 2), (b / 2) & 1);
     const float* rows = reinterpret_cast<const float*>(smem + L::convert_ring + (b % 2) * L::convert_buffer_bytes);

@@ -56,15 +56,18 @@ void require_full_register_share(const jit::LoadedKernel& kernel, int threads) {
 }
 
 // Whether the Hopper dK/dV pass should convert atomic dQ's accumulator itself (in the CTAs a wave
-// after each group's) rather than leave it all to dq_convert. A CTA's share of the conversion moves
-// as many rows as a query head has, read, written as dQ and zeroed: its cost is the same at every
-// density, while the CTA's own work is its key tile's active query rows. Below about four active key
-// tiles a query row (density 0.05 at S = 8192), the shares are no longer hidden behind that work and
-// the pass slows by more than dq_convert costs (same-run A/Bs on the H100, docs/attention.md).
+// after each group's) rather than leave it all to dq_convert. A CTA's share of the conversion is its
+// group's rows over the group's CTAs, read, written as dQ and zeroed; the CTA's own work is its key
+// tile's active query rows, over the same query heads. Their ratio is the mean number of active key
+// tiles a query row. Where it is small, a share is no longer hidden behind the work. On the H100
+// (S = 8192, docs/attention.md) the conversion in the pass took 45-85 us off the backward at 6 (density
+// 0.1), about 10 us at 3 (0.05), and nothing at 1 (0.02: 0.431 against 0.432 ms with dq_convert).
+// Below 2 (a single key tile, say) one CTA's share would be many rows, so dq_convert does it. Dense
+// counts every key tile, causal too.
 bool worth_converting_in_pass(const DeviceSchedule* key_schedule, const codegen::BackwardTiling& kv_tiling,
-                              std::int64_t seq_q) {
-  constexpr double kMinActiveKeyTilesPerQueryRow = 4;
-  if (!key_schedule) return true;  // dense
+                              std::int64_t key_tiles, std::int64_t seq_q) {
+  constexpr double kMinActiveKeyTilesPerQueryRow = 2;
+  if (!key_schedule) return double(key_tiles) >= kMinActiveKeyTilesPerQueryRow;
   const double active_rows = double(key_schedule->tiles) * kv_tiling.block_cols / key_schedule->pattern_heads;
   return active_rows >= kMinActiveKeyTilesPerQueryRow * double(seq_q);
 }
@@ -432,11 +435,12 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
                               "Sk = {} needs {}", key_schedule->q_tiles, a.seq_k, key_tiles));
   }
   // Atomic dQ: the Hopper dK/dV pass converts each group's rows in the CTAs a wave later (about as many
-  // groups later as a wave of one CTA an SM holds), and dq_convert the rest; after the mma.sync pass
-  // dq_convert converts them all.
-  // A lag of every group converts none in the pass.
+  // groups later as a wave of one CTA an SM holds), and dq_convert the rest; after the mma.sync pass,
+  // or where the CTAs have too little work to hide it, dq_convert converts them all (a lag of every
+  // group converts none in the pass).
   p.convert_lag = int(groups);
-  if (atomic && kv_tiling.wgmma && kv_grid > 0 && worth_converting_in_pass(key_schedule, kv_tiling, a.seq_q)) {
+  if (atomic && kv_tiling.wgmma && kv_grid > 0 &&
+      worth_converting_in_pass(key_schedule, kv_tiling, key_tiles, a.seq_q)) {
     const std::int64_t lag = (target.device->multiprocessors + key_tiles - 1) / key_tiles + 1;
     p.convert_lag = int(std::min(lag, groups));
   }

@@ -288,8 +288,8 @@ TEST_CASE("backward passes queued back to back on one stream each get their own 
 // next pass. These problems have more groups than that lag, two query heads a K/V head, and group
 // rows that do not split evenly among the CTAs: 33 key tiles a group (the CTAs of four groups fill an
 // H100), and 2 key tiles a group with 72 groups, where each CTA's share of 70 rows comes in three
-// loads through the two buffers. With the sparse spec only the first converts in the pass: the
-// others have fewer than four active key tiles a query row, and dq_convert converts them whole. One
+// loads through the two buffers. With the sparse spec, a problem whose pattern has fewer than two
+// active key tiles a query row leaves the conversion to dq_convert, so one Attention meets both. One
 // Attention runs them and the first again, on fresh inputs each time: a smaller problem reuses a
 // larger one's accumulator, and the last finds what they left.
 TEST_CASE("dQ is converted right while the dK/dV pass runs, across problem sizes on one Attention",

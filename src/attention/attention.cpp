@@ -221,12 +221,14 @@ struct Attention::State {
   std::vector<BackwardKernels> backward_kernels;
   // Per (context, stream) scratch of the backward: delta and lse2, 8 bytes a query row, and atomic dQ's
   // counters, 4 bytes a (batch, K/V head); and with atomic dQ the fp32 accumulator, 4 * head_dim bytes
-  // a query row, in a buffer of its own: zeroed when allocated, every pass leaves it zero.
+  // a query row, in a buffer of its own: zeroed when allocated, every pass leaves it zero (a pass
+  // whose launches stopped half-way marks it to be zeroed again before the next).
   struct Scratch {
     CUcontext context;
     Stream stream;
     DeviceBuffer buffer;
     bool zeroed;
+    bool stale = false;
   };
   std::list<Scratch> scratch;
 
@@ -261,13 +263,22 @@ struct Attention::State {
         if (s.buffer.bytes() < bytes) {
           synchronize(stream);  // the old buffer may still be in use by work queued on this stream
           s.buffer = DeviceBuffer(bytes);
-          if (zeroed) s.buffer.fill_bytes(0, stream);
+          s.stale = zeroed;
         }
+        if (s.stale) s.buffer.fill_bytes(0, stream);
+        s.stale = false;
         return s.buffer.as<float>();
       }
     scratch.push_back({target.context, stream, DeviceBuffer(bytes), zeroed});
     if (zeroed) scratch.back().buffer.fill_bytes(0, stream);
     return scratch.back().buffer.as<float>();
+  }
+
+  // The zeroed scratch of (context, stream) may hold partial sums: zero it before its next use.
+  void mark_zeroed_scratch_stale(const jit::Target& target, Stream stream) {
+    std::lock_guard lock(mutex);
+    for (Scratch& s : scratch)
+      if (s.context == target.context && s.stream == stream && s.zeroed) s.stale = true;
   }
 };
 
@@ -475,9 +486,14 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   if (rows > 0)
     jit::launch(*kernels.prep, unsigned((rows + per_row_cta_rows - 1) / per_row_cta_rows), 256, cu_stream, params);
-  if (kv_grid > 0) jit::launch(*kernels.dkdv, unsigned(kv_grid), unsigned(kv_tiling.threads()), cu_stream, params);
-  if (q_grid > 0)  // the dQ pass, or dq_convert (256 threads)
-    jit::launch(*kernels.dq, unsigned(q_grid), atomic ? 256u : unsigned(32 * q_tiling.warps), cu_stream, params);
+  try {
+    if (kv_grid > 0) jit::launch(*kernels.dkdv, unsigned(kv_grid), unsigned(kv_tiling.threads()), cu_stream, params);
+    if (q_grid > 0)  // the dQ pass, or dq_convert (256 threads)
+      jit::launch(*kernels.dq, unsigned(q_grid), atomic ? 256u : unsigned(32 * q_tiling.warps), cu_stream, params);
+  } catch (...) {
+    if (atomic) state_->mark_zeroed_scratch_stale(target, stream);  // the adds may have run, unconverted
+    throw;
+  }
 }
 
 void attention_backward(const AttentionSpec& spec, const AttentionBackwardArgs& args, Stream stream) {

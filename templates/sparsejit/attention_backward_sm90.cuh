@@ -25,7 +25,8 @@
 //     its adds have landed it counts the CTA done in its group's counter;
 //   - two conversion warps (atomic dQ): they turn a share of an earlier group's accumulator into dQ
 //     while the math warps work (convert_earlier_group, below), so no pass after this one reads the
-//     whole accumulator back.
+//     whole accumulator back. The host switches them off (convert_lag = every group) where a CTA has
+//     too little work to hide its share, and dq_convert converts it all.
 // The math warps never wait on a copy they issued, a global load or a reduction: only on the slot's
 // full barrier, on the one barrier of the math warps a tile, and on the dQ warp having read their
 // previous dQ tile. Every tile in shared memory uses the 128-byte swizzle of wgmma.cuh.

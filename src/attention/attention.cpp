@@ -258,20 +258,19 @@ struct Attention::State {
   // `zeroed`: the accumulator's buffer, filled with zeros when (re)allocated.
   float* scratch_for(const jit::Target& target, Stream stream, std::size_t bytes, bool zeroed = false) {
     std::lock_guard lock(mutex);
-    for (Scratch& s : scratch)
-      if (s.context == target.context && s.stream == stream && s.zeroed == zeroed) {
-        if (s.buffer.bytes() < bytes) {
-          synchronize(stream);  // the old buffer may still be in use by work queued on this stream
-          s.buffer = DeviceBuffer(bytes);
-          s.stale = zeroed;
-        }
-        if (s.stale) s.buffer.fill_bytes(0, stream);
-        s.stale = false;
-        return s.buffer.as<float>();
-      }
-    scratch.push_back({target.context, stream, DeviceBuffer(bytes), zeroed});
-    if (zeroed) scratch.back().buffer.fill_bytes(0, stream);
-    return scratch.back().buffer.as<float>();
+    auto it = std::find_if(scratch.begin(), scratch.end(), [&](const Scratch& s) {
+      return s.context == target.context && s.stream == stream && s.zeroed == zeroed;
+    });
+    if (it == scratch.end()) {
+      it = scratch.insert(scratch.end(), {target.context, stream, DeviceBuffer(bytes), zeroed, zeroed});
+    } else if (it->buffer.bytes() < bytes) {
+      synchronize(stream);  // the old buffer may still be in use by work queued on this stream
+      it->buffer = DeviceBuffer(bytes);
+      it->stale = zeroed;
+    }
+    if (it->stale) it->buffer.fill_bytes(0, stream);
+    it->stale = false;
+    return it->buffer.as<float>();
   }
 
   // The zeroed scratch of (context, stream) may hold partial sums: zero it before its next use.

@@ -95,10 +95,8 @@ constexpr int backward_sm90_shared_bytes() { return BackwardSm90Layout<Cfg>::use
 // The CTA's adds to the accumulator, completed by the copy engine (cp.async.bulk.wait_group), are
 // made visible before the group's counter says so.
 __device__ __forceinline__ void count_group_done(unsigned* done) {
-  asm volatile(
-      "fence.proxy.async.global;\n"
-      "red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(done)
-      : "memory");
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+  add_release_gpu(done);
 }
 
 // Atomic dQ's conversion inside the pass, by the helper warpgroup's two spare warps (64 threads,

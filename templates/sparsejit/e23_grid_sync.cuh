@@ -17,7 +17,7 @@ namespace sjit_kernels {
 // store of the CTA before it visible to a CTA whose acquiring load sees the new count.
 __device__ __forceinline__ void signal_counter(unsigned* counter) {
   __syncthreads();
-  if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+  if (threadIdx.x == 0) add_release_gpu(counter);
 }
 // Every thread of the CTA; the CTA's later loads see what the producers stored before their adds.
 __device__ __forceinline__ void wait_counter(const unsigned* counter, unsigned target) {

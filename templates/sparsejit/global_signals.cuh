@@ -11,4 +11,10 @@ __device__ __forceinline__ unsigned load_acquire_gpu(const unsigned* p) {
   return value;
 }
 
+// One more on `counter`, with release semantics: the caller's stores before it (and those ordered
+// before them, as by a barrier) are visible to whoever acquires the new count.
+__device__ __forceinline__ void add_release_gpu(unsigned* counter) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(counter) : "memory");
+}
+
 }  // namespace sjit_kernels

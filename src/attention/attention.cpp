@@ -481,14 +481,20 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   if (kv_grid > 0 && kv_tiling.wgmma)
     maps = attention::backward_tensor_maps(a, spec.dtype, spec.head_dim, kv_tiling.block_rows(), kv_tiling.block_cols,
                                            p.dq_accum);
+  // The Hopper dQ pass's: K and V in boxes of its key tile's rows, Q and dO of its query tile's.
+  sjit_kernels::AttentionBackwardTensorMaps dq_maps{};
+  if (q_grid > 0 && q_tiling.wgmma)
+    dq_maps = attention::backward_tensor_maps(a, spec.dtype, spec.head_dim, q_tiling.block_cols, q_tiling.block_rows(),
+                                              nullptr);
   void* params[] = {&p, &maps};
+  void* dq_params[] = {&p, &dq_maps};
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   if (rows > 0)
     jit::launch(*kernels.prep, unsigned((rows + per_row_cta_rows - 1) / per_row_cta_rows), 256, cu_stream, params);
   try {
     if (kv_grid > 0) jit::launch(*kernels.dkdv, unsigned(kv_grid), unsigned(kv_tiling.threads()), cu_stream, params);
     if (q_grid > 0)  // the dQ pass, or dq_convert (256 threads)
-      jit::launch(*kernels.dq, unsigned(q_grid), atomic ? 256u : unsigned(32 * q_tiling.warps), cu_stream, params);
+      jit::launch(*kernels.dq, unsigned(q_grid), atomic ? 256u : unsigned(q_tiling.threads()), cu_stream, dq_params);
   } catch (...) {
     if (atomic) state_->mark_zeroed_scratch_stale(target, stream);  // the adds may have run, unconverted
     throw;

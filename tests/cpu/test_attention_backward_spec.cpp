@@ -183,25 +183,32 @@ TEST_CASE("attention_kernel_keys names the kernels an Attention loads, per arch"
   const std::string bwd = "attention:d=128,dtype=bf16,causal=none,sparsity=bsr,block=64,pass=bwd|";
   // The forward's default tiling for the device, then the backward's pre-pass, dK/dV and dQ parts.
   const std::vector<std::string> hopper = attention_kernel_keys(spec, "sm_90a");
-  REQUIRE(hopper.size() == 4);
+  // Then the deterministic twin's three, whose dQ pass the backward may choose on Hopper.
+  REQUIRE(hopper.size() == 7);
   CHECK(hopper[0] == fwd + key(resolve(spec, {}, 90)));
   CHECK_THAT(hopper[0], Contains("path=wgmma"));
   CHECK(hopper[1] == bwd + codegen::key(codegen::default_backward_tiling(spec, codegen::BackwardPart::prep, true)));
   CHECK_THAT(hopper[2], Contains("part=dkdv") && Contains("path=wgmma"));
   CHECK_THAT(hopper[3], Contains("part=dq_convert"));  // atomic dQ by default
+  for (std::size_t n = 4; n < 7; ++n) CHECK_THAT(hopper[n], Contains("det=1"));
+  CHECK_THAT(hopper[6], Contains("part=dq,") && Contains("path=wgmma"));
   const std::vector<std::string> ampere = attention_kernel_keys(spec, "sm_80");
+  CHECK(ampere.size() == 4);  // no wgmma dQ pass to choose
   CHECK(ampere[0] == fwd + key(resolve(spec, {}, 80)));
   CHECK_THAT(ampere[0], Contains("path=mma"));
   CHECK_THAT(ampere[2], !Contains("wgmma"));
   CHECK_THAT(attention_kernel_keys(spec, "sm_90")[2], !Contains("wgmma"));  // no arch-specific features
   spec.deterministic = true;  // a dQ pass of its own; the forward key ignores the option
   const std::vector<std::string> det = attention_kernel_keys(spec, "sm_90a");
+  REQUIRE(det.size() == 4);
   CHECK(det[0] == hopper[0]);
+  CHECK(det[3] == hopper[6]);
   CHECK_THAT(det[3], Contains("part=dq,") && Contains("det=1"));
-  // Each key compiles (the forward and the dK/dV pass here; the others share their templates).
+  // Each key compiles (the forward, the conversion and the Hopper dQ pass here; the others share their
+  // templates).
   const CacheSettings saved = cache_settings();
   set_cache_settings({saved.dir, CacheMode::off, saved.max_bytes});
-  for (const std::string& k : {hopper[0], hopper[3]}) {
+  for (const std::string& k : {hopper[0], hopper[3], hopper[6]}) {
     CAPTURE(k);
     CHECK(compile_key(k, "sm_90a").usage.registers > 0);
   }

@@ -83,10 +83,11 @@ bool worth_converting_in_pass(double key_tiles_per_row) { return key_tiles_per_r
 // (docs/attention.md, "The dQ pass on wgmma"), the backward in ms, atomic / dQ pass:
 //   d = 128, B2 H16 S8192: 0.1 0.68-0.71 / 0.86-0.88, 0.05 0.54 / 0.56-0.57, 0.035 0.47 / 0.45,
 //     0.02 0.43 / 0.36; causal 0.05 0.49 / 0.51-0.52;
-//   d = 128 with 4 query heads a K/V head: dense 5.4 / 5.9-6.2, 0.1 1.01 / 0.82, 0.05 0.68 / 0.53
-//     (the dK/dV pass has a quarter of the CTAs, each with four heads' tiles);
+//   d = 128 with 4 query heads a K/V head: dense 5.4 / 5.9-6.2, 0.25 1.70-1.71 / 1.75-1.87,
+//     0.15 1.31 / 1.19-1.24, 0.1 1.01 / 0.82, 0.05 0.68 / 0.53 (the dK/dV pass has a quarter of the
+//     CTAs, each with four heads' tiles);
 //   d = 64, B4 H32 S4096: dense 3.78-3.81 / 3.41-3.45, 0.25 1.04 / 0.97-1.02, 0.1 0.49 / 0.49,
-//     0.02 0.26 / 0.21.
+//     0.02 0.26 / 0.21; causal dense 2.04-2.05 / 1.82-1.83, 0.1 0.38 / 0.38-0.39.
 // SJIT_BACKWARD_DQ=atomic or =pass overrides the choice (to measure it; unset or auto: chosen).
 enum class DqMethod { atomic, pass };
 DqMethod choose_dq_method(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group) {
@@ -99,7 +100,7 @@ DqMethod choose_dq_method(const AttentionSpec& spec, bool sm90, double key_tiles
       throw InvalidArgument(fmt::format("SJIT_BACKWARD_DQ = '{}': use atomic, pass or auto (or leave it unset)", v));
   }
   if (!sm90) return DqMethod::atomic;  // the mma.sync kernels' crossover is not measured: as before
-  if (spec.head_dim == 64 && spec.causal == Causal::none) return DqMethod::pass;
+  if (spec.head_dim == 64) return DqMethod::pass;  // a tie or better at every density measured
   if (group >= 4) return key_tiles_per_row < 12 ? DqMethod::pass : DqMethod::atomic;
   return key_tiles_per_row < 2.5 ? DqMethod::pass : DqMethod::atomic;
 }

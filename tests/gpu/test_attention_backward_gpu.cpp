@@ -321,7 +321,7 @@ TEST_CASE("dQ is converted right while the dK/dV pass runs, across problem sizes
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  const DqMethodOverride atomic("atomic");  // d = 64 without causality would take the dQ pass
+  const DqMethodOverride atomic("atomic");  // at d = 64 the backward would take the dQ pass
   for (const bool sparse : {false, true}) {
     const AttentionSpec spec = sparse ? spec_of(64, DType::bf16, Causal::none, Sparsity::block_sparse, 64)
                                       : spec_of(64, DType::bf16, Causal::bottom_right);

@@ -31,7 +31,7 @@ struct AttentionSpec {
   // the same bits). false: whichever is faster for the call, which is mostly dQ accumulated with fp32
   // atomics inside the dK/dV pass (one pass over the tiles; the summation order, and so the last bits
   // of dQ, vary from run to run), but on Hopper the dQ pass where query rows see few key tiles, at
-  // head_dim 64 without causality, and with 4 or more query heads a K/V head when sparse
+  // head_dim 64, and with 4 or more query heads a K/V head below 12 key tiles a query row
   // (docs/attention.md; SJIT_BACKWARD_DQ=atomic or pass overrides the choice).
   bool deterministic = false;
 

@@ -86,8 +86,9 @@ bool worth_converting_in_pass(double key_tiles_per_row) { return key_tiles_per_r
 //   d = 128 with 4 query heads a K/V head: dense 5.4 / 5.9-6.2, 0.25 1.70-1.71 / 1.75-1.87,
 //     0.15 1.31 / 1.19-1.24, 0.1 1.01 / 0.82, 0.05 0.68 / 0.53 (the dK/dV pass has a quarter of the
 //     CTAs, each with four heads' tiles);
-//   d = 64, B4 H32 S4096: dense 3.78-3.81 / 3.41-3.45, 0.25 1.04 / 0.97-1.02, 0.1 0.49 / 0.49,
-//     0.02 0.26 / 0.21; causal dense 2.04-2.05 / 1.82-1.83, 0.1 0.38 / 0.38-0.39.
+//   d = 64, B2 H16 S8192: dense 3.78-3.81 / 3.41-3.45, 0.25 1.04 / 0.97-1.02, 0.1 0.49 / 0.49,
+//     0.02 0.26 / 0.21; causal dense 2.04-2.05 / 1.82-1.83, 0.1 0.38 / 0.38-0.39; at B4 H32 S4096
+//     (3 key tiles a row at 0.1) 0.1 0.72 in earlier closing runs / 0.60.
 // SJIT_BACKWARD_DQ=atomic or =pass overrides the choice (to measure it; unset or auto: chosen).
 enum class DqMethod { atomic, pass };
 DqMethod choose_dq_method(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group) {

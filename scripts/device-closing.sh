@@ -15,8 +15,11 @@ timeout 120 ./build-gpu/sjit bench attention --iters 10 --density 1,0.5,0.25,0.1
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --causal tl --density 1,0.1 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --d 64 --batch 4 --heads 32 --seq 4096 --density 1,0.1 --backward
   # What determinism costs: the deterministic backward at the densities its table quotes.
-  timeout 90 ./build-gpu/sjit bench attention --iters 10 --deterministic --density 0.5,0.1,0.02 --backward
+  timeout 90 ./build-gpu/sjit bench attention --iters 10 --deterministic --density 1,0.5,0.1,0.02 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --causal tl --deterministic --density 0.1 --backward
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --d 64 --batch 4 --heads 32 --seq 4096 --deterministic --density 1,0.1 --backward
+  # GQA, 4 query heads a K/V head: the backward chooses the dQ pass below 12 key tiles a query row.
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --heads-kv 4 --density 1,0.1 --backward
   # Timed as a training loop would run them: every run enqueued before the first wait.
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --queued --density 1,0.1,0.05 --backward
 } >>"$OUT/bench-attention.log" 2>&1

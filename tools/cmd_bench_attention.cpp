@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <random>
 #include <tuple>
@@ -64,9 +65,17 @@ int run_attention(const AttentionBenchOptions& o) {
   args.q = q.data(), args.k = k.data(), args.v = v.data(), args.o = out.data(), args.lse = lse.as<float>();
   args.batch = o.batch, args.heads_q = o.heads, args.heads_kv = heads_kv, args.seq_q = o.seq, args.seq_k = seq_k;
 
+  // Without --deterministic the backward sums dQ whichever way is faster for the call, unless the
+  // environment forces one (docs/attention.md, "The dQ pass on wgmma").
+  const char* dq_env = std::getenv("SJIT_BACKWARD_DQ");
+  const std::string dq_method = dq_env != nullptr && *dq_env != '\0' ? fmt::format("SJIT_BACKWARD_DQ={}", dq_env) : "chosen per call";
+  const std::string backward_mode = !o.backward ? ""
+                                    : o.deterministic
+                                        ? "; deterministic backward"
+                                        : fmt::format("; backward, dQ atomic or by a pass ({})", dq_method);
   fmt::print("device {} ({} SMs); B={} Hq={} Hkv={} Sq={} Sk={} D={} {} causal={}{}; median of {} runs{}\n", dev.name,
              dev.multiprocessors, o.batch, o.heads, heads_kv, o.seq, seq_k, o.head_dim, name(dtype), o.causal,
-             !o.backward ? "" : o.deterministic ? "; deterministic backward" : "; backward with atomic dQ", o.iterations,
+             backward_mode, o.iterations,
              o.queued ? ", queued (the host's launch latency hidden)" : ", each alone (the host's launch latency included)");
   std::vector<std::string> headers = {"kernel", "density", "blocks/row", "time", "TFLOP/s", "% of 989", "vs dense",
                                       "vs dense x density", "config"};

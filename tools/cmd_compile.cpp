@@ -27,7 +27,8 @@ void print_list() {
   fmt::print("  block     16 | 32 | 64 | 128 (pattern block size, bsr and baked)\n");
   fmt::print("  pass      fwd | bwd (bwd keys name a part: '...,pass=bwd|part=prep|dkdv|dq|dq_convert,warps=8,cols=64,\n"
              "            stages=2[,path=wgmma]')\n");
-  fmt::print("  det       1: deterministic backward (a dQ pass of its own); default: dQ summed with atomics\n");
+  fmt::print("  det       1: deterministic backward (a dQ pass of its own); default: dQ summed atomically\n"
+             "            or by a pass, whichever is faster for the call\n");
   fmt::print("  config    --config warps=4|8,mt=1|2,bn=16|32|64|128,stages=2|3,qreg=0|1[,path=mma|wgmma|wgmma_ws]\n");
   fmt::print("            (path=wgmma, wgmma_ws: Hopper, --arch sm_90a; mt=1, bn 64|128, qreg=0; stages=4 on wgmma_ws)\n");
   fmt::print("  example   sjit compile attention:d=128,dtype=bf16,causal=tl,sparsity=bsr,block=128\n");

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <mutex>
@@ -55,6 +56,15 @@ void require_full_register_share(const jit::LoadedKernel& kernel, int threads) {
                             kernel.kernel_key, kernel.registers, full_share));
 }
 
+// The mean number of active key tiles (of the dK/dV pass's rows) a query row sees: the active (key
+// tile, query row) pairs over the query rows, before the causal cut. Dense counts every key tile.
+double active_key_tiles_per_query_row(const DeviceSchedule* key_schedule, const codegen::BackwardTiling& kv_tiling,
+                                      std::int64_t key_tiles, std::int64_t seq_q) {
+  if (!key_schedule) return double(key_tiles);
+  const double active_rows = double(key_schedule->tiles) * kv_tiling.block_cols / key_schedule->pattern_heads;
+  return active_rows / double(std::max<std::int64_t>(seq_q, 1));
+}
+
 // Whether the Hopper dK/dV pass should convert atomic dQ's accumulator itself (in the CTAs a wave
 // after each group's) rather than leave it all to dq_convert. A CTA's share of the conversion is its
 // group's rows over the group's CTAs, read, written as dQ and zeroed; the CTA's own work is its key
@@ -62,14 +72,38 @@ void require_full_register_share(const jit::LoadedKernel& kernel, int threads) {
 // tiles a query row. Where it is small, a share is no longer hidden behind the work. On the H100
 // (S = 8192, docs/attention.md) the conversion in the pass took 45-85 us off the backward at 6 (density
 // 0.1), about 10 us at 3 (0.05), and nothing at 1 (0.02: 0.431 against 0.432 ms with dq_convert).
-// Below 2 (a single key tile, say) one CTA's share would be many rows, so dq_convert does it. Dense
-// counts every key tile, causal too.
-bool worth_converting_in_pass(const DeviceSchedule* key_schedule, const codegen::BackwardTiling& kv_tiling,
-                              std::int64_t key_tiles, std::int64_t seq_q) {
-  constexpr double kMinActiveKeyTilesPerQueryRow = 2;
-  if (!key_schedule) return double(key_tiles) >= kMinActiveKeyTilesPerQueryRow;
-  const double active_rows = double(key_schedule->tiles) * kv_tiling.block_cols / key_schedule->pattern_heads;
-  return active_rows >= kMinActiveKeyTilesPerQueryRow * double(seq_q);
+// Below 2 (a single key tile, say) one CTA's share would be many rows, so dq_convert does it.
+bool worth_converting_in_pass(double key_tiles_per_row) { return key_tiles_per_row >= 2; }
+
+// How a backward that may sum dQ either way (spec.deterministic false) sums it: atomically inside the
+// dK/dV pass, or in the dQ pass of its own (no accumulator, no conversion, but S and dP computed a
+// second time: seven tile products a tile pair instead of five). The accumulator's costs (the
+// reductions, the conversion) grow with the rows, the second products with the active tiles, so the
+// dQ pass wins where a row sees few tiles. Measured on the H100 with the Hopper kernels
+// (docs/attention.md, "The dQ pass on wgmma"), the backward in ms, atomic / dQ pass:
+//   d = 128, B2 H16 S8192: 0.1 0.68-0.71 / 0.86-0.88, 0.05 0.54 / 0.56-0.57, 0.035 0.47 / 0.45,
+//     0.02 0.43 / 0.36; causal 0.05 0.49 / 0.51-0.52;
+//   d = 128 with 4 query heads a K/V head: dense 5.4 / 5.9-6.2, 0.25 1.70-1.71 / 1.75-1.87,
+//     0.15 1.31 / 1.19-1.24, 0.1 1.01 / 0.82, 0.05 0.68 / 0.53 (the dK/dV pass has a quarter of the
+//     CTAs, each with four heads' tiles);
+//   d = 64, B2 H16 S8192: dense 3.78-3.81 / 3.41-3.45, 0.25 1.04 / 0.97-1.02, 0.1 0.49 / 0.49,
+//     0.02 0.26 / 0.21; causal dense 2.04-2.05 / 1.82-1.83, 0.1 0.38 / 0.38-0.39; at B4 H32 S4096
+//     (3 key tiles a row at 0.1) 0.1 0.72 in earlier closing runs / 0.60.
+// SJIT_BACKWARD_DQ=atomic or =pass overrides the choice (to measure it; unset or auto: chosen).
+enum class DqMethod { atomic, pass };
+DqMethod choose_dq_method(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group) {
+  if (!codegen::atomic_dq(spec)) return DqMethod::pass;  // determinism asked for, or d = 256
+  if (const char* env = std::getenv("SJIT_BACKWARD_DQ"); env != nullptr && *env != '\0') {
+    const std::string_view v(env);
+    if (v == "atomic") return DqMethod::atomic;
+    if (v == "pass") return DqMethod::pass;
+    if (v != "auto")
+      throw InvalidArgument(fmt::format("SJIT_BACKWARD_DQ = '{}': use atomic, pass or auto (or leave it unset)", v));
+  }
+  if (!sm90) return DqMethod::atomic;  // the mma.sync kernels' crossover is not measured: as before
+  if (spec.head_dim == 64) return DqMethod::pass;  // a tie or better at every density measured
+  if (group >= 4) return key_tiles_per_row < 12 ? DqMethod::pass : DqMethod::atomic;
+  return key_tiles_per_row < 2.5 ? DqMethod::pass : DqMethod::atomic;
 }
 
 // The backward's three tilings for `spec` (pass=bwd): the pre-pass, the dK/dV pass (wgmma where sm90
@@ -211,10 +245,11 @@ struct Attention::State {
     return *schedules.front();
   }
 
-  // The backward's three kernels in one context, and the tilings they were built for (the launch
-  // sizes its grids from them).
+  // The backward's three kernels in one context for one way of summing dQ (atomic or the dQ pass),
+  // and the tilings they were built for (the launch sizes its grids from them).
   struct BackwardKernels {
     CUcontext context;
+    bool atomic;
     codegen::BackwardTiling dkdv_tiling, dq_tiling;
     std::shared_ptr<const jit::LoadedKernel> prep, dkdv, dq;  // dq: the dQ pass or dq_convert
   };
@@ -232,20 +267,30 @@ struct Attention::State {
   };
   std::list<Scratch> scratch;
 
-  const BackwardKernels& backward(const jit::Target& target) {
+  // Whether the backward runs the Hopper kernels on this device.
+  bool hopper_backward(const jit::Target& target) const {
+    return target.device->arch == "sm_90a" && asked_path != AttentionPath::mma;
+  }
+  // The spec the backward's kernels are built for: with `atomic` false where the spec would sum dQ
+  // atomically, its deterministic twin (the same kernel keys as a spec asking for determinism).
+  AttentionSpec backward_spec(bool atomic) const {
+    AttentionSpec bwd = spec;
+    bwd.pass = Pass::backward;
+    if (!atomic && codegen::atomic_dq(bwd)) bwd.deterministic = true;
+    return bwd;
+  }
+  const BackwardKernels& backward(const jit::Target& target, bool atomic) {
     {
       std::lock_guard lock(mutex);
       for (const auto& k : backward_kernels)
-        if (k.context == target.context) return k;
+        if (k.context == target.context && k.atomic == atomic) return k;
     }
-    AttentionSpec bwd = spec;
-    bwd.pass = Pass::backward;
-    const bool sm90 = target.device->arch == "sm_90a" && asked_path != AttentionPath::mma;
+    const AttentionSpec bwd = backward_spec(atomic);
     auto get = [&](const codegen::BackwardTiling& t) {
       return jit::get_kernel(target, key(bwd) + "|" + key(t), [&] { return codegen::attention_backward_source(bwd, t); });
     };
-    const BackwardTilings t = backward_tilings(bwd, sm90);
-    BackwardKernels k{target.context, t.dkdv, t.dq};
+    const BackwardTilings t = backward_tilings(bwd, hopper_backward(target));
+    BackwardKernels k{target.context, atomic, t.dkdv, t.dq};
     k.prep = get(t.prep);
     k.dkdv = get(t.dkdv);
     if (t.dkdv.wgmma) require_full_register_share(*k.dkdv, t.dkdv.threads());
@@ -403,13 +448,31 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   }
 
   const jit::Target target = jit::current_target();
-  const State::BackwardKernels& kernels = state_->backward(target);
-  const codegen::BackwardTiling& kv_tiling = kernels.dkdv_tiling;
+  const bool sm90 = state_->hopper_backward(target);
+  // The dK/dV pass's tiling is the same for both ways of summing dQ: its key-major schedule says how
+  // many tiles a query row sees, which decides between them.
+  const codegen::BackwardTiling kv_tiling = backward_tilings(state_->backward_spec(true), sm90).dkdv;
+  const std::int64_t key_tiles = (a.seq_k + kv_tiling.block_rows() - 1) / kv_tiling.block_rows();
+  const DeviceSchedule* key_schedule = nullptr;
+  if (spec.sparsity != Sparsity::dense && a.seq_q > 0 && a.seq_k > 0) {
+    key_schedule = &state_->schedule(*a.pattern, target, kv_tiling.block_rows(), kv_tiling.block_cols, true);
+    // The kernels rank a group's CTAs by ceil(Sk / block_rows) (key_tile_owner); the pattern's shape
+    // (checked against the lengths) gives the schedule as many key tiles.
+    if (key_schedule->q_tiles != key_tiles)
+      throw Error(fmt::format("attention backward: the pattern's key-major schedule has {} key tiles where "
+                              "Sk = {} needs {}", key_schedule->q_tiles, a.seq_k, key_tiles));
+  }
+  const double key_tiles_per_row = active_key_tiles_per_query_row(key_schedule, kv_tiling, key_tiles, a.seq_q);
+  const bool atomic =
+      choose_dq_method(spec, sm90, key_tiles_per_row, a.heads_q / std::max<std::int64_t>(a.heads_kv, 1)) == DqMethod::atomic;
+  const State::BackwardKernels& kernels = state_->backward(target, atomic);
   const codegen::BackwardTiling& q_tiling = kernels.dq_tiling;
+  if (key(kernels.dkdv_tiling) != key(kv_tiling))
+    throw Error(fmt::format("attention backward: internal: the dK/dV kernel was built for '{}', the schedule for '{}'",
+                            key(kernels.dkdv_tiling), key(kv_tiling)));
 
   const std::int64_t rows = a.batch * a.heads_q * a.seq_q;
   const std::int64_t groups = a.batch * a.heads_kv;  // (batch, K/V head): a dK/dV CTA's query heads
-  const bool atomic = codegen::atomic_dq(spec);
   float* scratch = state_->scratch_for(target, stream, std::size_t(std::max<std::int64_t>(rows, 1)) * 8 + std::size_t(groups) * 4);
   sjit_kernels::AttentionBackwardParams p{};
   p.q = a.q, p.k = a.k, p.v = a.v, p.o = a.o, p.d_o = a.d_o, p.lse = a.lse;
@@ -433,24 +496,14 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   p.scale = a.scale;
   p.scale_log2 = a.scale * 1.4426950408889634f;
 
-  const std::int64_t key_tiles = (a.seq_k + kv_tiling.block_rows() - 1) / kv_tiling.block_rows();
   std::int64_t kv_grid = key_tiles * groups;
-  const DeviceSchedule* key_schedule = nullptr;
-  if (spec.sparsity != Sparsity::dense && a.seq_q > 0 && a.seq_k > 0) {
-    key_schedule = &state_->schedule(*a.pattern, target, kv_tiling.block_rows(), kv_tiling.block_cols, true);
-    // The kernels rank a group's CTAs by ceil(Sk / block_rows) (key_tile_owner); the pattern's shape
-    // (checked against the lengths) gives the schedule as many key tiles.
-    if (key_schedule->q_tiles != key_tiles)
-      throw Error(fmt::format("attention backward: the pattern's key-major schedule has {} key tiles where "
-                              "Sk = {} needs {}", key_schedule->q_tiles, a.seq_k, key_tiles));
-  }
   // Atomic dQ: the Hopper dK/dV pass converts each group's rows in the CTAs a wave later (about as many
   // groups later as a wave of one CTA an SM holds), and dq_convert the rest; after the mma.sync pass,
   // or where the CTAs have too little work to hide it, dq_convert converts them all (a lag of every
   // group converts none in the pass).
   p.convert_lag = int(groups);
   if (atomic && kv_tiling.wgmma && kv_grid > 0 &&
-      worth_converting_in_pass(key_schedule, kv_tiling, key_tiles, a.seq_q)) {
+      worth_converting_in_pass(key_tiles_per_row)) {
     const std::int64_t lag = (target.device->multiprocessors + key_tiles - 1) / key_tiles + 1;
     p.convert_lag = int(std::min(lag, groups));
   }
@@ -481,14 +534,20 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   if (kv_grid > 0 && kv_tiling.wgmma)
     maps = attention::backward_tensor_maps(a, spec.dtype, spec.head_dim, kv_tiling.block_rows(), kv_tiling.block_cols,
                                            p.dq_accum);
+  // The Hopper dQ pass's: K and V in boxes of its key tile's rows, Q and dO of its query tile's.
+  sjit_kernels::AttentionBackwardTensorMaps dq_maps{};
+  if (q_grid > 0 && q_tiling.wgmma)
+    dq_maps = attention::backward_tensor_maps(a, spec.dtype, spec.head_dim, q_tiling.block_cols, q_tiling.block_rows(),
+                                              nullptr);
   void* params[] = {&p, &maps};
+  void* dq_params[] = {&p, &dq_maps};
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   if (rows > 0)
     jit::launch(*kernels.prep, unsigned((rows + per_row_cta_rows - 1) / per_row_cta_rows), 256, cu_stream, params);
   try {
     if (kv_grid > 0) jit::launch(*kernels.dkdv, unsigned(kv_grid), unsigned(kv_tiling.threads()), cu_stream, params);
     if (q_grid > 0)  // the dQ pass, or dq_convert (256 threads)
-      jit::launch(*kernels.dq, unsigned(q_grid), atomic ? 256u : unsigned(32 * q_tiling.warps), cu_stream, params);
+      jit::launch(*kernels.dq, unsigned(q_grid), atomic ? 256u : unsigned(q_tiling.threads()), cu_stream, dq_params);
   } catch (...) {
     if (atomic) state_->mark_zeroed_scratch_stale(target, stream);  // the adds may have run, unconverted
     throw;
@@ -521,6 +580,13 @@ std::vector<std::string> attention_kernel_keys(const AttentionSpec& in, std::str
   bwd.pass = Pass::backward;
   const BackwardTilings t = backward_tilings(bwd, sm90);
   for (const codegen::BackwardTiling& tiling : {t.prep, t.dkdv, t.dq}) keys.push_back(key(bwd) + "|" + key(tiling));
+  // On Hopper a backward that may sum dQ either way runs the dQ pass where a row sees few tiles
+  // (choose_dq_method): its deterministic twin's kernels too.
+  if (sm90 && codegen::atomic_dq(bwd)) {
+    bwd.deterministic = true;
+    const BackwardTilings d = backward_tilings(bwd, sm90);
+    for (const codegen::BackwardTiling& tiling : {d.prep, d.dkdv, d.dq}) keys.push_back(key(bwd) + "|" + key(tiling));
+  }
   return keys;
 }
 

@@ -15,7 +15,8 @@ sjit_kernels::AttentionForwardTensorMaps forward_tensor_maps(const AttentionForw
                                                              int head_dim, int block_m, int block_n, bool output);
 
 // Q and dO in boxes of `cols` rows (the query tiles), K and V of `rows` rows (the key tile), for the
-// dK/dV pass; with atomic dQ also the fp32 accumulator [B, Hq, Sq, head_dim] (contiguous), which the
+// dK/dV pass (the deterministic dQ pass passes its key tile's rows as `rows` and its query tile's as
+// `cols`); with atomic dQ also the fp32 accumulator [B, Hq, Sq, head_dim] (contiguous), which the
 // pass adds its dQ tiles to in boxes of 32 columns x `cols` rows.
 sjit_kernels::AttentionBackwardTensorMaps backward_tensor_maps(const AttentionBackwardArgs& args, DType dtype,
                                                                int head_dim, int rows, int cols,

@@ -43,9 +43,9 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
     throw InvalidArgument(fmt::format("attention backward: path '{}' is unknown: use mma or wgmma", path));
   t.wgmma = path == "wgmma";
   spec::reject_leftovers(kt, "part, warps, cols, stages, path");
-  if (t.wgmma && (t.part != BackwardPart::dkdv || t.warps != 8 || t.block_cols != 64))
-    throw InvalidArgument(fmt::format("attention backward: path=wgmma exists for part=dkdv with warps=8 and cols=64 "
-                                      "only, not '{}'", text));
+  if (t.wgmma && ((t.part != BackwardPart::dkdv && t.part != BackwardPart::dq) || t.warps != 8 || t.block_cols != 64))
+    throw InvalidArgument(fmt::format("attention backward: path=wgmma exists for part=dkdv and part=dq with warps=8 "
+                                      "and cols=64 only, not '{}'", text));
   if (t.warps != 4 && t.warps != 8) throw InvalidArgument(fmt::format("attention backward: warps = {}: use 4 or 8", t.warps));
   if (t.block_cols != 32 && t.block_cols != 64 && t.block_cols != 128)
     throw InvalidArgument(fmt::format("attention backward: cols = {}: use 32, 64 or 128", t.block_cols));
@@ -55,20 +55,22 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
 }
 
 // dK/dV: 8 warps own 128 keys (dK and dV accumulators are 2 x 64 floats a thread at d = 128) and walk
-// 64-query tiles; dQ: 4 warps own 64 queries and walk 64-key tiles, two CTAs an SM. d = 256 halves
-// the column tiles to stay inside shared memory.
+// 64-query tiles; the deterministic dQ pass: on Hopper 8 warps own 128 queries (wgmma), elsewhere 4
+// warps own 64, two CTAs an SM; both walk 64-key tiles. d = 256 halves the column tiles to stay inside
+// shared memory.
 bool atomic_dq(const AttentionSpec& spec) { return !spec.deterministic && spec.head_dim < 256; }
 
 BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart part, bool sm90) {
   BackwardTiling t;
   t.part = part;
-  t.warps = part == BackwardPart::dq ? 4 : 8;
+  const bool hopper_head_dim = sm90 && (spec.head_dim == 128 || spec.head_dim == 64);
+  t.warps = part == BackwardPart::dq && !hopper_head_dim ? 4 : 8;
   t.block_cols = spec.head_dim >= 256 ? 32 : 64;
   t.stages = 2;
   // At d = 64 the wgmma dK/dV kernel splits dQ by keys (two adds per element). With per-element
   // atomics that made it slower than mma.sync (7.22 ms against 6.60, B4 H32 S4096 dense, H100); with
   // bulk reductions it is faster (4.71 ms against 6.55 dense, 0.79 against 0.94 at density 0.1).
-  t.wgmma = sm90 && part == BackwardPart::dkdv && (spec.head_dim == 128 || spec.head_dim == 64);
+  t.wgmma = hopper_head_dim && (part == BackwardPart::dkdv || part == BackwardPart::dq);
   return t;
 }
 
@@ -76,6 +78,12 @@ int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTil
   if (t.part == BackwardPart::prep || t.part == BackwardPart::dq_convert) return 0;
   const int row_bytes = (spec.head_dim + 8) * 2;
   const int tiles = (2 * t.block_rows() + 2 * t.stages * t.block_cols) * row_bytes;
+  if (t.part == BackwardPart::dq && t.wgmma) {
+    // BackwardDqSm90Layout: unpadded swizzled Q and dO, the K and V rings, the rows' lse2 and delta,
+    // the mbarriers (Q and dO's, one per slot); plus 1 KB to align the base to a swizzle atom.
+    const int d = spec.head_dim, rows = t.block_rows(), cols = t.block_cols;
+    return 1024 + 2 * rows * d * 2 + 2 * t.stages * cols * d * 2 + 2 * rows * 4 + 8 * (t.stages + 1);
+  }
   if (t.part == BackwardPart::dq) return tiles + t.block_rows() * 8;
   if (t.wgmma) {
     // BackwardSm90Layout: unpadded swizzled K, V, the Q and dO rings, two dS tiles, with atomic dQ the
@@ -103,6 +111,9 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
   if (t.wgmma && spec.head_dim != 64 && spec.head_dim != 128)
     throw InvalidArgument(fmt::format("attention backward: path=wgmma takes head_dim 64 or 128, not {}", spec.head_dim));
   const int causal = spec.causal == Causal::none ? 0 : spec.causal == Causal::top_left ? 1 : 2;
+  const std::string_view header = !t.wgmma                      ? "attention_backward"
+                                  : t.part == BackwardPart::dq ? "attention_backward_dq_sm90"
+                                                               : "attention_backward_sm90";
   out.source = fmt::format(
       "// {}\n"
       "#include \"sparsejit/{}.cuh\"\n"
@@ -118,7 +129,7 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
       "  static constexpr int pattern_block = {};\n"
       "  static constexpr bool atomic_dq = {};\n"
       "}};\n",
-      out.kernel_key, t.wgmma ? "attention_backward_sm90" : "attention_backward", cuda_type(spec.dtype), spec.head_dim, t.warps, t.block_cols,
+      out.kernel_key, header, cuda_type(spec.dtype), spec.head_dim, t.warps, t.block_cols,
       t.stages, causal, name(spec.causal), sparsity, spec.sparsity == Sparsity::dense ? 1 << 20 : spec.block_size,
       atomic_dq(spec) ? "true" : "false");
   out.source_name = fmt::format("attention_backward_{}{}.cu", part_name(t.part), t.wgmma ? "_sm90" : "");

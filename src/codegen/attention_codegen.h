@@ -35,7 +35,7 @@ struct BackwardTiling {
   int warps = 8;       // rows a CTA owns: 16 * warps (keys for dkdv, queries for dq)
   int block_cols = 64; // columns a tile holds (queries for dkdv, keys for dq)
   int stages = 2;
-  bool wgmma = false;  // dkdv only: the Hopper kernel (attention_backward_sm90.cuh), sm_90a
+  bool wgmma = false;  // dkdv and dq: the Hopper kernels (attention_backward_sm90.cuh, _dq_sm90.cuh), sm_90a
   int block_rows() const { return 16 * warps; }
   // The Hopper dK/dV kernel adds a warpgroup to the `warps` that own the rows: it issues the copies
   // and adds dQ to the accumulator (attention_backward_sm90.cuh).

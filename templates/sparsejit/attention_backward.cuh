@@ -496,6 +496,54 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backwa
   store_rows<Tr>(dv, 1.f, v_tile, dv_out, p.dv_row_stride, key0, p.seq_k, warp_row0);
 }
 
+// The deterministic dQ pass's work for CTA blockIdx.x: a query tile of R rows and the key tiles of C
+// columns it walks, heaviest first as in the forward (the forward's schedule cut to the causal edge,
+// or, dense, every key tile up to it). q0 may lie past the end of a short sequence: nothing to do.
+struct QueryTileWork {
+  int batch, head_q, q0, count;
+  const int* tile_index;                // null (dense): the j-th tile is key tile j
+  const unsigned long long* tile_mask;  // null (dense): every tile whole
+  __device__ __forceinline__ int key_tile(int j) const { return tile_index ? tile_index[j] : j; }
+  __device__ __forceinline__ unsigned long long mask(int j) const { return tile_mask ? tile_mask[j] : kWholeTile; }
+};
+template <class Cfg, int R, int C>
+__device__ __forceinline__ QueryTileWork query_tile_work(const AttentionBackwardParams& p) {
+  QueryTileWork w{0, 0, 0, 0, nullptr, nullptr};
+  int q_tile;
+  const int q_tiles = (p.seq_q + R - 1) / R;
+  if constexpr (Cfg::sparsity == kDense) {
+    const int per_rank = p.batch * p.heads_q;
+    const int rank = blockIdx.x / per_rank, rest = blockIdx.x % per_rank;
+    q_tile = Cfg::causal != kNotCausal ? q_tiles - 1 - rank : rank;
+    w.batch = rest / p.heads_q;
+    w.head_q = rest % p.heads_q;
+  } else {
+    const int heads_per_pattern = p.heads_q / p.pattern_heads;
+    const int per_rank = p.batch * heads_per_pattern;
+    const int rank = blockIdx.x / per_rank, rest = blockIdx.x % per_rank;
+    const int item = p.q_item_order[rank];
+    q_tile = item % p.q_items_per_head;
+    w.batch = rest / heads_per_pattern;
+    w.head_q = (item / p.q_items_per_head) * heads_per_pattern + rest % heads_per_pattern;
+    const int begin = p.q_item_tile_begin[item];
+    w.count = p.q_item_tile_begin[item + 1] - begin;
+    w.tile_index = p.q_tile_index + begin;
+    w.tile_mask = p.q_tile_mask + begin;
+  }
+  w.q0 = q_tile * R;
+  if (w.q0 >= p.seq_q) return w;
+  int last_key = p.seq_k - 1;
+  if constexpr (Cfg::causal != kNotCausal)
+    last_key = min(last_key, min(w.q0 + R - 1, p.seq_q - 1) + (Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0));
+  const int last_tile = last_key < 0 ? -1 : last_key / C;
+  if constexpr (Cfg::sparsity == kDense) {
+    w.count = last_tile + 1;
+  } else {
+    while (w.count > 0 && w.tile_index[w.count - 1] > last_tile) --w.count;
+  }
+  return w;
+}
+
 // dQ of one query tile.
 template <class Cfg>
 __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backward_dq(const AttentionBackwardParams p) {
@@ -510,50 +558,17 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backwa
   float* lse2_rows = reinterpret_cast<float*>(v_ring + stages * Tr::other_tile_elems);
   float* delta_rows = lse2_rows + R;
 
-  // Which query tile, and its key tiles: heaviest first, as in the forward.
-  int batch, head_q, q_tile, count;
-  const int* tile_index = nullptr;
-  const unsigned long long* tile_mask = nullptr;
-  const int q_tiles = (p.seq_q + R - 1) / R;
-  if constexpr (Cfg::sparsity == kDense) {
-    const int per_rank = p.batch * p.heads_q;
-    const int rank = blockIdx.x / per_rank, rest = blockIdx.x % per_rank;
-    q_tile = Cfg::causal != kNotCausal ? q_tiles - 1 - rank : rank;
-    batch = rest / p.heads_q;
-    head_q = rest % p.heads_q;
-  } else {
-    const int heads_per_pattern = p.heads_q / p.pattern_heads;
-    const int per_rank = p.batch * heads_per_pattern;
-    const int rank = blockIdx.x / per_rank, rest = blockIdx.x % per_rank;
-    const int item = p.q_item_order[rank];
-    q_tile = item % p.q_items_per_head;
-    batch = rest / heads_per_pattern;
-    head_q = (item / p.q_items_per_head) * heads_per_pattern + rest % heads_per_pattern;
-    const int begin = p.q_item_tile_begin[item];
-    count = p.q_item_tile_begin[item + 1] - begin;
-    tile_index = p.q_tile_index + begin;
-    tile_mask = p.q_tile_mask + begin;
-  }
-  const int q0 = q_tile * R;
+  const QueryTileWork work = query_tile_work<Cfg, R, C>(p);
+  const int batch = work.batch, head_q = work.head_q, q0 = work.q0, count = work.count;
   if (q0 >= p.seq_q) return;
-  int last_key = p.seq_k - 1;
-  if constexpr (Cfg::causal != kNotCausal)
-    last_key = min(last_key, min(q0 + R - 1, p.seq_q - 1) + (Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0));
-  const int last_tile = last_key < 0 ? -1 : last_key / C;
-  if constexpr (Cfg::sparsity == kDense) {
-    count = last_tile + 1;
-  } else {
-    while (count > 0 && tile_index[count - 1] > last_tile) --count;
-  }
 
   const T* q = static_cast<const T*>(p.q) + batch * p.q_batch_stride + head_q * p.q_head_stride;
   const T* d_o = static_cast<const T*>(p.d_o) + batch * p.do_batch_stride + head_q * p.do_head_stride;
   const int kv_head = head_q / (p.heads_q / p.heads_kv);
   const T* k = static_cast<const T*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
   const T* v = static_cast<const T*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
-  auto key_tile_of = [&](int j) { return tile_index ? tile_index[j] : j; };
   auto load_key_tile = [&](int j) {
-    const int slot = j % stages, key0 = key_tile_of(j) * C;
+    const int slot = j % stages, key0 = work.key_tile(j) * C;
     load_tile_async<T, Tr::head_dim, C, Tr::threads>(k_ring + slot * Tr::other_tile_elems, k, p.k_row_stride, key0,
                                                      p.seq_k);
     load_tile_async<T, Tr::head_dim, C, Tr::threads>(v_ring + slot * Tr::other_tile_elems, v, p.v_row_stride, key0,
@@ -582,8 +597,8 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads) attention_backwa
     __syncthreads();
     if (j + stages - 1 < count) load_key_tile(j + stages - 1);
     cp_async_commit();
-    const int slot = j % stages, key0 = key_tile_of(j) * C;
-    const unsigned long long mask = tile_mask ? tile_mask[j] : kWholeTile;
+    const int slot = j % stages, key0 = work.key_tile(j) * C;
+    const unsigned long long mask = work.mask(j);
     const T* k_slot = k_ring + slot * Tr::other_tile_elems;
     const T* v_slot = v_ring + slot * Tr::other_tile_elems;
 

@@ -113,7 +113,7 @@ TEST_CASE("the backward kernels of both modes compile with NVRTC without spills 
   set_cache_settings(saved);
 }
 
-TEST_CASE("the Hopper dK/dV tiling: key text, defaults, refusals", "[attention][backward][codegen]") {
+TEST_CASE("the Hopper dK/dV and dQ tilings: key text, defaults, refusals", "[attention][backward][codegen]") {
   using codegen::BackwardPart;
   const AttentionSpec spec = backward_spec(128, false);
   const codegen::BackwardTiling hopper = codegen::default_backward_tiling(spec, BackwardPart::dkdv, true);
@@ -122,7 +122,20 @@ TEST_CASE("the Hopper dK/dV tiling: key text, defaults, refusals", "[attention][
   CHECK(codegen::parse_backward_tiling(codegen::key(hopper)).wgmma);
   CHECK_FALSE(codegen::parse_backward_tiling("part=dkdv,warps=8,cols=64,stages=2").wgmma);
   CHECK_FALSE(codegen::default_backward_tiling(spec, BackwardPart::dkdv, false).wgmma);  // not sm_90a
-  CHECK_FALSE(codegen::default_backward_tiling(spec, BackwardPart::dq, true).wgmma);     // dkdv only
+  // The deterministic dQ pass has a Hopper kernel of 8 warps; the per-row kernels have none.
+  const codegen::BackwardTiling hopper_dq = codegen::default_backward_tiling(spec, BackwardPart::dq, true);
+  CHECK(hopper_dq.wgmma);
+  CHECK(codegen::key(hopper_dq) == "part=dq,warps=8,cols=64,stages=2,path=wgmma");
+  CHECK(hopper_dq.threads() == 256);  // no helper warpgroup
+  CHECK(codegen::default_backward_tiling(spec, BackwardPart::dq, false).warps == 4);
+  CHECK_FALSE(codegen::default_backward_tiling(spec, BackwardPart::dq, false).wgmma);
+  CHECK_FALSE(codegen::default_backward_tiling(spec, BackwardPart::dq_convert, true).wgmma);
+  CHECK_FALSE(codegen::default_backward_tiling(spec, BackwardPart::prep, true).wgmma);
+  CHECK_FALSE(codegen::default_backward_tiling(backward_spec(256, true), BackwardPart::dq, true).wgmma);
+  CHECK_THAT(codegen::attention_backward_source(backward_spec(128, true), hopper_dq).source,
+             Contains("attention_backward_dq_sm90.cuh"));
+  CHECK(codegen::attention_backward_source(backward_spec(128, true), hopper_dq).name_expression ==
+        "sjit_kernels::attention_backward_dq_sm90<Cfg>");
   // d = 64 takes the wgmma kernel too (measured faster since dQ goes out by bulk reductions); the
   // other head dims have none.
   CHECK(codegen::default_backward_tiling(backward_spec(64, false), BackwardPart::dkdv, true).wgmma);
@@ -133,17 +146,21 @@ TEST_CASE("the Hopper dK/dV tiling: key text, defaults, refusals", "[attention][
   CHECK(codegen::attention_backward_source(spec, hopper).name_expression == "sjit_kernels::attention_backward_dkdv_sm90<Cfg>");
 
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dq,warps=4,cols=64,stages=2,path=wgmma"),
-                    Contains("part=dkdv with warps=8 and cols=64"));
+                    Contains("part=dkdv and part=dq with warps=8 and cols=64"));
+  CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=prep,path=wgmma"), Contains("part=prep"));
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dkdv,path=tma"), Contains("'tma'") && Contains("mma or wgmma"));
   CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(96, false), hopper), Contains("head_dim 64 or 128, not 96"));
 }
 
-TEST_CASE("the Hopper dK/dV kernels compile for sm_90a without spills", "[attention][backward][codegen][nvrtc]") {
+TEST_CASE("the Hopper dK/dV and dQ kernels compile for sm_90a without spills", "[attention][backward][codegen][nvrtc]") {
   const CacheSettings saved = cache_settings();
   set_cache_settings({saved.dir, CacheMode::off, saved.max_bytes});
   const std::vector<std::string> keys = {
       "attention:d=128,dtype=bf16,causal=tl,sparsity=bsr,block=64,pass=bwd|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
       "attention:d=64,dtype=f16,pass=bwd,det=1|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
+      "attention:d=128,dtype=bf16,causal=br,sparsity=bsr,block=64,pass=bwd,det=1|part=dq,warps=8,cols=64,stages=2,path=wgmma",
+      "attention:d=128,dtype=bf16,pass=bwd,det=1|part=dq,warps=8,cols=64,stages=3,path=wgmma",
+      "attention:d=64,dtype=f16,causal=tl,pass=bwd,det=1|part=dq,warps=8,cols=64,stages=3,path=wgmma",
   };
   std::vector<std::future<CompiledKernel>> compiled;
   for (const std::string& k : keys)
@@ -166,25 +183,32 @@ TEST_CASE("attention_kernel_keys names the kernels an Attention loads, per arch"
   const std::string bwd = "attention:d=128,dtype=bf16,causal=none,sparsity=bsr,block=64,pass=bwd|";
   // The forward's default tiling for the device, then the backward's pre-pass, dK/dV and dQ parts.
   const std::vector<std::string> hopper = attention_kernel_keys(spec, "sm_90a");
-  REQUIRE(hopper.size() == 4);
+  // Then the deterministic twin's three, whose dQ pass the backward may choose on Hopper.
+  REQUIRE(hopper.size() == 7);
   CHECK(hopper[0] == fwd + key(resolve(spec, {}, 90)));
   CHECK_THAT(hopper[0], Contains("path=wgmma"));
   CHECK(hopper[1] == bwd + codegen::key(codegen::default_backward_tiling(spec, codegen::BackwardPart::prep, true)));
   CHECK_THAT(hopper[2], Contains("part=dkdv") && Contains("path=wgmma"));
   CHECK_THAT(hopper[3], Contains("part=dq_convert"));  // atomic dQ by default
+  for (std::size_t n = 4; n < 7; ++n) CHECK_THAT(hopper[n], Contains("det=1"));
+  CHECK_THAT(hopper[6], Contains("part=dq,") && Contains("path=wgmma"));
   const std::vector<std::string> ampere = attention_kernel_keys(spec, "sm_80");
+  CHECK(ampere.size() == 4);  // no wgmma dQ pass to choose
   CHECK(ampere[0] == fwd + key(resolve(spec, {}, 80)));
   CHECK_THAT(ampere[0], Contains("path=mma"));
   CHECK_THAT(ampere[2], !Contains("wgmma"));
   CHECK_THAT(attention_kernel_keys(spec, "sm_90")[2], !Contains("wgmma"));  // no arch-specific features
   spec.deterministic = true;  // a dQ pass of its own; the forward key ignores the option
   const std::vector<std::string> det = attention_kernel_keys(spec, "sm_90a");
+  REQUIRE(det.size() == 4);
   CHECK(det[0] == hopper[0]);
+  CHECK(det[3] == hopper[6]);
   CHECK_THAT(det[3], Contains("part=dq,") && Contains("det=1"));
-  // Each key compiles (the forward and the dK/dV pass here; the others share their templates).
+  // Each key compiles (the forward, the conversion and the Hopper dQ pass here; the others share their
+  // templates).
   const CacheSettings saved = cache_settings();
   set_cache_settings({saved.dir, CacheMode::off, saved.max_bytes});
-  for (const std::string& k : {hopper[0], hopper[3]}) {
+  for (const std::string& k : {hopper[0], hopper[3], hopper[6]}) {
     CAPTURE(k);
     CHECK(compile_key(k, "sm_90a").usage.registers > 0);
   }

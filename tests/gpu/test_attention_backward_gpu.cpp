@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "sparsejit/attention_reference.h"
 #include "sparsejit/sparsejit.h"
@@ -155,6 +158,26 @@ AttentionSpec deterministic(AttentionSpec s) {
   return s;
 }
 
+// SJIT_BACKWARD_DQ set for a scope, so a spec without `deterministic` sums dQ the named way (atomic or
+// pass) rather than the one the backward would choose; the earlier value comes back after.
+class DqMethodOverride {
+ public:
+  explicit DqMethodOverride(const char* method) {
+    if (const char* old = std::getenv(kName)) saved_ = old;
+    ::setenv(kName, method, 1);
+  }
+  ~DqMethodOverride() {
+    if (saved_) ::setenv(kName, saved_->c_str(), 1);
+    else ::unsetenv(kName);
+  }
+  DqMethodOverride(const DqMethodOverride&) = delete;
+  DqMethodOverride& operator=(const DqMethodOverride&) = delete;
+
+ private:
+  static constexpr const char* kName = "SJIT_BACKWARD_DQ";
+  std::optional<std::string> saved_;
+};
+
 }  // namespace
 
 TEST_CASE("dense attention gradients match the float64 reference", "[gpu][attention][backward]") {
@@ -261,6 +284,7 @@ TEST_CASE("backward passes queued back to back on one stream each get their own 
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
+  const DqMethodOverride atomic("atomic");  // the passes share the accumulator
   for (Sparsity sparsity : {Sparsity::dense, Sparsity::block_sparse}) {
     const Problem c{spec_of(128, DType::bf16, Causal::none, sparsity, sparsity == Sparsity::dense ? 0 : 128), 1, 4, 4,
                     1024, 1024, 0.25};
@@ -297,6 +321,7 @@ TEST_CASE("dQ is converted right while the dK/dV pass runs, across problem sizes
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
+  const DqMethodOverride atomic("atomic");  // at d = 64 the backward would take the dQ pass
   for (const bool sparse : {false, true}) {
     const AttentionSpec spec = sparse ? spec_of(64, DType::bf16, Causal::none, Sparsity::block_sparse, 64)
                                       : spec_of(64, DType::bf16, Causal::bottom_right);
@@ -312,4 +337,42 @@ TEST_CASE("dQ is converted right while the dK/dV pass runs, across problem sizes
       expect_gradients_close(*c, run_gpu(*c, attention, in, p), run_reference(*c, in, p));
     }
   }
+}
+
+// A backward without `deterministic` sums dQ atomically or in the dQ pass, whichever is faster for the
+// call (on Hopper; elsewhere atomically). Both ways, forced, give the reference's gradients, on one
+// Attention that switches between them (each has kernels of its own; the accumulator stays zero for
+// the atomic passes that follow a dQ pass). A bad override names itself and what is allowed.
+TEST_CASE("both ways of summing dQ give the reference's gradients, and the backward switches between them",
+          "[gpu][attention][backward]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const std::vector<Problem> problems = {
+      {spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 128), 2, 8, 2, 1100, 900, 0.2},
+      {spec_of(64, DType::f16, Causal::top_left), 1, 4, 4, 333, 333},
+      {spec_of(128, DType::bf16, Causal::bottom_right, Sparsity::block_sparse, 64), 1, 4, 1, 300, 517, 0.3},
+  };
+  for (const Problem& c : problems) {
+    INFO(c.name());
+    const Inputs in = random_inputs(c, rng);
+    std::optional<BlockPattern> pattern;
+    if (c.spec.sparsity != Sparsity::dense)
+      pattern = patterns::random(c.spec.block_size, c.seq_q, c.seq_k, c.density, rng(), 1);
+    const BlockPattern* p = pattern ? &*pattern : nullptr;
+    const reference::AttentionGradients want = run_reference(c, in, p);
+    Attention attention(c.spec);
+    for (const char* method : {"atomic", "pass", "atomic", "auto"}) {
+      INFO("SJIT_BACKWARD_DQ=" << method);
+      const DqMethodOverride forced(method);
+      expect_gradients_close(c, run_gpu(c, attention, in, p), want);
+    }
+  }
+  const DqMethodOverride bad("fastest");
+  const Problem c = problems.front();
+  const Inputs in = random_inputs(c, rng);
+  const BlockPattern pattern = patterns::random(128, c.seq_q, c.seq_k, c.density, rng(), 1);
+  Attention attention(c.spec);
+  CHECK_THROWS_WITH(run_gpu(c, attention, in, &pattern),
+                    Catch::Matchers::Contains("SJIT_BACKWARD_DQ = 'fastest'") && Catch::Matchers::Contains("atomic, pass or auto"));
 }

@@ -131,7 +131,9 @@ void attention_backward(const AttentionSpec& spec, const AttentionBackwardArgs& 
 
 // The kernel keys an Attention constructed with this spec and no config loads on a device of `arch`
 // ("sm_90a", "sm_80", ...; the default tilings, no tuning database): the forward's, then the
-// backward's pre-pass, dK/dV pass, and dQ pass or dQ conversion. For warming a cache without a GPU
+// backward's pre-pass, dK/dV pass, and dQ pass or dQ conversion; on sm_90a a spec without
+// `deterministic` adds the three of its deterministic twin, whose dQ pass the backward runs where a
+// query row sees few key tiles. For warming a cache without a GPU
 // (`sjit compile KEY --arch A`, `sjit demo --compile-only`). A baked spec is refused (its keys need
 // the pattern).
 std::vector<std::string> attention_kernel_keys(const AttentionSpec& spec, std::string_view arch);

@@ -27,9 +27,12 @@ struct AttentionSpec {
   int block_size = 0;               // pattern block size (16, 32, 64, 128); 0 for dense
   std::uint64_t pattern_digest = 0; // baked only: BlockPattern::digest() of the baked pattern
   Pass pass = Pass::forward;
-  // Backward only. false: dQ is accumulated with fp32 atomics inside the dK/dV pass (one pass over the
-  // tiles, the fastest; the summation order, and so the last bits of dQ, vary from run to run).
-  // true: dQ has a pass of its own that owns its rows (no atomics: the same inputs give the same bits).
+  // Backward only. true: dQ has a pass of its own that owns its rows (no atomics: the same inputs give
+  // the same bits). false: whichever is faster for the call, which is mostly dQ accumulated with fp32
+  // atomics inside the dK/dV pass (one pass over the tiles; the summation order, and so the last bits
+  // of dQ, vary from run to run), but on Hopper the dQ pass where query rows see few key tiles, at
+  // head_dim 64, and with 4 or more query heads a K/V head below 12 key tiles a query row
+  // (docs/attention.md; SJIT_BACKWARD_DQ=atomic or pass overrides the choice).
   bool deterministic = false;
 
   friend bool operator==(const AttentionSpec&, const AttentionSpec&) = default;

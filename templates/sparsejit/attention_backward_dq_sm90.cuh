@@ -1,0 +1,179 @@
+// Attention backward on Hopper (sm_90a), deterministic dQ: the dQ pass of attention_backward.cuh (one
+// CTA a query tile walks the key tiles the forward's schedule gives it, the same masks and order, no
+// atomics) with its three tile products on wgmma.
+//
+// A CTA owns 128 queries; warpgroup g takes rows 64g .. 64g + 63 (warp w rows 16w .. 16w + 15, as on
+// the mma.sync path, so masks and stores are shared). Q and dO stay in shared memory for the whole
+// walk, and each thread's two rows' lse2 and delta in registers. For each 64-key tile:
+//   1. S = Q K^T and dP = dO V^T: Q and dO rows as A, the K and V tiles as B, all K-major, in two
+//      wgmma groups (P = exp2(..) runs while dP computes);
+//   2. in registers: the mask where the tile needs one, P = exp2(S scale log2 e - lse2) and
+//      dS = P (dP - delta), packed as A fragments;
+//   3. dQ += dS K (scaled at the end): A from registers, K read transposed (N-major), as the
+//      forward's O += P V reads V.
+// With three or more ring slots, dQ += dS K of tile j - 1 runs under the element-wise steps of tile j
+// (its K slot stays in use one tile longer). Thread 0 issues every copy (TMA); one CTA barrier a tile
+// tells it that both warpgroups are done with the slot it refills, as in the forward's wgmma kernel.
+#pragma once
+
+#include "sparsejit/attention_backward.cuh"
+#include "sparsejit/attention_forward_sm90.cuh"  // tma.cuh, wgmma.cuh
+
+namespace sjit_kernels {
+
+template <class Cfg>
+struct BackwardDqSm90Layout {
+  using Tr = BackwardTraits<Cfg>;
+  static_assert(Cfg::warps == 8 && Tr::block_n == 64, "wgmma dQ: 8 warps (128 queries) and 64-key tiles");
+  static_assert(Tr::head_dim == 64 || Tr::head_dim == 128, "wgmma dQ: head_dim 64 or 128");
+  static constexpr int rows = Tr::block_rows, cols = Tr::block_n;
+  static constexpr int own_bytes = rows * Tr::head_dim * 2;    // the Q and dO tiles
+  static constexpr int other_bytes = cols * Tr::head_dim * 2;  // one K or V slot
+  static constexpr int q_tile = 0, do_tile = own_bytes;        // offsets from the 1024-aligned base
+  static constexpr int k_ring = 2 * own_bytes;
+  static constexpr int v_ring = k_ring + Cfg::stages * other_bytes;
+  static constexpr int stats = v_ring + Cfg::stages * other_bytes;  // the rows' lse2, then their delta
+  static constexpr int barriers = stats + 2 * rows * 4;             // Q and dO's, then one per ring slot
+  static constexpr int used_bytes = barriers + 8 * (Cfg::stages + 1);
+  // dQ is staged through padded rows (store_rows) over Q and dO once the walk is done.
+  static_assert(rows * Tr::row_elems * 2 <= k_ring, "the dQ staging tile must fit over Q and dO");
+};
+
+template <class Cfg>
+__global__ void __launch_bounds__(BackwardTraits<Cfg>::threads, 1)
+    attention_backward_dq_sm90(const AttentionBackwardParams p, const __grid_constant__ AttentionBackwardTensorMaps maps) {
+  using Tr = BackwardTraits<Cfg>;
+  using L = BackwardDqSm90Layout<Cfg>;
+  using T = typename Tr::T;
+  constexpr int R = L::rows, C = L::cols, D = Tr::head_dim, stages = Cfg::stages;
+  extern __shared__ __align__(1024) unsigned char shared_dq_sm90[];
+  unsigned char* smem = swizzle_aligned_shared(shared_dq_sm90, L::used_bytes);
+  const unsigned base = smem_address(smem);
+
+  const QueryTileWork work = query_tile_work<Cfg, R, C>(p);
+  if (work.q0 >= p.seq_q) return;
+  const int count = work.count, kv_head = work.head_q / (p.heads_q / p.heads_kv);
+  const unsigned own_ready = base + L::barriers;
+  auto slot_ready = [&](int slot) { return own_ready + 8 * (1 + slot); };
+  auto k_tile = [&](int slot) { return base + L::k_ring + slot * L::other_bytes; };
+  auto v_tile = [&](int slot) { return base + L::v_ring + slot * L::other_bytes; };
+
+  // The j-th key tile of the walk into ring slot j % stages, K and V counted into the slot's barrier,
+  // whose phase flips once per use of the slot.
+  auto load_key_tile = [&](int j) {
+    const int slot = j % stages, key0 = work.key_tile(j) * C;
+    mbarrier_expect_bytes(slot_ready(slot), 2 * L::other_bytes);
+    tma_load_tile<D, C>(k_tile(slot), maps.k, slot_ready(slot), work.batch, kv_head, key0);
+    tma_load_tile<D, C>(v_tile(slot), maps.v, slot_ready(slot), work.batch, kv_head, key0);
+  };
+  // Loads run `ahead` tiles ahead: with overlap the slot of tile j - 1 is still read while tile j
+  // computes, so stages - 2 slots are free to load into (as in the forward).
+  constexpr bool overlap = stages >= 3;
+  constexpr int ahead = overlap ? stages - 2 : 1;
+  if (threadIdx.x == 0) {
+    init_copy_barriers(own_ready, stages + 1);
+    if (count > 0) {  // a tile with no key tile loads nothing: its dQ is 0
+      mbarrier_expect_bytes(own_ready, 2 * L::own_bytes);
+      tma_load_tile<D, R>(base + L::q_tile, maps.q, own_ready, work.batch, work.head_q, work.q0);
+      tma_load_tile<D, R>(base + L::do_tile, maps.d_o, own_ready, work.batch, work.head_q, work.q0);
+    }
+    for (int j = 0; j < ahead && j < count; ++j) load_key_tile(j);
+  }
+  float* lse2_rows = reinterpret_cast<float*>(smem + L::stats);
+  float* delta_rows = lse2_rows + R;
+  load_row_stats<R, Tr::threads>(lse2_rows, delta_rows, p, work.batch, work.head_q, work.q0);
+  __syncthreads();  // the barriers are initialized and the statistics written before anyone reads them
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warp_row0 = warp * 16;
+  // A thread's accumulator elements lie on two rows: lane / 4 and lane / 4 + 8 of its warp's 16.
+  const float lse2[2] = {lse2_rows[warp_row0 + lane / 4], lse2_rows[warp_row0 + lane / 4 + 8]};
+  const float delta[2] = {delta_rows[warp_row0 + lane / 4], delta_rows[warp_row0 + lane / 4 + 8]};
+  // This warpgroup's 64 rows of the Q and dO tiles, as K-major A operands.
+  const unsigned q_rows = base + L::q_tile + (warp / 4) * 64 * 128, do_rows = base + L::do_tile + (warp / 4) * 64 * 128;
+  float dq[1][Tr::d_tiles][4];
+#pragma unroll
+  for (int dt = 0; dt < Tr::d_tiles; ++dt) dq[0][dt][0] = dq[0][dt][1] = dq[0][dt][2] = dq[0][dt][3] = 0.f;
+  unsigned dsa[C / 16][4];  // dS as the A fragments of C / 16 k-steps
+  auto issue_dq = [&](int slot) {  // dQ += dS K of the K tile in `slot`
+#pragma unroll
+    for (int kk = 0; kk < C / 16; ++kk) wgmma_rs<T, D>(dq[0], dsa[kk], nmajor_descriptor(k_tile(slot), C, kk), 1);
+    wgmma_commit();
+  };
+
+  if (count > 0) mbarrier_wait(own_ready, 0);
+  int previous = 0;  // tile j - 1's slot
+  for (int j = 0; j < count; ++j) {
+    __syncthreads();  // every warpgroup is done with the slot thread 0 refills now
+    if (threadIdx.x == 0 && j + ahead < count) load_key_tile(j + ahead);
+    const int slot = j % stages;
+    mbarrier_wait(slot_ready(slot), (j / stages) & 1);
+
+    float s[1][Tr::n_tiles][4], ds[1][Tr::n_tiles][4];  // S, and dP then dS: this warp's queries x the tile's keys
+    wgmma_fence();  // dsa and dq written by ordinary instructions
+#pragma unroll
+    for (int ks = 0; ks < Tr::k_steps; ++ks)
+      wgmma_ss<T, C>(s[0], kmajor_descriptor(q_rows, R, ks), kmajor_descriptor(k_tile(slot), C, ks), ks > 0);
+    wgmma_commit();
+#pragma unroll
+    for (int ks = 0; ks < Tr::k_steps; ++ks)
+      wgmma_ss<T, C>(ds[0], kmajor_descriptor(do_rows, R, ks), kmajor_descriptor(v_tile(slot), C, ks), ks > 0);
+    wgmma_commit();
+    const bool dq_pending = overlap && j > 0;  // tile j - 1's dQ += dS K, behind this tile's products
+    if (dq_pending) {
+      wgmma_fence_operands(dq[0]);
+      issue_dq(previous);
+      wgmma_wait<2>();
+    } else {
+      wgmma_wait<1>();
+    }
+    wgmma_fence_operands(s[0]);
+
+    const int key0 = work.key_tile(j) * C;
+    const unsigned long long mask = work.mask(j);
+    if (backward_tile_needs_mask<Cfg>(p, work.q0, R, key0, C, mask))
+      mask_backward_tile<Cfg, false>(s, p, work.q0, key0, warp_row0, mask);
+#pragma unroll
+    for (int nt = 0; nt < Tr::n_tiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[0][nt][e] = fast_exp2(fmaf(s[0][nt][e], p.scale_log2, -lse2[e / 2]));
+    if (dq_pending) {
+      wgmma_wait<1>();
+    } else {
+      wgmma_wait<0>();
+    }
+    wgmma_fence_operands(ds[0]);
+#pragma unroll
+    for (int nt = 0; nt < Tr::n_tiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds[0][nt][e] = s[0][nt][e] * (ds[0][nt][e] - delta[e / 2]);
+    if (dq_pending) {  // tile j - 1's product has read dsa: it may be overwritten
+      wgmma_wait<0>();
+      wgmma_fence_operands(dq[0]);
+      wgmma_fence_operands(dsa);
+    }
+#pragma unroll
+    for (int kk = 0; kk < C / 16; ++kk) pack_a_fragment<T>(ds[0], kk, dsa[kk]);
+    if constexpr (!overlap) {
+      wgmma_fence();
+      wgmma_fence_operands(dq[0]);
+      issue_dq(slot);
+      wgmma_wait<0>();
+      wgmma_fence_operands(dq[0]);
+      wgmma_fence_operands(dsa);
+    }
+    previous = slot;
+  }
+  if (overlap && count > 0) {
+    wgmma_fence();
+    wgmma_fence_operands(dq[0]);
+    issue_dq(previous);
+    wgmma_wait<0>();
+    wgmma_fence_operands(dq[0]);
+  }
+
+  __syncthreads();  // every product is done with Q and dO, which dQ is staged over
+  T* dq_out = static_cast<T*>(p.dq) + work.batch * p.dq_batch_stride + work.head_q * p.dq_head_stride;
+  store_rows<Tr>(dq, p.scale, reinterpret_cast<T*>(smem), dq_out, p.dq_row_stride, work.q0, p.seq_q, warp_row0);
+}
+
+}  // namespace sjit_kernels

@@ -79,7 +79,7 @@ int run_attention(const AttentionBenchOptions& o) {
              o.queued ? ", queued (the host's launch latency hidden)" : ", each alone (the host's launch latency included)");
   std::vector<std::string> headers = {"kernel", "density", "blocks/row", "time", "TFLOP/s", "% of 989", "vs dense",
                                       "vs dense x density", "config"};
-  if (o.backward) headers.insert(headers.end(), {"bwd", "fwd+bwd", "fwd+bwd TFLOP/s", "fwd+bwd vs dense"});
+  if (o.backward) headers.insert(headers.end(), {"bwd", "dQ", "fwd+bwd", "fwd+bwd TFLOP/s", "fwd+bwd vs dense"});
   Table table(headers);
 
   // The backward's buffers: dO random, gradients written.
@@ -97,7 +97,7 @@ int run_attention(const AttentionBenchOptions& o) {
   Attention dense_attention(dense, config);
   const AttentionForwardArgs dense_args = args;
   AttentionBackwardArgs dense_bargs = bargs;
-  // Backward columns: time, forward + backward, its rate counted as 3.5 x the forward's FLOPs
+  // Backward columns: time, how it summed dQ (atomic or pass), forward + backward, its rate counted as 3.5 x the forward's FLOPs
   // (FlashAttention's convention: the backward does 2.5 x the forward's matrix work), and the speedup
   // over the dense forward + backward timed alternately with this row's (dense_fwd_ms: the same).
   auto backward_cells = [&](Attention& attention, const BlockPattern* pattern, double fwd_ms, double dense_fwd_ms,
@@ -112,7 +112,8 @@ int run_attention(const AttentionBenchOptions& o) {
                                                             [&] { dense_attention.backward(dense_bargs); }, o.queued);
     }
     const double both = fwd_ms + bwd_ms;
-    return std::vector<std::string>{fmt::format("{:.3f} ms", bwd_ms), fmt::format("{:.3f} ms", both),
+    return std::vector<std::string>{fmt::format("{:.3f} ms", bwd_ms), std::string(name(attention.dq_summation(bargs))),
+                                    fmt::format("{:.3f} ms", both),
                                     fmt::format("{:.0f}", 3.5 * flops / both / 1e9),
                                     fmt::format("{:.2f}x", (dense_fwd_ms + dense_bwd_ms) / both)};
   };

@@ -90,20 +90,19 @@ bool worth_converting_in_pass(double key_tiles_per_row) { return key_tiles_per_r
 //     0.02 0.26 / 0.21; causal dense 2.04-2.05 / 1.82-1.83, 0.1 0.38 / 0.38-0.39; at B4 H32 S4096
 //     (3 key tiles a row at 0.1) 0.1 0.72 in earlier closing runs / 0.60.
 // SJIT_BACKWARD_DQ=atomic or =pass overrides the choice (to measure it; unset or auto: chosen).
-enum class DqMethod { atomic, pass };
-DqMethod choose_dq_method(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group) {
-  if (!codegen::atomic_dq(spec)) return DqMethod::pass;  // determinism asked for, or d = 256
+DqSummation choose_dq_method(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group) {
+  if (!codegen::atomic_dq(spec)) return DqSummation::pass;  // determinism asked for, or d = 256
   if (const char* env = std::getenv("SJIT_BACKWARD_DQ"); env != nullptr && *env != '\0') {
     const std::string_view v(env);
-    if (v == "atomic") return DqMethod::atomic;
-    if (v == "pass") return DqMethod::pass;
+    if (v == "atomic") return DqSummation::atomic;
+    if (v == "pass") return DqSummation::pass;
     if (v != "auto")
       throw InvalidArgument(fmt::format("SJIT_BACKWARD_DQ = '{}': use atomic, pass or auto (or leave it unset)", v));
   }
-  if (!sm90) return DqMethod::atomic;  // the mma.sync kernels' crossover is not measured: as before
-  if (spec.head_dim == 64) return DqMethod::pass;  // a tie or better at every density measured
-  if (group >= 4) return key_tiles_per_row < 12 ? DqMethod::pass : DqMethod::atomic;
-  return key_tiles_per_row < 2.5 ? DqMethod::pass : DqMethod::atomic;
+  if (!sm90) return DqSummation::atomic;  // the mma.sync kernels' crossover is not measured: as before
+  if (spec.head_dim == 64) return DqSummation::pass;  // a tie or better at every density measured
+  if (group >= 4) return key_tiles_per_row < 12 ? DqSummation::pass : DqSummation::atomic;
+  return key_tiles_per_row < 2.5 ? DqSummation::pass : DqSummation::atomic;
 }
 
 // The backward's three tilings for `spec` (pass=bwd): the pre-pass, the dK/dV pass (wgmma where sm90
@@ -279,6 +278,36 @@ struct Attention::State {
     if (!atomic && codegen::atomic_dq(bwd)) bwd.deterministic = true;
     return bwd;
   }
+  // What the backward of `a` (checked, not a full pattern) runs on `target`: the dK/dV pass's tiling
+  // and key-major schedule, which is the same for both ways of summing dQ and says how many tiles a
+  // query row sees, and from that, how dQ is summed.
+  struct BackwardPlan {
+    bool sm90 = false;
+    codegen::BackwardTiling kv_tiling;
+    std::int64_t key_tiles = 0;
+    const DeviceSchedule* key_schedule = nullptr;  // null when dense
+    double key_tiles_per_row = 0;
+    bool atomic = false;
+  };
+  BackwardPlan plan_backward(const AttentionBackwardArgs& a, const jit::Target& target) {
+    BackwardPlan plan;
+    plan.sm90 = hopper_backward(target);
+    plan.kv_tiling = backward_tilings(backward_spec(true), plan.sm90).dkdv;
+    plan.key_tiles = (a.seq_k + plan.kv_tiling.block_rows() - 1) / plan.kv_tiling.block_rows();
+    if (spec.sparsity != Sparsity::dense && a.seq_q > 0 && a.seq_k > 0) {
+      plan.key_schedule = &schedule(*a.pattern, target, plan.kv_tiling.block_rows(), plan.kv_tiling.block_cols, true);
+      // The kernels rank a group's CTAs by ceil(Sk / block_rows) (key_tile_owner); the pattern's shape
+      // (checked against the lengths) gives the schedule as many key tiles.
+      if (plan.key_schedule->q_tiles != plan.key_tiles)
+        throw Error(fmt::format("attention backward: the pattern's key-major schedule has {} key tiles where "
+                                "Sk = {} needs {}", plan.key_schedule->q_tiles, a.seq_k, plan.key_tiles));
+    }
+    plan.key_tiles_per_row = active_key_tiles_per_query_row(plan.key_schedule, plan.kv_tiling, plan.key_tiles, a.seq_q);
+    const std::int64_t group = a.heads_q / std::max<std::int64_t>(a.heads_kv, 1);
+    plan.atomic = choose_dq_method(spec, plan.sm90, plan.key_tiles_per_row, group) == DqSummation::atomic;
+    return plan;
+  }
+
   const BackwardKernels& backward(const jit::Target& target, bool atomic) {
     {
       std::lock_guard lock(mutex);
@@ -448,23 +477,11 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   }
 
   const jit::Target target = jit::current_target();
-  const bool sm90 = state_->hopper_backward(target);
-  // The dK/dV pass's tiling is the same for both ways of summing dQ: its key-major schedule says how
-  // many tiles a query row sees, which decides between them.
-  const codegen::BackwardTiling kv_tiling = backward_tilings(state_->backward_spec(true), sm90).dkdv;
-  const std::int64_t key_tiles = (a.seq_k + kv_tiling.block_rows() - 1) / kv_tiling.block_rows();
-  const DeviceSchedule* key_schedule = nullptr;
-  if (spec.sparsity != Sparsity::dense && a.seq_q > 0 && a.seq_k > 0) {
-    key_schedule = &state_->schedule(*a.pattern, target, kv_tiling.block_rows(), kv_tiling.block_cols, true);
-    // The kernels rank a group's CTAs by ceil(Sk / block_rows) (key_tile_owner); the pattern's shape
-    // (checked against the lengths) gives the schedule as many key tiles.
-    if (key_schedule->q_tiles != key_tiles)
-      throw Error(fmt::format("attention backward: the pattern's key-major schedule has {} key tiles where "
-                              "Sk = {} needs {}", key_schedule->q_tiles, a.seq_k, key_tiles));
-  }
-  const double key_tiles_per_row = active_key_tiles_per_query_row(key_schedule, kv_tiling, key_tiles, a.seq_q);
-  const bool atomic =
-      choose_dq_method(spec, sm90, key_tiles_per_row, a.heads_q / std::max<std::int64_t>(a.heads_kv, 1)) == DqMethod::atomic;
+  const State::BackwardPlan plan = state_->plan_backward(a, target);
+  const codegen::BackwardTiling& kv_tiling = plan.kv_tiling;
+  const std::int64_t key_tiles = plan.key_tiles;
+  const DeviceSchedule* key_schedule = plan.key_schedule;
+  const bool atomic = plan.atomic;
   const State::BackwardKernels& kernels = state_->backward(target, atomic);
   const codegen::BackwardTiling& q_tiling = kernels.dq_tiling;
   if (key(kernels.dkdv_tiling) != key(kv_tiling))
@@ -502,8 +519,7 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   // or where the CTAs have too little work to hide it, dq_convert converts them all (a lag of every
   // group converts none in the pass).
   p.convert_lag = int(groups);
-  if (atomic && kv_tiling.wgmma && kv_grid > 0 &&
-      worth_converting_in_pass(key_tiles_per_row)) {
+  if (atomic && kv_tiling.wgmma && kv_grid > 0 && worth_converting_in_pass(plan.key_tiles_per_row)) {
     const std::int64_t lag = (target.device->multiprocessors + key_tiles - 1) / key_tiles + 1;
     p.convert_lag = int(std::min(lag, groups));
   }
@@ -553,6 +569,20 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
     throw;
   }
 }
+
+DqSummation Attention::dq_summation(const AttentionBackwardArgs& in) {
+  const AttentionSpec& spec = state_->spec;
+  const AttentionBackwardArgs a =
+      attention::checked_backward_args(spec, in, state_->baked ? &*state_->baked : nullptr);
+  if (spec.sparsity != Sparsity::dense && every_block_active(*a.pattern)) {  // as backward() does
+    AttentionBackwardArgs dense_args = a;
+    dense_args.pattern = nullptr;
+    return state_->dense().dq_summation(dense_args);
+  }
+  return state_->plan_backward(a, jit::current_target()).atomic ? DqSummation::atomic : DqSummation::pass;
+}
+
+std::string_view name(DqSummation s) { return s == DqSummation::atomic ? "atomic" : "pass"; }
 
 void attention_backward(const AttentionSpec& spec, const AttentionBackwardArgs& args, Stream stream) {
   Attention(spec).backward(args, stream);

@@ -82,14 +82,15 @@ struct GpuRun {
     f.pattern = pattern;
     attention.forward(f);
   }
-  void backward(Attention& attention) {
+  AttentionBackwardArgs backward_args() const {
     AttentionBackwardArgs b;
     b.q = q.data(), b.k = k.data(), b.v = v.data(), b.o = o.data(), b.lse = lse.as<float>(), b.d_o = d_o.data();
     b.dq = dq.data(), b.dk = dk.data(), b.dv = dv.data();
     b.batch = c.batch, b.heads_q = c.heads_q, b.heads_kv = c.heads_kv, b.seq_q = c.seq_q, b.seq_k = c.seq_k;
     b.pattern = pattern;
-    attention.backward(b);
+    return b;
   }
+  void backward(Attention& attention) { attention.backward(backward_args()); }
   Gradients gradients() const {  // after a synchronize()
     const DType dt = c.spec.dtype;
     return {download(dt, dq, q_elems), download(dt, dk, k_elems), download(dt, dv, k_elems)};
@@ -342,7 +343,8 @@ TEST_CASE("dQ is converted right while the dK/dV pass runs, across problem sizes
 // A backward without `deterministic` sums dQ atomically or in the dQ pass, whichever is faster for the
 // call (on Hopper; elsewhere atomically). Both ways, forced, give the reference's gradients, on one
 // Attention that switches between them (each has kernels of its own; the accumulator stays zero for
-// the atomic passes that follow a dQ pass). A bad override names itself and what is allowed.
+// the atomic passes that follow a dQ pass), and dq_summation reports the way forced. A bad override
+// names itself and what is allowed.
 TEST_CASE("both ways of summing dQ give the reference's gradients, and the backward switches between them",
           "[gpu][attention][backward]") {
   const std::uint64_t seed = test::fresh_seed();
@@ -362,9 +364,11 @@ TEST_CASE("both ways of summing dQ give the reference's gradients, and the backw
     const BlockPattern* p = pattern ? &*pattern : nullptr;
     const reference::AttentionGradients want = run_reference(c, in, p);
     Attention attention(c.spec);
+    const GpuRun buffers(c, in, p);
     for (const char* method : {"atomic", "pass", "atomic", "auto"}) {
       INFO("SJIT_BACKWARD_DQ=" << method);
       const DqMethodOverride forced(method);
+      if (std::string_view(method) != "auto") CHECK(name(attention.dq_summation(buffers.backward_args())) == method);
       expect_gradients_close(c, run_gpu(c, attention, in, p), want);
     }
   }
@@ -375,4 +379,48 @@ TEST_CASE("both ways of summing dQ give the reference's gradients, and the backw
   Attention attention(c.spec);
   CHECK_THROWS_WITH(run_gpu(c, attention, in, &pattern),
                     Catch::Matchers::Contains("SJIT_BACKWARD_DQ = 'fastest'") && Catch::Matchers::Contains("atomic, pass or auto"));
+}
+
+// The choice as documented (docs/attention.md, "The dQ pass on wgmma"): a deterministic spec always
+// takes the pass; otherwise on Hopper the pass at d = 64, and at d = 128 with one query head a K/V
+// head the pass only where a query row sees few key tiles (a dense row of 8192 keys sees 64); off
+// Hopper always the atomic adds. A full pattern answers as the dense spec does.
+TEST_CASE("dq_summation reports the way the backward sums dQ", "[gpu][attention][backward]") {
+  const DqMethodOverride unset("");
+  const bool hopper = current_device().cc_major == 9;
+  const std::int64_t s = 8192;
+  const BlockPattern one_block_a_row = patterns::random(128, s, s, 1.0 / 64, 7, 1);  // the diagonal only
+  const BlockPattern every_block = patterns::random(128, s, s, 1.0, 7, 1);
+  struct Case {
+    AttentionSpec spec;
+    const BlockPattern* pattern;
+    DqSummation want_on_hopper;
+  };
+  AttentionSpec deterministic = spec_of(128, DType::bf16, Causal::none);
+  deterministic.deterministic = true;
+  const std::vector<Case> cases = {
+      {spec_of(128, DType::bf16, Causal::none), nullptr, DqSummation::atomic},
+      {deterministic, nullptr, DqSummation::pass},
+      {spec_of(64, DType::bf16, Causal::none), nullptr, DqSummation::pass},
+      {spec_of(64, DType::bf16, Causal::top_left), nullptr, DqSummation::pass},
+      {spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 128), &one_block_a_row, DqSummation::pass},
+      {spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 128), &every_block, DqSummation::atomic},
+  };
+  for (const Case& k : cases) {
+    const Problem c{k.spec, 1, 2, 2, s, s};
+    INFO(c.name() << (k.pattern == &every_block ? " every block" : k.pattern ? " one block a row" : ""));
+    // The query reads the arguments' shapes and pattern, not the data: buffers of the right size.
+    const std::size_t bytes = std::size_t(c.heads_q * s * c.spec.head_dim) * 2;
+    std::vector<DeviceBuffer> t;
+    for (int i = 0; i < 8; ++i) t.emplace_back(bytes);
+    const DeviceBuffer lse(std::size_t(c.heads_q * s) * 4);
+    AttentionBackwardArgs b;
+    b.q = t[0].data(), b.k = t[1].data(), b.v = t[2].data(), b.o = t[3].data(), b.d_o = t[4].data();
+    b.dq = t[5].data(), b.dk = t[6].data(), b.dv = t[7].data(), b.lse = lse.as<float>();
+    b.batch = c.batch, b.heads_q = c.heads_q, b.heads_kv = c.heads_kv, b.seq_q = c.seq_q, b.seq_k = c.seq_k;
+    b.pattern = k.pattern;
+    Attention attention(k.spec);
+    const DqSummation want = hopper || k.spec.deterministic ? k.want_on_hopper : DqSummation::atomic;
+    CHECK(name(attention.dq_summation(b)) == name(want));
+  }
 }

@@ -94,6 +94,11 @@ struct AttentionBackwardArgs {
   const BlockPattern* pattern = nullptr;  // as in the forward
 };
 
+// How a backward sums dQ: atomic, fp32 atomic adds inside the dK/dV pass (the last bits vary from
+// run to run); pass, a dQ pass of its own that owns its rows (the same inputs give the same bits).
+enum class DqSummation { atomic, pass };
+std::string_view name(DqSummation s);  // "atomic" | "pass"
+
 // A prepared attention: compiles (or finds) its kernel once, keeps the device copy of each pattern's
 // tile schedule, then launches with little host work. Thread-safe. The spec's pass is ignored.
 class Attention {
@@ -116,6 +121,11 @@ class Attention {
   // is summed (see AttentionSpec). Scratch is kept per stream between calls: 8 bytes per query row,
   // plus 4 * head_dim with atomic dQ.
   void backward(const AttentionBackwardArgs& args, Stream stream = nullptr);
+
+  // How backward(args) sums dQ on the current device: DqSummation::pass whenever spec.deterministic,
+  // otherwise whichever way is faster for these args (see AttentionSpec::deterministic). Checks args
+  // as backward does and builds the pattern's key-major schedule; launches nothing.
+  DqSummation dq_summation(const AttentionBackwardArgs& args);
 
   const AttentionSpec& spec() const;
   AttentionConfig config() const;  // after resolve()

@@ -58,13 +58,15 @@ struct AttentionBackwardTensorMaps {
 namespace sjit_kernels {
 
 // The backward's per-row kernels (prep, dq_convert) run CTAs of 256 threads. A row's 8-element chunks
-// lie on a segment of a warp, D / 8 lanes rounded up to a power of two, and each thread takes two
-// rows: at D = 128 a CTA has 32 rows, 16 KB of loads, in flight, where a warp a row left half the
-// lanes idle and a quarter of that in flight.
+// lie on a segment of a warp, D / 8 lanes rounded up to a power of two (a warp a row left half the
+// lanes idle), and each thread takes one row: at D = 128 a CTA has 16 rows, 8 KB of loads, in flight,
+// and with 28 registers a thread an SM holds 8 CTAs. More rows a thread meant more registers and
+// fewer CTAs: the pre-pass at B2 H16 S8192 took 55-56 us with one row, 65-66 with two, 78-79 with
+// four (H100, ncu).
 constexpr int per_row_lanes(int head_dim) {
   return head_dim <= 32 ? 4 : head_dim <= 64 ? 8 : head_dim <= 128 ? 16 : 32;
 }
-constexpr int kPerRowRowsPerThread = 2;
+constexpr int kPerRowRowsPerThread = 1;
 constexpr int per_row_cta_rows(int head_dim) { return 256 / per_row_lanes(head_dim) * kPerRowRowsPerThread; }
 
 // The arguments of the backward kernels (dQ; dK and dV; and the pre-pass that computes each row's

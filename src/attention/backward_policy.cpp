@@ -1,0 +1,56 @@
+// The backward's choices that depend on the problem, not on the kernels: where atomic dQ's accumulator
+// is converted, and whether dQ is summed atomically or by a pass of its own.
+#include "attention/backward_policy.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+
+#include "codegen/attention_codegen.h"
+#include "sparsejit/error.h"
+
+namespace sjit::attention {
+
+// Whether the Hopper dK/dV pass should convert atomic dQ's accumulator itself (in the CTAs a wave
+// after each group's) rather than leave it all to dq_convert. A CTA's share of the conversion is its
+// group's rows over the group's CTAs, read, written as dQ and zeroed; the CTA's own work is its key
+// tile's active query rows, over the same query heads. Their ratio is the mean number of active key
+// tiles a query row. Where it is small, a share is no longer hidden behind the work. On the H100
+// (S = 8192, docs/attention.md) the conversion in the pass took 45-85 us off the backward at 6 (density
+// 0.1), about 10 us at 3 (0.05), and nothing at 1 (0.02: 0.431 against 0.432 ms with dq_convert).
+// Below 2 (a single key tile, say) one CTA's share would be many rows, so dq_convert does it.
+bool worth_converting_in_pass(double key_tiles_per_row) { return key_tiles_per_row >= 2; }
+
+// How a backward that may sum dQ either way (spec.deterministic false) sums it: atomically inside the
+// dK/dV pass, or in the dQ pass of its own (no accumulator, no conversion, but S and dP computed a
+// second time: seven tile products a tile pair instead of five). The accumulator's costs (the
+// reductions, the conversion) grow with the rows, the second products with the active tiles, so the
+// dQ pass wins where a row sees few tiles. Measured on the H100 with the Hopper kernels
+// (docs/attention.md, "The dQ pass on wgmma"), the backward in ms, atomic / dQ pass:
+//   d = 128, B2 H16 S8192: 0.1 0.68-0.71 / 0.86-0.88, 0.05 0.54 / 0.56-0.57, 0.035 0.47 / 0.45,
+//     0.02 0.43 / 0.36; causal 0.05 0.49 / 0.51-0.52;
+//   d = 128 with 4 query heads a K/V head: dense 5.4 / 5.9-6.2, 0.25 1.70-1.71 / 1.75-1.87,
+//     0.15 1.31 / 1.19-1.24, 0.1 1.01 / 0.82, 0.05 0.68 / 0.53 (the dK/dV pass has a quarter of the
+//     CTAs, each with four heads' tiles);
+//   d = 64, B2 H16 S8192: dense 3.78-3.81 / 3.41-3.45, 0.25 1.04 / 0.97-1.02, 0.1 0.49 / 0.49,
+//     0.02 0.26 / 0.21; causal dense 2.04-2.05 / 1.82-1.83, 0.1 0.38 / 0.38-0.39; at B4 H32 S4096
+//     (3 key tiles a row at 0.1) 0.1 0.72 in earlier closing runs / 0.60.
+DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group,
+                                std::string_view forced) {
+  if (!forced.empty() && forced != "auto" && forced != "atomic" && forced != "pass")
+    throw InvalidArgument(fmt::format("SJIT_BACKWARD_DQ = '{}': use atomic, pass or auto (or leave it unset)", forced));
+  if (!codegen::atomic_dq(spec)) return DqSummation::pass;  // determinism asked for, or d = 256
+  if (forced == "atomic") return DqSummation::atomic;
+  if (forced == "pass") return DqSummation::pass;
+  if (!sm90) return DqSummation::atomic;  // the mma.sync kernels' crossover is not measured: as before
+  if (spec.head_dim == 64) return DqSummation::pass;  // a tie or better at every density measured
+  if (group >= 4) return key_tiles_per_row < 12 ? DqSummation::pass : DqSummation::atomic;
+  return key_tiles_per_row < 2.5 ? DqSummation::pass : DqSummation::atomic;
+}
+
+std::string_view forced_dq_summation() {
+  const char* env = std::getenv("SJIT_BACKWARD_DQ");
+  return env == nullptr ? std::string_view() : std::string_view(env);
+}
+
+}  // namespace sjit::attention

@@ -1,0 +1,26 @@
+// The backward's choices that depend on the problem, not on the kernels (backward_policy.cpp has the
+// measurements behind them).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "sparsejit/attention.h"
+
+namespace sjit::attention {
+
+// Whether the Hopper dK/dV pass converts atomic dQ's accumulator itself, given the mean number of
+// active key tiles a query row sees, rather than leaving it all to dq_convert.
+bool worth_converting_in_pass(double key_tiles_per_row);
+
+// How the backward of `spec` sums dQ on a device (sm90: the Hopper kernels), for a problem whose query
+// rows see `key_tiles_per_row` active key tiles on average, with `group` query heads a K/V head.
+// `forced` is SJIT_BACKWARD_DQ's value: "atomic" or "pass" forces that way unless the spec needs the
+// pass; "" or "auto" chooses; anything else is refused (InvalidArgument), whatever the spec.
+DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group,
+                                std::string_view forced);
+
+// SJIT_BACKWARD_DQ's value, or "" when unset.
+std::string_view forced_dq_summation();
+
+}  // namespace sjit::attention

@@ -1,0 +1,84 @@
+// The backward's problem-dependent choices (src/attention/backward_policy.h): how dQ is summed, and
+// where atomic dQ's accumulator is converted. The thresholds are the measured crossovers of
+// docs/attention.md, "The dQ pass on wgmma"; each case sits on one side of one.
+#include <catch2/catch.hpp>
+
+#include "attention/backward_policy.h"
+#include "sparsejit/sparsejit.h"
+
+using namespace sjit;
+using attention::choose_dq_summation;
+using Catch::Matchers::Contains;
+
+namespace {
+
+AttentionSpec spec_of(int head_dim, Causal causal = Causal::none, bool deterministic = false) {
+  AttentionSpec s;
+  s.head_dim = head_dim;
+  s.causal = causal;
+  s.deterministic = deterministic;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("a deterministic spec, or one at d = 256, always takes the dQ pass", "[attention][backward][policy]") {
+  for (const bool sm90 : {false, true})
+    for (const char* forced : {"", "auto", "atomic", "pass"}) {
+      INFO("sm90 " << sm90 << ", SJIT_BACKWARD_DQ='" << forced << "'");
+      CHECK(choose_dq_summation(spec_of(128, Causal::none, true), sm90, 64, 1, forced) == DqSummation::pass);
+      CHECK(choose_dq_summation(spec_of(256), sm90, 64, 1, forced) == DqSummation::pass);
+    }
+}
+
+TEST_CASE("off Hopper dQ is summed atomically unless forced", "[attention][backward][policy]") {
+  for (const double tiles : {0.5, 1.0, 6.0, 64.0})
+    for (const int d : {64, 128}) {
+      INFO("d " << d << ", tiles a row " << tiles);
+      CHECK(choose_dq_summation(spec_of(d), false, tiles, 1, "") == DqSummation::atomic);
+      CHECK(choose_dq_summation(spec_of(d), false, tiles, 8, "auto") == DqSummation::atomic);
+      CHECK(choose_dq_summation(spec_of(d), false, tiles, 1, "pass") == DqSummation::pass);
+    }
+}
+
+TEST_CASE("on Hopper the dQ pass where rows see few key tiles, at d = 64, and for wide GQA groups",
+          "[attention][backward][policy]") {
+  // One query head a K/V head, d = 128: the pass at 1 and 2 tiles a row (0.02 and 0.035 at S = 8192),
+  // the atomic adds from 3 (0.05) on, causal or not.
+  for (const Causal c : {Causal::none, Causal::top_left}) {
+    INFO("causal " << name(c));
+    CHECK(choose_dq_summation(spec_of(128, c), true, 1, 1, "") == DqSummation::pass);
+    CHECK(choose_dq_summation(spec_of(128, c), true, 2, 1, "") == DqSummation::pass);
+    CHECK(choose_dq_summation(spec_of(128, c), true, 3, 1, "") == DqSummation::atomic);
+    CHECK(choose_dq_summation(spec_of(128, c), true, 64, 1, "") == DqSummation::atomic);
+  }
+  // Two query heads a K/V head behave as one.
+  CHECK(choose_dq_summation(spec_of(128), true, 6, 2, "") == DqSummation::atomic);
+  // Four or more: the pass up to 0.15 (9.6 tiles a row at S = 8192), the atomic adds from 0.25 (16).
+  CHECK(choose_dq_summation(spec_of(128), true, 9.6, 4, "") == DqSummation::pass);
+  CHECK(choose_dq_summation(spec_of(128), true, 16, 4, "") == DqSummation::atomic);
+  CHECK(choose_dq_summation(spec_of(128), true, 64, 8, "") == DqSummation::atomic);
+  // d = 64: the pass at every density, causal or not.
+  for (const double tiles : {1.0, 6.0, 64.0}) {
+    CHECK(choose_dq_summation(spec_of(64), true, tiles, 1, "") == DqSummation::pass);
+    CHECK(choose_dq_summation(spec_of(64, Causal::bottom_right), true, tiles, 1, "auto") == DqSummation::pass);
+  }
+}
+
+TEST_CASE("SJIT_BACKWARD_DQ forces a way, and a bad value names itself", "[attention][backward][policy]") {
+  CHECK(choose_dq_summation(spec_of(128), true, 1, 1, "atomic") == DqSummation::atomic);
+  CHECK(choose_dq_summation(spec_of(128), true, 64, 1, "pass") == DqSummation::pass);
+  CHECK_THROWS_AS(choose_dq_summation(spec_of(128), true, 6, 1, "Atomic"), InvalidArgument);
+  CHECK_THROWS_WITH(choose_dq_summation(spec_of(128), true, 6, 1, "fastest"),
+                    Contains("SJIT_BACKWARD_DQ = 'fastest'") && Contains("atomic, pass or auto"));
+  // Also where the spec leaves no choice: the setting is wrong either way.
+  CHECK_THROWS_AS(choose_dq_summation(spec_of(128, Causal::none, true), false, 6, 1, "fastest"), InvalidArgument);
+}
+
+TEST_CASE("atomic dQ is converted inside the dK/dV pass from two key tiles a query row",
+          "[attention][backward][policy]") {
+  CHECK_FALSE(attention::worth_converting_in_pass(1));
+  CHECK_FALSE(attention::worth_converting_in_pass(1.9));
+  CHECK(attention::worth_converting_in_pass(2));
+  CHECK(attention::worth_converting_in_pass(6));
+}

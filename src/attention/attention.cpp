@@ -571,7 +571,7 @@ std::vector<std::string> attention_kernel_keys(const AttentionSpec& in, std::str
   const BackwardTilings t = backward_tilings(bwd, sm90);
   for (const codegen::BackwardTiling& tiling : {t.prep, t.dkdv, t.dq}) keys.push_back(key(bwd) + "|" + key(tiling));
   // On Hopper a backward that may sum dQ either way runs the dQ pass where a row sees few tiles
-  // (choose_dq_method): its deterministic twin's kernels too.
+  // (choose_dq_summation): its deterministic twin's kernels too.
   if (sm90 && codegen::atomic_dq(bwd)) {
     bwd.deterministic = true;
     const BackwardTilings d = backward_tilings(bwd, sm90);

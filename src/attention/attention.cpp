@@ -87,7 +87,17 @@ int current_compute_capability() {
   }
 }
 
-bool every_block_active(const BlockPattern& p) { return p.nnz() == std::int64_t(p.heads()) * p.block_rows() * p.block_cols(); }
+// A pattern with every block active runs on the dense kernels (through the dense twin), with the
+// checked args less their pattern. (Checked args of an empty problem may have no pattern.)
+bool runs_dense_kernels(const AttentionSpec& spec, const BlockPattern* p) {
+  return spec.sparsity != Sparsity::dense && p != nullptr &&
+         p->nnz() == std::int64_t(p->heads()) * p->block_rows() * p->block_cols();
+}
+template <class Args>
+Args without_pattern(Args a) {
+  a.pattern = nullptr;
+  return a;
+}
 
 std::unique_ptr<DeviceSchedule> upload(const attention::TileSchedule& s, CUcontext context, std::uint64_t digest) {
   auto d = std::make_unique<DeviceSchedule>();
@@ -369,11 +379,7 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   const AttentionForwardArgs a =
       attention::checked_forward_args(spec, in, state_->baked ? &*state_->baked : nullptr);
   if (a.batch == 0 || a.seq_q == 0) return;
-  if (spec.sparsity != Sparsity::dense && every_block_active(*a.pattern)) {
-    AttentionForwardArgs dense_args = a;
-    dense_args.pattern = nullptr;
-    return state_->dense().forward(dense_args, stream);
-  }
+  if (runs_dense_kernels(spec, a.pattern)) return state_->dense().forward(without_pattern(a), stream);
 
   const jit::Target target = jit::current_target();
   const jit::LoadedKernel& kernel = state_->kernel(target);
@@ -430,11 +436,7 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   const AttentionBackwardArgs a =
       attention::checked_backward_args(spec, in, state_->baked ? &*state_->baked : nullptr);
   if (a.batch == 0 || (a.seq_q == 0 && a.seq_k == 0)) return;
-  if (spec.sparsity != Sparsity::dense && every_block_active(*a.pattern)) {
-    AttentionBackwardArgs dense_args = a;
-    dense_args.pattern = nullptr;
-    return state_->dense().backward(dense_args, stream);
-  }
+  if (runs_dense_kernels(spec, a.pattern)) return state_->dense().backward(without_pattern(a), stream);
 
   const jit::Target target = jit::current_target();
   const State::BackwardPlan plan = state_->plan_backward(a, target);
@@ -444,7 +446,7 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   const bool atomic = plan.atomic;
   const State::BackwardKernels& kernels = state_->backward(target, atomic);
   const codegen::BackwardTiling& q_tiling = kernels.dq_tiling;
-  if (key(kernels.dkdv_tiling) != key(kv_tiling))
+  if (kernels.dkdv_tiling != kv_tiling)
     throw Error(fmt::format("attention backward: internal: the dK/dV kernel was built for '{}', the schedule for '{}'",
                             key(kernels.dkdv_tiling), key(kv_tiling)));
 
@@ -534,11 +536,7 @@ DqSummation Attention::dq_summation(const AttentionBackwardArgs& in) {
   const AttentionSpec& spec = state_->spec;
   const AttentionBackwardArgs a =
       attention::checked_backward_args(spec, in, state_->baked ? &*state_->baked : nullptr);
-  if (spec.sparsity != Sparsity::dense && every_block_active(*a.pattern)) {  // as backward() does
-    AttentionBackwardArgs dense_args = a;
-    dense_args.pattern = nullptr;
-    return state_->dense().dq_summation(dense_args);
-  }
+  if (runs_dense_kernels(spec, a.pattern)) return state_->dense().dq_summation(without_pattern(a));  // as backward()
   return state_->plan_backward(a, jit::current_target()).atomic ? DqSummation::atomic : DqSummation::pass;
 }
 
@@ -568,14 +566,16 @@ std::vector<std::string> attention_kernel_keys(const AttentionSpec& in, std::str
   std::vector<std::string> keys = {codegen::attention_kernel_key(spec, resolve(spec, {}, sm90 ? 90 : 80))};
   AttentionSpec bwd = spec;
   bwd.pass = Pass::backward;
-  const BackwardTilings t = backward_tilings(bwd, sm90);
-  for (const codegen::BackwardTiling& tiling : {t.prep, t.dkdv, t.dq}) keys.push_back(key(bwd) + "|" + key(tiling));
+  auto add_backward_keys = [&] {
+    const BackwardTilings t = backward_tilings(bwd, sm90);
+    for (const codegen::BackwardTiling& tiling : {t.prep, t.dkdv, t.dq}) keys.push_back(key(bwd) + "|" + key(tiling));
+  };
+  add_backward_keys();
   // On Hopper a backward that may sum dQ either way runs the dQ pass where a row sees few tiles
   // (choose_dq_summation): its deterministic twin's kernels too.
   if (sm90 && codegen::atomic_dq(bwd)) {
     bwd.deterministic = true;
-    const BackwardTilings d = backward_tilings(bwd, sm90);
-    for (const codegen::BackwardTiling& tiling : {d.prep, d.dkdv, d.dq}) keys.push_back(key(bwd) + "|" + key(tiling));
+    add_backward_keys();
   }
   return keys;
 }

@@ -40,6 +40,7 @@ struct BackwardTiling {
   // The Hopper dK/dV kernel adds a warpgroup to the `warps` that own the rows: it issues the copies
   // and adds dQ to the accumulator (attention_backward_sm90.cuh).
   int threads() const { return 32 * warps + (wgmma && part == BackwardPart::dkdv ? 128 : 0); }
+  friend bool operator==(const BackwardTiling&, const BackwardTiling&) = default;
 };
 
 // "part=dkdv,warps=8,cols=64,stages=2", and back (throws InvalidArgument naming the field).

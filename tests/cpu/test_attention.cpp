@@ -718,6 +718,47 @@ TEST_CASE("Attention::forward refuses bad arguments before any GPU work, naming 
   }
 }
 
+// The backward and dq_summation check their arguments as the forward does, before any GPU work: the
+// same fake tensors plus dO, lse and the three gradients, each 1 MiB apart.
+TEST_CASE("Attention::backward and dq_summation refuse bad arguments, naming the argument", "[attention][args]") {
+  auto backward_args = [] {
+    AttentionBackwardArgs b;
+    const AttentionForwardArgs f = fake_args();
+    b.q = f.q, b.k = f.k, b.v = f.v, b.o = f.o;
+    b.d_o = fake(0x500000), b.lse = static_cast<float*>(fake(0x600000));
+    b.dq = fake(0x700000), b.dk = fake(0x800000), b.dv = fake(0x900000);
+    b.batch = f.batch, b.heads_q = f.heads_q, b.heads_kv = f.heads_kv, b.seq_q = f.seq_q, b.seq_k = f.seq_k;
+    return b;
+  };
+  auto refused = [](Attention& att, const AttentionBackwardArgs& b, const std::string& text) {
+    CAPTURE(text);
+    CHECK_THROWS_AS(att.backward(b), InvalidArgument);
+    CHECK_THROWS_WITH(att.backward(b), Contains(text));
+    CHECK_THROWS_WITH(att.dq_summation(b), Contains(text));
+  };
+  Attention dense(make_spec(64, DType::f16, Causal::none, Sparsity::dense, 0));
+  AttentionBackwardArgs b = backward_args();
+  b.lse = nullptr;
+  refused(dense, b, "lse is null");
+  b = backward_args();
+  b.d_o = nullptr;
+  refused(dense, b, "d_o");
+  b = backward_args();
+  b.dk = fake(0x200000 + 0x1000);  // inside k
+  refused(dense, b, "dk overlaps k");
+  b = backward_args();
+  b.heads_q = 6, b.heads_kv = 4;
+  refused(dense, b, "heads_q = 6");
+
+  Attention sparse(make_spec(64, DType::f16, Causal::none, Sparsity::block_sparse, 64));
+  b = backward_args();
+  refused(sparse, b, "needs args.pattern");
+  const BlockPattern wrong_shape = patterns::dense(64, 200, 130);  // 4 block rows where Sq = 100 needs 2
+  b.pattern = &wrong_shape;
+  CHECK_THROWS_AS(sparse.backward(b), InvalidArgument);
+  CHECK_THROWS_AS(sparse.dq_summation(b), InvalidArgument);
+}
+
 TEST_CASE("Attention::forward checks the pattern against the spec and the shapes", "[attention][args]") {
   const AttentionSpec bsr = make_spec(64, DType::bf16, Causal::none, Sparsity::block_sparse, 32);
   Attention attention(bsr);

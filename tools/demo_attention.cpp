@@ -37,8 +37,8 @@ std::string forward_key(const AttentionSpec& spec, bool gpu, const std::string& 
   return gpu ? key(canon) + "|" + key(Attention(canon).config()) : attention_kernel_keys(canon, arch).front();
 }
 
-// The backward's three kernel keys (pre-pass, dK/dV, dQ conversion): attention_kernel_keys after the
-// forward's.
+// The backward's kernel keys (pre-pass, dK/dV, dQ conversion; on sm_90a also the deterministic
+// twin's three, whose dQ pass the backward may choose): attention_kernel_keys after the forward's.
 std::vector<std::string> backward_keys(const AttentionSpec& spec, const std::string& arch) {
   std::vector<std::string> keys = attention_kernel_keys(spec, arch);
   keys.erase(keys.begin());

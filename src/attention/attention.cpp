@@ -36,7 +36,23 @@ struct DeviceSchedule {
   const int* item_order = nullptr;
   int pattern_heads = 0, q_tiles = 0, items = 0;
   std::int64_t tiles = 0;  // active tiles, all items together
+  bool in_graph = false;   // a launch captured into a graph reads it: never freed before the Attention
 };
+
+// Whether a call's stream is being captured into a CUDA graph, and what its caller should have called
+// before the capture began. Capture records launches only, so a call that would first compile,
+// allocate or copy is refused, saying what it would have done.
+struct Capture {
+  bool active = false;
+  const char* prepare_call = "";
+  void refuse(std::string_view would) const {
+    if (active)
+      throw InvalidArgument(fmt::format("attention: the stream is being captured into a CUDA graph, but this call "
+                                        "would first {}, which a capture cannot record: call Attention::{} "
+                                        "before the capture begins", would, prepare_call));
+  }
+};
+Capture capture_of(Stream stream, const char* prepare_call) { return {stream_is_capturing(stream), prepare_call}; }
 
 std::size_t round_up_8(std::size_t bytes) { return (bytes + 7) / 8 * 8; }
 
@@ -151,6 +167,9 @@ struct Attention::State {
   // The dense kernels of the same head dim, dtype and causality: a pattern with every block active
   // runs there, since the schedule would only add work (measured 4-10% on the H100).
   std::unique_ptr<Attention> dense_twin;
+  // What a forward under capture that finds its kernel or schedule missing tells the caller to call:
+  // prepare(pattern) for a dense twin, whose caller holds the block-sparse object.
+  const char* forward_prepare_call = nullptr;
 
   Attention& dense() {
     std::lock_guard lock(mutex);
@@ -161,6 +180,7 @@ struct Attention::State {
       AttentionConfig twin;  // the device's default tiling for the dense spec, on the path the caller named
       twin.path = asked_path;
       dense_twin = std::make_unique<Attention>(d, twin);
+      dense_twin->state_->forward_prepare_call = "prepare(pattern)";
     }
     return *dense_twin;
   }
@@ -168,13 +188,17 @@ struct Attention::State {
   // (XXH3-64 over its content) together with the context.
   std::list<std::unique_ptr<DeviceSchedule>> schedules;
   static constexpr std::size_t kSchedulesKept = 16;
+  // Device memory that a graph captured from this object's launches may read after this object has
+  // moved on: a schedule dropped from `schedules`, scratch since grown. Freed with the object.
+  std::vector<DeviceBuffer> kept_for_graphs;
 
-  const jit::LoadedKernel& kernel(const jit::Target& target) {
+  const jit::LoadedKernel& kernel(const jit::Target& target, const Capture& capture = {}) {
     {
       std::lock_guard lock(mutex);
       for (const auto& k : kernels)
         if (k->context == target.context) return *k;
     }
+    capture.refuse("compile and load its kernel");
     if (on_wgmma(config.path) && target.device->arch != "sm_90a")
       throw InvalidArgument(fmt::format("attention config '{}': path = {} runs on compute capability 9.0 "
                                         "(sm_90a) only; this device is {} ({})",
@@ -188,29 +212,35 @@ struct Attention::State {
     return *kernels.back();
   }
 
-  const DeviceSchedule& schedule(const BlockPattern& pattern, const jit::Target& target) {
-    return schedule(pattern, target, config.block_m(), config.block_n, false);
+  const DeviceSchedule& schedule(const BlockPattern& pattern, const jit::Target& target, const Capture& capture = {}) {
+    return schedule(pattern, target, config.block_m(), config.block_n, false, capture);
   }
 
   // The schedule of `pattern` (or of its transpose) for tiles of block_m x block_n, on the device.
   const DeviceSchedule& schedule(const BlockPattern& pattern, const jit::Target& target, int block_m, int block_n,
-                                 bool transposed) {
+                                 bool transposed, const Capture& capture = {}) {
     std::lock_guard lock(mutex);
     for (auto it = schedules.begin(); it != schedules.end(); ++it) {
-      const DeviceSchedule& d = **it;
+      DeviceSchedule& d = **it;
       if (d.context == target.context && d.pattern_digest == pattern.digest() && d.block_m == block_m &&
           d.block_n == block_n && d.transposed == transposed) {
+        d.in_graph = d.in_graph || capture.active;
         schedules.splice(schedules.begin(), schedules, it);
         return *schedules.front();
       }
     }
+    capture.refuse(fmt::format("build and upload the {} tile schedule of its pattern ({:016x})",
+                               transposed ? "key-major" : "query-major", pattern.digest()));
     const attention::TileSchedule s =
         attention::build_tile_schedule(transposed ? pattern.transposed() : pattern, block_m, block_n);
     schedules.push_front(upload(s, target.context, pattern.digest()));
     schedules.front()->block_m = block_m;
     schedules.front()->block_n = block_n;
     schedules.front()->transposed = transposed;
-    if (schedules.size() > kSchedulesKept) schedules.pop_back();
+    if (schedules.size() > kSchedulesKept) {
+      if (schedules.back()->in_graph) kept_for_graphs.push_back(std::move(schedules.back()->buffer));
+      schedules.pop_back();
+    }
     return *schedules.front();
   }
 
@@ -233,6 +263,7 @@ struct Attention::State {
     DeviceBuffer buffer;
     bool zeroed;
     bool stale = false;
+    bool in_graph = false;  // a captured launch uses it: kept, not freed, when it grows
   };
   std::list<Scratch> scratch;
 
@@ -259,13 +290,14 @@ struct Attention::State {
     double key_tiles_per_row = 0;
     bool atomic = false;
   };
-  BackwardPlan plan_backward(const AttentionBackwardArgs& a, const jit::Target& target) {
+  BackwardPlan plan_backward(const AttentionBackwardArgs& a, const jit::Target& target, const Capture& capture = {}) {
     BackwardPlan plan;
     plan.sm90 = hopper_backward(target);
     plan.kv_tiling = backward_tilings(backward_spec(true), plan.sm90).dkdv;
     plan.key_tiles = (a.seq_k + plan.kv_tiling.block_rows() - 1) / plan.kv_tiling.block_rows();
     if (spec.sparsity != Sparsity::dense && a.seq_q > 0 && a.seq_k > 0) {
-      plan.key_schedule = &schedule(*a.pattern, target, plan.kv_tiling.block_rows(), plan.kv_tiling.block_cols, true);
+      plan.key_schedule =
+          &schedule(*a.pattern, target, plan.kv_tiling.block_rows(), plan.kv_tiling.block_cols, true, capture);
       // The kernels rank a group's CTAs by ceil(Sk / block_rows) (key_tile_owner); the pattern's shape
       // (checked against the lengths) gives the schedule as many key tiles.
       if (plan.key_schedule->q_tiles != plan.key_tiles)
@@ -278,12 +310,13 @@ struct Attention::State {
     return plan;
   }
 
-  const BackwardKernels& backward(const jit::Target& target, bool atomic) {
+  const BackwardKernels& backward(const jit::Target& target, bool atomic, const Capture& capture = {}) {
     {
       std::lock_guard lock(mutex);
       for (const auto& k : backward_kernels)
         if (k.context == target.context && k.atomic == atomic) return k;
     }
+    capture.refuse(fmt::format("compile and load its backward kernels ({} dQ)", atomic ? "atomic" : "pass"));
     const AttentionSpec bwd = backward_spec(atomic);
     auto get = [&](const codegen::BackwardTiling& t) {
       return jit::get_kernel(target, key(bwd) + "|" + key(t), [&] { return codegen::attention_backward_source(bwd, t); });
@@ -300,21 +333,53 @@ struct Attention::State {
   }
 
   // `zeroed`: the accumulator's buffer, filled with zeros when (re)allocated.
-  float* scratch_for(const jit::Target& target, Stream stream, std::size_t bytes, bool zeroed = false) {
+  float* scratch_for(const jit::Target& target, Stream stream, std::size_t bytes, bool zeroed, const Capture& capture) {
     std::lock_guard lock(mutex);
     auto it = std::find_if(scratch.begin(), scratch.end(), [&](const Scratch& s) {
       return s.context == target.context && s.stream == stream && s.zeroed == zeroed;
     });
     if (it == scratch.end()) {
+      capture.refuse(fmt::format("allocate {} bytes of scratch for the stream", bytes));
       it = scratch.insert(scratch.end(), {target.context, stream, DeviceBuffer(bytes), zeroed, zeroed});
     } else if (it->buffer.bytes() < bytes) {
-      synchronize(stream);  // the old buffer may still be in use by work queued on this stream
+      capture.refuse(fmt::format("grow the stream's scratch from {} to {} bytes", it->buffer.bytes(), bytes));
+      if (it->in_graph) kept_for_graphs.push_back(std::move(it->buffer));
+      else synchronize(stream);  // the old buffer may still be in use by work queued on this stream
       it->buffer = DeviceBuffer(bytes);
       it->stale = zeroed;
+      it->in_graph = false;
     }
-    if (it->stale) it->buffer.fill_bytes(0, stream);
+    if (it->stale) it->buffer.fill_bytes(0, stream);  // under capture, a step of the graph
     it->stale = false;
+    it->in_graph = it->in_graph || capture.active;
     return it->buffer.as<float>();
+  }
+
+  // Everything a backward of `a` (checked, not a full pattern) on `stream` uses besides its launches:
+  // the plan, the kernels of its way of summing dQ, the dQ pass's query-major schedule, and the
+  // stream's scratch. Built or allocated on first use, which `capture` refuses.
+  struct BackwardResources {
+    BackwardPlan plan;
+    const BackwardKernels* kernels = nullptr;
+    const DeviceSchedule* query_schedule = nullptr;  // the dQ pass's, with a pattern
+    float* stats = nullptr;     // delta and lse2 (a float each a query row), then the groups' counters
+    float* dq_accum = nullptr;  // atomic dQ's accumulator
+  };
+  BackwardResources backward_resources(const AttentionBackwardArgs& a, const jit::Target& target, Stream stream,
+                                       const Capture& capture) {
+    BackwardResources r;
+    r.plan = plan_backward(a, target, capture);
+    r.kernels = &backward(target, r.plan.atomic, capture);
+    if (r.kernels->dkdv_tiling != r.plan.kv_tiling)
+      throw Error(fmt::format("attention backward: internal: the dK/dV kernel was built for '{}', the schedule for '{}'",
+                              key(r.kernels->dkdv_tiling), key(r.plan.kv_tiling)));
+    const codegen::BackwardTiling& q_tiling = r.kernels->dq_tiling;
+    if (r.plan.key_schedule && !r.plan.atomic)  // the query-major pass walks the forward's schedule
+      r.query_schedule = &schedule(*a.pattern, target, q_tiling.block_rows(), q_tiling.block_cols, false, capture);
+    const std::size_t rows = std::size_t(std::max<std::int64_t>(a.batch * a.heads_q * a.seq_q, 1));
+    r.stats = scratch_for(target, stream, rows * 8 + std::size_t(a.batch * a.heads_kv) * 4, false, capture);
+    if (r.plan.atomic) r.dq_accum = scratch_for(target, stream, rows * std::size_t(spec.head_dim) * 4, true, capture);
+    return r;
   }
 
   // The zeroed scratch of (context, stream) may hold partial sums: zero it before its next use.
@@ -368,9 +433,18 @@ AttentionConfig Attention::config() const { return state_->config; }
 void Attention::prepare() { state_->kernel(jit::current_target()); }
 
 void Attention::prepare(const BlockPattern& pattern) {
+  if (runs_dense_kernels(state_->spec, &pattern)) return state_->dense().prepare();  // as forward() runs it
   const jit::Target target = jit::current_target();
   state_->kernel(target);
   if (state_->spec.sparsity == Sparsity::block_sparse) state_->schedule(pattern, target);
+}
+
+void Attention::prepare_backward(const AttentionBackwardArgs& in, Stream stream) {
+  const AttentionBackwardArgs a =
+      attention::checked_backward_args(state_->spec, in, state_->baked ? &*state_->baked : nullptr);
+  if (a.batch == 0 || (a.seq_q == 0 && a.seq_k == 0)) return;
+  if (runs_dense_kernels(state_->spec, a.pattern)) return state_->dense().prepare_backward(without_pattern(a), stream);
+  state_->backward_resources(a, jit::current_target(), stream, {});
 }
 
 void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
@@ -382,7 +456,10 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   if (runs_dense_kernels(spec, a.pattern)) return state_->dense().forward(without_pattern(a), stream);
 
   const jit::Target target = jit::current_target();
-  const jit::LoadedKernel& kernel = state_->kernel(target);
+  const Capture capture = capture_of(stream, state_->forward_prepare_call ? state_->forward_prepare_call
+                                             : spec.sparsity == Sparsity::block_sparse ? "prepare(pattern)"
+                                                                                       : "prepare()");
+  const jit::LoadedKernel& kernel = state_->kernel(target, capture);
   sjit_kernels::AttentionForwardParams p{};
   p.q = a.q;
   p.k = a.k;
@@ -402,7 +479,7 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
     const std::int64_t q_tiles = (a.seq_q + config.block_m() - 1) / config.block_m();
     grid = q_tiles * a.batch * a.heads_q;
   } else if (spec.sparsity == Sparsity::block_sparse) {
-    const DeviceSchedule& s = state_->schedule(*a.pattern, target);
+    const DeviceSchedule& s = state_->schedule(*a.pattern, target, capture);
     p.item_tile_begin = s.item_tile_begin;
     p.tile_index = s.tile_index;
     p.tile_mask = s.tile_mask;
@@ -439,25 +516,22 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   if (runs_dense_kernels(spec, a.pattern)) return state_->dense().backward(without_pattern(a), stream);
 
   const jit::Target target = jit::current_target();
-  const State::BackwardPlan plan = state_->plan_backward(a, target);
+  const State::BackwardResources r =
+      state_->backward_resources(a, target, stream, capture_of(stream, "prepare_backward(args, stream)"));
+  const State::BackwardPlan& plan = r.plan;
   const codegen::BackwardTiling& kv_tiling = plan.kv_tiling;
   const std::int64_t key_tiles = plan.key_tiles;
   const DeviceSchedule* key_schedule = plan.key_schedule;
   const bool atomic = plan.atomic;
-  const State::BackwardKernels& kernels = state_->backward(target, atomic);
+  const State::BackwardKernels& kernels = *r.kernels;
   const codegen::BackwardTiling& q_tiling = kernels.dq_tiling;
-  if (kernels.dkdv_tiling != kv_tiling)
-    throw Error(fmt::format("attention backward: internal: the dK/dV kernel was built for '{}', the schedule for '{}'",
-                            key(kernels.dkdv_tiling), key(kv_tiling)));
 
   const std::int64_t rows = a.batch * a.heads_q * a.seq_q;
   const std::int64_t groups = a.batch * a.heads_kv;  // (batch, K/V head): a dK/dV CTA's query heads
-  float* scratch = state_->scratch_for(target, stream, std::size_t(std::max<std::int64_t>(rows, 1)) * 8 + std::size_t(groups) * 4);
   sjit_kernels::AttentionBackwardParams p{};
   p.q = a.q, p.k = a.k, p.v = a.v, p.o = a.o, p.d_o = a.d_o, p.lse = a.lse;
-  if (atomic)
-    p.dq_accum = state_->scratch_for(target, stream, std::size_t(std::max<std::int64_t>(rows, 1) * spec.head_dim) * 4, true);
-  p.delta = scratch;
+  p.dq_accum = r.dq_accum;
+  p.delta = r.stats;
   p.lse2 = p.delta + rows;
   p.groups_done = reinterpret_cast<unsigned*>(p.lse2 + rows);
   p.dq = a.dq, p.dk = a.dk, p.dv = a.dv;
@@ -496,9 +570,8 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
     p.k_item_tile_begin = ks.item_tile_begin, p.k_tile_index = ks.tile_index, p.k_tile_mask = ks.tile_mask;
     p.k_item_order = ks.item_order, p.k_items_per_head = ks.q_tiles;
     p.pattern_heads = ks.pattern_heads;
-    if (!atomic) {  // the query-major pass walks the forward's schedule
-      const DeviceSchedule& qs =
-          state_->schedule(*a.pattern, target, q_tiling.block_rows(), q_tiling.block_cols, false);
+    if (r.query_schedule) {  // the query-major pass walks the forward's schedule
+      const DeviceSchedule& qs = *r.query_schedule;
       p.q_item_tile_begin = qs.item_tile_begin, p.q_tile_index = qs.tile_index, p.q_tile_mask = qs.tile_mask;
       p.q_item_order = qs.item_order, p.q_items_per_head = qs.q_tiles;
       q_grid = std::int64_t(qs.items) * a.batch * (a.heads_q / qs.pattern_heads);

@@ -111,6 +111,48 @@ bool stream_is_capturing(Stream stream) {
   return status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+void begin_capture(Stream stream) {
+  if (stream == nullptr)
+    throw InvalidArgument("begin_capture: the legacy default stream (nullptr) cannot be captured into a graph; "
+                          "capture a stream of your own, e.g. an OwnedStream");
+  enter_context();
+  SJIT_CU(cu().cuStreamBeginCapture(reinterpret_cast<CUstream>(stream), CU_STREAM_CAPTURE_MODE_GLOBAL));
+}
+
+Graph end_capture(Stream stream) {
+  if (!stream_is_capturing(stream))
+    throw InvalidArgument("end_capture: the stream is not being captured (call begin_capture first)");
+  CUgraph graph = nullptr;
+  SJIT_CU(cu().cuStreamEndCapture(reinterpret_cast<CUstream>(stream), &graph));
+  CUgraphExec exec = nullptr;
+  const CUresult instantiated = cu().cuGraphInstantiateWithFlags(&exec, graph, 0);
+  cu().cuGraphDestroy(graph);  // the executable graph keeps what it needs
+  runtime::check(instantiated, "cuGraphInstantiateWithFlags(&exec, graph, 0)");
+  Graph g;
+  g.exec_ = exec;
+  return g;
+}
+
+Graph::~Graph() {
+  if (exec_ != nullptr) cu().cuGraphExecDestroy(static_cast<CUgraphExec>(exec_));
+}
+
+Graph::Graph(Graph&& o) noexcept : exec_(o.exec_) { o.exec_ = nullptr; }
+
+Graph& Graph::operator=(Graph&& o) noexcept {
+  if (this != &o) {
+    if (exec_ != nullptr) cu().cuGraphExecDestroy(static_cast<CUgraphExec>(exec_));
+    exec_ = o.exec_;
+    o.exec_ = nullptr;
+  }
+  return *this;
+}
+
+void Graph::launch(Stream stream) const {
+  if (exec_ == nullptr) throw InvalidArgument("Graph::launch: an empty Graph (made by default or moved from)");
+  SJIT_CU(cu().cuGraphLaunch(static_cast<CUgraphExec>(exec_), reinterpret_cast<CUstream>(stream)));
+}
+
 EventTimer::EventTimer() {
   enter_context();
   CUevent a = nullptr, b = nullptr;

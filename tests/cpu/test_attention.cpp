@@ -718,9 +718,10 @@ TEST_CASE("Attention::forward refuses bad arguments before any GPU work, naming 
   }
 }
 
-// The backward and dq_summation check their arguments as the forward does, before any GPU work: the
-// same fake tensors plus dO, lse and the three gradients, each 1 MiB apart.
-TEST_CASE("Attention::backward and dq_summation refuse bad arguments, naming the argument", "[attention][args]") {
+// The backward, prepare_backward and dq_summation check their arguments as the forward does, before
+// any GPU work: the same fake tensors plus dO, lse and the three gradients, each 1 MiB apart.
+TEST_CASE("Attention::backward, prepare_backward and dq_summation refuse bad arguments, naming the argument",
+          "[attention][args]") {
   auto backward_args = [] {
     AttentionBackwardArgs b;
     const AttentionForwardArgs f = fake_args();
@@ -735,6 +736,7 @@ TEST_CASE("Attention::backward and dq_summation refuse bad arguments, naming the
     CHECK_THROWS_AS(att.backward(b), InvalidArgument);
     CHECK_THROWS_WITH(att.backward(b), Contains(text));
     CHECK_THROWS_WITH(att.dq_summation(b), Contains(text));
+    CHECK_THROWS_WITH(att.prepare_backward(b), Contains(text));
   };
   Attention dense(make_spec(64, DType::f16, Causal::none, Sparsity::dense, 0));
   AttentionBackwardArgs b = backward_args();
@@ -757,6 +759,7 @@ TEST_CASE("Attention::backward and dq_summation refuse bad arguments, naming the
   b.pattern = &wrong_shape;
   CHECK_THROWS_AS(sparse.backward(b), InvalidArgument);
   CHECK_THROWS_AS(sparse.dq_summation(b), InvalidArgument);
+  CHECK_THROWS_AS(sparse.prepare_backward(b), InvalidArgument);
 }
 
 TEST_CASE("Attention::forward checks the pattern against the spec and the shapes", "[attention][args]") {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "sparsejit/attention_reference.h"
@@ -75,12 +76,22 @@ struct GpuRun {
         pattern(c.spec.sparsity == Sparsity::block_sparse ? p : nullptr) {
     for (DeviceBuffer* b : {&dq, &dk, &dv}) b->fill_bytes(0xFF);
   }
-  void forward(Attention& attention) {
+  AttentionForwardArgs forward_args() const {
     AttentionForwardArgs f;
     f.q = q.data(), f.k = k.data(), f.v = v.data(), f.o = o.data(), f.lse = lse.as<float>();
     f.batch = c.batch, f.heads_q = c.heads_q, f.heads_kv = c.heads_kv, f.seq_q = c.seq_q, f.seq_k = c.seq_k;
     f.pattern = pattern;
-    attention.forward(f);
+    return f;
+  }
+  void forward(Attention& attention) { attention.forward(forward_args()); }
+  // New inputs into the same buffers, and the gradients poisoned again (synchronous on the host).
+  void reload(const Inputs& in) {
+    for (auto [buffer, values] : {std::pair{&q, &in.q}, {&k, &in.k}, {&v, &in.v}, {&d_o, &in.d_o}}) {
+      const std::vector<unsigned char> bytes = test::to_bytes(c.spec.dtype, *values);
+      buffer->upload(bytes.data(), bytes.size());
+    }
+    for (DeviceBuffer* b : {&dq, &dk, &dv}) b->fill_bytes(0xFF);
+    synchronize();
   }
   AttentionBackwardArgs backward_args() const {
     AttentionBackwardArgs b;
@@ -423,4 +434,98 @@ TEST_CASE("dq_summation reports the way the backward sums dQ", "[gpu][attention]
     const DqSummation want = hopper || k.spec.deterministic ? k.want_on_hopper : DqSummation::atomic;
     CHECK(name(attention.dq_summation(b)) == name(want));
   }
+}
+
+// A training step captured into a CUDA graph: the forward and backward made ready (prepare(pattern),
+// prepare_backward: kernels, the pattern's schedules, the stream's scratch), captured on a stream of
+// their own, then replayed on fresh inputs copied into the same buffers. Every replay gives the
+// reference's gradients, so a replay leaves atomic dQ's accumulator zero for the next, as a call does.
+// Both ways of summing dQ, a dense causal spec, and a pattern with every block active (run on the
+// dense kernels). Capture is in the global mode: an allocation, a synchronous copy or a stream
+// synchronization inside forward or backward would make the capture fail.
+TEST_CASE("a prepared forward and backward captured into a CUDA graph replay to the reference's gradients",
+          "[gpu][attention][backward]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const AttentionSpec bsr = spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 128);
+  struct Case {
+    Problem problem;
+    const char* dq_way;  // SJIT_BACKWARD_DQ
+  };
+  const std::vector<Case> cases = {
+      {{bsr, 1, 4, 2, 700, 900, 0.3}, "atomic"},
+      {{bsr, 1, 4, 2, 700, 900, 0.3}, "pass"},
+      {{spec_of(64, DType::f16, Causal::bottom_right), 1, 2, 2, 333, 517}, "auto"},
+      {{bsr, 1, 2, 1, 300, 300, 1.0}, "auto"},
+  };
+  for (const Case& k : cases) {
+    const Problem& c = k.problem;
+    INFO(c.name() << " SJIT_BACKWARD_DQ=" << k.dq_way);
+    const DqMethodOverride dq_way(k.dq_way);
+    std::optional<BlockPattern> pattern;
+    if (c.spec.sparsity != Sparsity::dense) pattern = patterns::random(128, c.seq_q, c.seq_k, c.density, rng(), 1);
+    const BlockPattern* p = pattern ? &*pattern : nullptr;
+    Attention attention(c.spec);
+    const OwnedStream stream;
+    GpuRun run(c, random_inputs(c, rng), p);
+    if (p) attention.prepare(*p);
+    else attention.prepare();
+    attention.prepare_backward(run.backward_args(), stream.get());
+    synchronize();
+    begin_capture(stream.get());
+    attention.forward(run.forward_args(), stream.get());
+    attention.backward(run.backward_args(), stream.get());
+    const Graph step = end_capture(stream.get());
+    for (const char* replay : {"first replay", "second replay"}) {
+      INFO(replay);
+      const Inputs in = random_inputs(c, rng);
+      run.reload(in);
+      step.launch(stream.get());
+      synchronize(stream.get());
+      expect_gradients_close(c, run.gradients(), run_reference(c, in, p));
+    }
+  }
+}
+
+// Where a forward or backward would first compile, upload a schedule or allocate scratch, it refuses
+// under capture, naming what to call first, and enqueues nothing: the capture stays valid, so the
+// prepared forward captured before it still replays, and the same backward run after the capture
+// (eagerly, preparing itself) still gives the reference's gradients.
+TEST_CASE("an unprepared forward or backward under capture is refused, naming the prepare call",
+          "[gpu][attention][backward]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const Problem c{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 128), 1, 2, 2, 512, 512, 0.5};
+  const BlockPattern pattern = patterns::random(128, c.seq_q, c.seq_k, c.density, rng(), 1);
+  const BlockPattern other = patterns::random(128, c.seq_q, c.seq_k, c.density, rng(), 1);
+  const BlockPattern every_block = patterns::random(128, c.seq_q, c.seq_k, 1.0, rng(), 1);
+  const Inputs in = random_inputs(c, rng);
+  Attention attention(c.spec);
+  const OwnedStream stream;
+  GpuRun run(c, in, &pattern);
+  attention.prepare(pattern);
+  synchronize();
+  begin_capture(stream.get());
+  attention.forward(run.forward_args(), stream.get());
+  AttentionForwardArgs unprepared = run.forward_args();
+  unprepared.pattern = &other;  // its schedule was never uploaded
+  CHECK_THROWS_WITH(attention.forward(unprepared, stream.get()),
+                    Catch::Matchers::Contains("captured into a CUDA graph") &&
+                        Catch::Matchers::Contains("tile schedule") && Catch::Matchers::Contains("prepare(pattern)"));
+  unprepared.pattern = &every_block;  // runs the dense kernel, never loaded
+  CHECK_THROWS_WITH(attention.forward(unprepared, stream.get()),
+                    Catch::Matchers::Contains("kernel") && Catch::Matchers::Contains("prepare(pattern)"));
+  CHECK_THROWS_WITH(attention.backward(run.backward_args(), stream.get()),
+                    Catch::Matchers::Contains("captured into a CUDA graph") &&
+                        Catch::Matchers::Contains("prepare_backward(args, stream)"));
+  Graph forward_only;
+  CHECK_NOTHROW(forward_only = end_capture(stream.get()));
+  forward_only.launch(stream.get());
+  attention.backward(run.backward_args(), stream.get());
+  synchronize(stream.get());
+  expect_gradients_close(c, run.gradients(), run_reference(c, in, &pattern));
+  CHECK_THROWS_WITH(begin_capture(nullptr), Catch::Matchers::Contains("legacy default stream"));
+  CHECK_THROWS_WITH(end_capture(stream.get()), Catch::Matchers::Contains("not being captured"));
 }

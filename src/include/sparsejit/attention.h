@@ -110,12 +110,22 @@ class Attention {
   Attention(Attention&&) noexcept;
   Attention& operator=(Attention&&) noexcept;
 
-  // Compiles and loads the kernel for the current device now (warm-up).
+  // Compiles and loads the forward's kernel for the current device now (warm-up).
   void prepare();
-  // Also builds and uploads a pattern's tile schedule now, so that later launches (for instance while a
-  // stream is captured into a graph) do no host-to-device copy.
+  // Also builds and uploads a pattern's tile schedule now (or, for a pattern with every block active,
+  // readies the dense kernel it runs on), so that a later forward with it only launches: such a
+  // forward can be captured into a CUDA graph (begin_capture in sparsejit/device.h).
   void prepare(const BlockPattern& pattern);
+  // Everything backward(args, stream) does besides launching: compiles its kernels (for the way it
+  // would sum dQ), builds and uploads the pattern's schedules, and allocates the stream's scratch for
+  // args' shape. A later backward with the same shape and pattern on `stream` (or a smaller shape)
+  // only launches, so it can be captured into a CUDA graph. Checks args as backward does.
+  void prepare_backward(const AttentionBackwardArgs& args, Stream stream = nullptr);
 
+  // While `stream` is being captured into a graph, forward and backward refuse (InvalidArgument,
+  // naming the prepare call) where they would first compile, upload or allocate. A graph uses the
+  // schedules and the scratch of the stream it was captured on, which this object keeps until it is
+  // destroyed: replay it on that stream, or at least never beside other backward calls on it.
   void forward(const AttentionForwardArgs& args, Stream stream = nullptr);
   // Gradients of the forward with the same spec, pattern and scale. spec.deterministic chooses how dQ
   // is summed (see AttentionSpec). Scratch is kept per stream between calls: 8 bytes per query row,

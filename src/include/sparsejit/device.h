@@ -80,6 +80,34 @@ void copy_device_to_device(void* dst, const void* src, std::size_t bytes, Stream
 void synchronize(Stream stream = nullptr);
 bool stream_is_capturing(Stream stream);
 
+// CUDA graphs: the work enqueued on a stream between begin_capture and end_capture, recorded once and
+// replayed by launch() with little host work (a training step's kernels, say). Capture runs in the
+// driver's global mode: until it ends, a call on any thread that would allocate or synchronize fails
+// rather than break the graph, so make sparsejit objects ready first (Attention::prepare(pattern),
+// Attention::prepare_backward(args, stream)). A graph reads and writes the device memory its calls
+// named when captured: keep it, and the objects whose calls it recorded, alive while it runs.
+class Graph {
+ public:
+  Graph() = default;
+  ~Graph();
+  Graph(Graph&& other) noexcept;
+  Graph& operator=(Graph&& other) noexcept;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  void launch(Stream stream = nullptr) const;  // enqueues one replay on `stream`
+
+ private:
+  friend Graph end_capture(Stream stream);
+  void* exec_ = nullptr;
+};
+
+// Begins capturing `stream`, which must not be the legacy default stream (nullptr), e.g. an OwnedStream.
+void begin_capture(Stream stream);
+// Ends the capture begun on `stream` and instantiates what it recorded. Throws DriverError where a call
+// during the capture invalidated it, and InvalidArgument where `stream` is not being captured.
+Graph end_capture(Stream stream);
+
 // Times GPU work with events: median of many runs after warm-up.
 class EventTimer {
  public:

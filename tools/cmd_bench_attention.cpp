@@ -26,6 +26,7 @@ struct AttentionBenchOptions {
   bool backward = false;
   bool deterministic = false;
   bool queued = false;
+  bool graph = false;
   std::string config;
   int iterations = 20, warmup = 3;
 };
@@ -80,6 +81,7 @@ int run_attention(const AttentionBenchOptions& o) {
   std::vector<std::string> headers = {"kernel", "density", "blocks/row", "time", "TFLOP/s", "% of 989", "vs dense",
                                       "vs dense x density", "config"};
   if (o.backward) headers.insert(headers.end(), {"bwd", "dQ", "fwd+bwd", "fwd+bwd TFLOP/s", "fwd+bwd vs dense"});
+  if (o.backward && o.graph) headers.push_back("fwd+bwd graph");
   Table table(headers);
 
   // The backward's buffers: dO random, gradients written.
@@ -97,6 +99,19 @@ int run_attention(const AttentionBenchOptions& o) {
   Attention dense_attention(dense, config);
   const AttentionForwardArgs dense_args = args;
   AttentionBackwardArgs dense_bargs = bargs;
+  // --graph: the forward and backward captured into one CUDA graph (on a stream of their own, made
+  // ready first), its replays timed on the default stream: a training step without the host's launches.
+  auto graph_step_ms = [&](Attention& attention, const BlockPattern* pattern) {
+    const OwnedStream capture_stream;
+    if (pattern) attention.prepare(*pattern);
+    else attention.prepare();
+    attention.prepare_backward(bargs, capture_stream.get());
+    begin_capture(capture_stream.get());
+    attention.forward(args, capture_stream.get());
+    attention.backward(bargs, capture_stream.get());
+    const Graph step = end_capture(capture_stream.get());
+    return median_ms(o, [&] { step.launch(); });
+  };
   // Backward columns: time, how it summed dQ (atomic or pass), forward + backward, its rate counted as 3.5 x the forward's FLOPs
   // (FlashAttention's convention: the backward does 2.5 x the forward's matrix work), and the speedup
   // over the dense forward + backward timed alternately with this row's (dense_fwd_ms: the same).
@@ -112,10 +127,11 @@ int run_attention(const AttentionBenchOptions& o) {
                                                             [&] { dense_attention.backward(dense_bargs); }, o.queued);
     }
     const double both = fwd_ms + bwd_ms;
-    return std::vector<std::string>{fmt::format("{:.3f} ms", bwd_ms), std::string(name(attention.dq_summation(bargs))),
-                                    fmt::format("{:.3f} ms", both),
-                                    fmt::format("{:.0f}", 3.5 * flops / both / 1e9),
-                                    fmt::format("{:.2f}x", (dense_fwd_ms + dense_bwd_ms) / both)};
+    std::vector<std::string> cells = {fmt::format("{:.3f} ms", bwd_ms), std::string(name(attention.dq_summation(bargs))),
+                                      fmt::format("{:.3f} ms", both), fmt::format("{:.0f}", 3.5 * flops / both / 1e9),
+                                      fmt::format("{:.2f}x", (dense_fwd_ms + dense_bwd_ms) / both)};
+    if (o.graph) cells.push_back(fmt::format("{:.3f} ms", graph_step_ms(attention, pattern)));
+    return cells;
   };
 
   const double dense_ms = median_ms(o, [&] { dense_attention.forward(args); });
@@ -196,6 +212,9 @@ Runner add_bench_attention(CLI::App& bench) {
   cmd->add_flag("--queued", o->queued,
                 "Enqueue every timed run before waiting (each with its own events), so the host's launch latency "
                 "hides behind the GPU's work as in a training loop; by default each run is timed alone");
+  cmd->add_flag("--graph", o->graph,
+                "With --backward, also time the forward and backward captured into one CUDA graph and replayed "
+                "(the 'fwd+bwd graph' column)");
   cmd->add_option("--iters", o->iterations, "Timed runs (median reported)");
   cmd->add_option("--warmup", o->warmup, "Untimed runs first");
   return [=] { return cmd->parsed() ? run_attention(*o) : -1; };

@@ -496,7 +496,7 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   if (grid == 0) return;
   p.work_items = int(grid);
   // The persistent kernel: one CTA an SM (its shared memory and registers allow no more), each taking
-  // the work items gridDim.x apart.
+  // one work item a round of gridDim.x, snaking (attention_forward_sm90_ws.cuh).
   if (config.path == AttentionPath::wgmma_ws) grid = std::min<std::int64_t>(grid, target.device->multiprocessors);
   // The Hopper kernels' second parameter: the tensor maps they load their tiles through. The mma.sync
   // kernel has one parameter, and the driver reads only the parameters a kernel declares.

@@ -1,7 +1,7 @@
 // Attention forward on Hopper (sm_90a), warp-specialized and persistent (the structure of
 // FlashAttention-3, Shah et al. 2024): the same work items, masks, online softmax and wgmma products as
-// attention_forward_sm90.cuh (WarpgroupRows), but one CTA an SM walks work items gridDim.x apart, and
-// a thread of its own keeps the copies ahead of the math across items.
+// attention_forward_sm90.cuh (WarpgroupRows), but one CTA an SM walks one work item of every round of
+// gridDim.x, and a thread of its own keeps the copies ahead of the math across items.
 //
 // Why: at low density a work item is a few key tiles, and what a CTA does once per item (find its
 // tiles in the schedule, load Q and the first K/V tile, store O) weighs as much as several tiles. One
@@ -161,7 +161,12 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
                                                  w.batch, w.head_q, w.q_tile * Tr::block_m);
       ++items;
     };
-    for (unsigned item = blockIdx.x; item < unsigned(p.work_items); item += gridDim.x) {
+    // Round k takes item k * gridDim.x + blockIdx.x, or in odd rounds the mirror of it (a snake). Items
+    // come heaviest first within each (batch, head): a plain stride would hand the low CTAs the heavier
+    // item of every round (dense causal: 8% over the mean walk, against 3% snaking; see docs).
+    for (unsigned round = 0, first = 0; first < unsigned(p.work_items); ++round, first += gridDim.x) {
+      const unsigned item = first + (round % 2 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
+      if (item >= unsigned(p.work_items)) continue;
       const WorkItem w = work_item_head_major<Cfg>(p, item);
       if (w.q_tile * Tr::block_m >= p.seq_q) continue;  // a schedule item past the end of a short sequence
       publish_item(w, w.tiles.count);

@@ -81,7 +81,7 @@ int run_attention(const AttentionBenchOptions& o) {
   std::vector<std::string> headers = {"kernel", "density", "blocks/row", "time", "TFLOP/s", "% of 989", "vs dense",
                                       "vs dense x density", "config"};
   if (o.backward) headers.insert(headers.end(), {"bwd", "dQ", "fwd+bwd", "fwd+bwd TFLOP/s", "fwd+bwd vs dense"});
-  if (o.backward && o.graph) headers.push_back("fwd+bwd graph");
+  if (o.backward && o.graph) headers.insert(headers.end(), {"fwd+bwd graph", "calls / graph"});
   Table table(headers);
 
   // The backward's buffers: dO random, gradients written.
@@ -100,7 +100,8 @@ int run_attention(const AttentionBenchOptions& o) {
   const AttentionForwardArgs dense_args = args;
   AttentionBackwardArgs dense_bargs = bargs;
   // --graph: the forward and backward captured into one CUDA graph (on a stream of their own, made
-  // ready first), its replays timed on the default stream: a training step without the host's launches.
+  // ready first), its replays timed on the default stream (a training step without the host's
+  // launches), alternately with the same two calls made directly, which see the same clocks.
   auto graph_step_ms = [&](Attention& attention, const BlockPattern* pattern) {
     const OwnedStream capture_stream;
     if (pattern) attention.prepare(*pattern);
@@ -110,7 +111,8 @@ int run_attention(const AttentionBenchOptions& o) {
     attention.forward(args, capture_stream.get());
     attention.backward(bargs, capture_stream.get());
     const Graph step = end_capture(capture_stream.get());
-    return median_ms(o, [&] { step.launch(); });
+    return paired_median_gpu_ms(o.warmup, o.iterations, [&] { step.launch(); },
+                                [&] { attention.forward(args), attention.backward(bargs); }, o.queued);
   };
   // Backward columns: time, how it summed dQ (atomic or pass), forward + backward, its rate counted as 3.5 x the forward's FLOPs
   // (FlashAttention's convention: the backward does 2.5 x the forward's matrix work), and the speedup
@@ -130,7 +132,11 @@ int run_attention(const AttentionBenchOptions& o) {
     std::vector<std::string> cells = {fmt::format("{:.3f} ms", bwd_ms), std::string(name(attention.dq_summation(bargs))),
                                       fmt::format("{:.3f} ms", both), fmt::format("{:.0f}", 3.5 * flops / both / 1e9),
                                       fmt::format("{:.2f}x", (dense_fwd_ms + dense_bwd_ms) / both)};
-    if (o.graph) cells.push_back(fmt::format("{:.3f} ms", graph_step_ms(attention, pattern)));
+    if (o.graph) {
+      const auto [graph_ms, calls_ms] = graph_step_ms(attention, pattern);
+      cells.push_back(fmt::format("{:.3f} ms", graph_ms));
+      cells.push_back(fmt::format("{:.2f}x", calls_ms / graph_ms));
+    }
     return cells;
   };
 
@@ -214,7 +220,7 @@ Runner add_bench_attention(CLI::App& bench) {
                 "hides behind the GPU's work as in a training loop; by default each run is timed alone");
   cmd->add_flag("--graph", o->graph,
                 "With --backward, also time the forward and backward captured into one CUDA graph and replayed "
-                "(the 'fwd+bwd graph' column)");
+                "(the 'fwd+bwd graph' column), alternately with the same calls made directly ('calls / graph')");
   cmd->add_option("--iters", o->iterations, "Timed runs (median reported)");
   cmd->add_option("--warmup", o->warmup, "Untimed runs first");
   return [=] { return cmd->parsed() ? run_attention(*o) : -1; };

@@ -110,7 +110,7 @@ int run_attention(const AttentionBenchOptions& o) {
     begin_capture(capture_stream.get());
     attention.forward(args, capture_stream.get());
     attention.backward(bargs, capture_stream.get());
-    const Graph step = end_capture(capture_stream.get());
+    const CudaGraph step = end_capture(capture_stream.get());
     return paired_median_gpu_ms(o.warmup, o.iterations, [&] { step.launch(); },
                                 [&] { attention.forward(args), attention.backward(bargs); }, o.queued);
   };

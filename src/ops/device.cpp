@@ -119,7 +119,7 @@ void begin_capture(Stream stream) {
   SJIT_CU(cu().cuStreamBeginCapture(reinterpret_cast<CUstream>(stream), CU_STREAM_CAPTURE_MODE_GLOBAL));
 }
 
-Graph end_capture(Stream stream) {
+CudaGraph end_capture(Stream stream) {
   if (!stream_is_capturing(stream))
     throw InvalidArgument("end_capture: the stream is not being captured (call begin_capture first)");
   CUgraph graph = nullptr;
@@ -128,18 +128,18 @@ Graph end_capture(Stream stream) {
   const CUresult instantiated = cu().cuGraphInstantiateWithFlags(&exec, graph, 0);
   cu().cuGraphDestroy(graph);  // the executable graph keeps what it needs
   runtime::check(instantiated, "cuGraphInstantiateWithFlags(&exec, graph, 0)");
-  Graph g;
+  CudaGraph g;
   g.exec_ = exec;
   return g;
 }
 
-Graph::~Graph() {
+CudaGraph::~CudaGraph() {
   if (exec_ != nullptr) cu().cuGraphExecDestroy(static_cast<CUgraphExec>(exec_));
 }
 
-Graph::Graph(Graph&& o) noexcept : exec_(o.exec_) { o.exec_ = nullptr; }
+CudaGraph::CudaGraph(CudaGraph&& o) noexcept : exec_(o.exec_) { o.exec_ = nullptr; }
 
-Graph& Graph::operator=(Graph&& o) noexcept {
+CudaGraph& CudaGraph::operator=(CudaGraph&& o) noexcept {
   if (this != &o) {
     if (exec_ != nullptr) cu().cuGraphExecDestroy(static_cast<CUgraphExec>(exec_));
     exec_ = o.exec_;
@@ -148,8 +148,8 @@ Graph& Graph::operator=(Graph&& o) noexcept {
   return *this;
 }
 
-void Graph::launch(Stream stream) const {
-  if (exec_ == nullptr) throw InvalidArgument("Graph::launch: an empty Graph (made by default or moved from)");
+void CudaGraph::launch(Stream stream) const {
+  if (exec_ == nullptr) throw InvalidArgument("CudaGraph::launch: an empty CudaGraph (made by default or moved from)");
   SJIT_CU(cu().cuGraphLaunch(static_cast<CUgraphExec>(exec_), reinterpret_cast<CUstream>(stream)));
 }
 

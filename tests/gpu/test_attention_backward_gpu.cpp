@@ -476,7 +476,7 @@ TEST_CASE("a prepared forward and backward captured into a CUDA graph replay to 
     begin_capture(stream.get());
     attention.forward(run.forward_args(), stream.get());
     attention.backward(run.backward_args(), stream.get());
-    const Graph step = end_capture(stream.get());
+    const CudaGraph step = end_capture(stream.get());
     for (const char* replay : {"first replay", "second replay"}) {
       INFO(replay);
       const Inputs in = random_inputs(c, rng);
@@ -520,7 +520,7 @@ TEST_CASE("an unprepared forward or backward under capture is refused, naming th
   CHECK_THROWS_WITH(attention.backward(run.backward_args(), stream.get()),
                     Catch::Matchers::Contains("captured into a CUDA graph") &&
                         Catch::Matchers::Contains("prepare_backward(args, stream)"));
-  Graph forward_only;
+  CudaGraph forward_only;
   CHECK_NOTHROW(forward_only = end_capture(stream.get()));
   forward_only.launch(stream.get());
   attention.backward(run.backward_args(), stream.get());

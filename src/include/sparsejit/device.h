@@ -86,19 +86,19 @@ bool stream_is_capturing(Stream stream);
 // rather than break the graph, so make sparsejit objects ready first (Attention::prepare(pattern),
 // Attention::prepare_backward(args, stream)). A graph reads and writes the device memory its calls
 // named when captured: keep it, and the objects whose calls it recorded, alive while it runs.
-class Graph {
+class CudaGraph {
  public:
-  Graph() = default;
-  ~Graph();
-  Graph(Graph&& other) noexcept;
-  Graph& operator=(Graph&& other) noexcept;
-  Graph(const Graph&) = delete;
-  Graph& operator=(const Graph&) = delete;
+  CudaGraph() = default;
+  ~CudaGraph();
+  CudaGraph(CudaGraph&& other) noexcept;
+  CudaGraph& operator=(CudaGraph&& other) noexcept;
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
 
   void launch(Stream stream = nullptr) const;  // enqueues one replay on `stream`
 
  private:
-  friend Graph end_capture(Stream stream);
+  friend CudaGraph end_capture(Stream stream);
   void* exec_ = nullptr;
 };
 
@@ -106,7 +106,7 @@ class Graph {
 void begin_capture(Stream stream);
 // Ends the capture begun on `stream` and instantiates what it recorded. Throws DriverError where a call
 // during the capture invalidated it, and InvalidArgument where `stream` is not being captured.
-Graph end_capture(Stream stream);
+CudaGraph end_capture(Stream stream);
 
 // Times GPU work with events: median of many runs after warm-up.
 class EventTimer {

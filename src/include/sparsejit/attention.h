@@ -134,7 +134,8 @@ class Attention {
 
   // How backward(args) sums dQ on the current device: DqSummation::pass whenever spec.deterministic,
   // otherwise whichever way is faster for these args (see AttentionSpec::deterministic). Checks args
-  // as backward does and builds the pattern's key-major schedule; launches nothing.
+  // as backward does and builds the pattern's key-major schedule (an upload: call it outside a
+  // capture, or after prepare_backward); launches nothing.
   DqSummation dq_summation(const AttentionBackwardArgs& args);
 
   const AttentionSpec& spec() const;

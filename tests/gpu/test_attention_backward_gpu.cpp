@@ -441,7 +441,7 @@ TEST_CASE("dq_summation reports the way the backward sums dQ", "[gpu][attention]
 // their own, then replayed on fresh inputs copied into the same buffers. Every replay gives the
 // reference's gradients, so a replay leaves atomic dQ's accumulator zero for the next, as a call does.
 // Both ways of summing dQ, a dense causal spec, and a pattern with every block active (run on the
-// dense kernels). Capture is in the global mode: an allocation, a synchronous copy or a stream
+// dense kernels). A replay after a larger call on the stream grew its scratch is still right. Capture is in the global mode: an allocation, a synchronous copy or a stream
 // synchronization inside forward or backward would make the capture fail.
 TEST_CASE("a prepared forward and backward captured into a CUDA graph replay to the reference's gradients",
           "[gpu][attention][backward]") {
@@ -477,14 +477,34 @@ TEST_CASE("a prepared forward and backward captured into a CUDA graph replay to 
     attention.forward(run.forward_args(), stream.get());
     attention.backward(run.backward_args(), stream.get());
     const CudaGraph step = end_capture(stream.get());
-    for (const char* replay : {"first replay", "second replay"}) {
-      INFO(replay);
+    auto replay = [&](const char* which) {
+      INFO(which);
       const Inputs in = random_inputs(c, rng);
       run.reload(in);
       step.launch(stream.get());
       synchronize(stream.get());
       expect_gradients_close(c, run.gradients(), run_reference(c, in, p));
+    };
+    replay("first replay");
+    replay("second replay");
+    // A larger problem called on the same stream grows the stream's scratch; the buffers the graph
+    // captured stay its own.
+    Problem larger = c;
+    larger.seq_q = 2 * c.seq_q;
+    std::optional<BlockPattern> larger_pattern;
+    if (p) larger_pattern = patterns::random(128, larger.seq_q, larger.seq_k, larger.density, rng(), 1);
+    const Inputs larger_in = random_inputs(larger, rng);
+    GpuRun big(larger, larger_in, larger_pattern ? &*larger_pattern : nullptr);
+    big.forward(attention);
+    synchronize();
+    attention.backward(big.backward_args(), stream.get());
+    synchronize(stream.get());
+    {
+      INFO("the larger problem, called directly");
+      expect_gradients_close(larger, big.gradients(),
+                             run_reference(larger, larger_in, larger_pattern ? &*larger_pattern : nullptr));
     }
+    replay("a replay after the scratch grew");
   }
 }
 

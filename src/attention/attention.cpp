@@ -167,9 +167,6 @@ struct Attention::State {
   // The dense kernels of the same head dim, dtype and causality: a pattern with every block active
   // runs there, since the schedule would only add work (measured 4-10% on the H100).
   std::unique_ptr<Attention> dense_twin;
-  // What a forward under capture that finds its kernel or schedule missing tells the caller to call:
-  // prepare(pattern) for a dense twin, whose caller holds the block-sparse object.
-  const char* forward_prepare_call = nullptr;
 
   Attention& dense() {
     std::lock_guard lock(mutex);
@@ -180,7 +177,6 @@ struct Attention::State {
       AttentionConfig twin;  // the device's default tiling for the dense spec, on the path the caller named
       twin.path = asked_path;
       dense_twin = std::make_unique<Attention>(d, twin);
-      dense_twin->state_->forward_prepare_call = "prepare(pattern)";
     }
     return *dense_twin;
   }
@@ -188,6 +184,14 @@ struct Attention::State {
   // (XXH3-64 over its content) together with the context.
   std::list<std::unique_ptr<DeviceSchedule>> schedules;
   static constexpr std::size_t kSchedulesKept = 16;
+
+  // The caller's args checked against the spec (and the baked pattern, if any), before any GPU work.
+  AttentionForwardArgs checked(const AttentionForwardArgs& in) const {
+    return attention::checked_forward_args(spec, in, baked ? &*baked : nullptr);
+  }
+  AttentionBackwardArgs checked(const AttentionBackwardArgs& in) const {
+    return attention::checked_backward_args(spec, in, baked ? &*baked : nullptr);
+  }
   // Device memory that a graph captured from this object's launches may read after this object has
   // moved on: a schedule dropped from `schedules`, scratch since grown. Freed with the object.
   std::vector<DeviceBuffer> kept_for_graphs;
@@ -440,8 +444,7 @@ void Attention::prepare(const BlockPattern& pattern) {
 }
 
 void Attention::prepare_backward(const AttentionBackwardArgs& in, Stream stream) {
-  const AttentionBackwardArgs a =
-      attention::checked_backward_args(state_->spec, in, state_->baked ? &*state_->baked : nullptr);
+  const AttentionBackwardArgs a = state_->checked(in);
   if (a.batch == 0 || (a.seq_q == 0 && a.seq_k == 0)) return;
   if (runs_dense_kernels(state_->spec, a.pattern)) return state_->dense().prepare_backward(without_pattern(a), stream);
   state_->backward_resources(a, jit::current_target(), stream, {});
@@ -450,15 +453,13 @@ void Attention::prepare_backward(const AttentionBackwardArgs& in, Stream stream)
 void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   const AttentionSpec& spec = state_->spec;
   const AttentionConfig& config = state_->config;
-  const AttentionForwardArgs a =
-      attention::checked_forward_args(spec, in, state_->baked ? &*state_->baked : nullptr);
+  const AttentionForwardArgs a = state_->checked(in);
   if (a.batch == 0 || a.seq_q == 0) return;
   if (runs_dense_kernels(spec, a.pattern)) return state_->dense().forward(without_pattern(a), stream);
 
   const jit::Target target = jit::current_target();
-  const Capture capture = capture_of(stream, state_->forward_prepare_call ? state_->forward_prepare_call
-                                             : spec.sparsity == Sparsity::block_sparse ? "prepare(pattern)"
-                                                                                       : "prepare()");
+  // A dense twin's caller holds the block-sparse object, whose prepare(pattern) readies the twin.
+  const Capture capture = capture_of(stream, "prepare(pattern) (prepare() for a dense spec)");
   const jit::LoadedKernel& kernel = state_->kernel(target, capture);
   sjit_kernels::AttentionForwardParams p{};
   p.q = a.q;
@@ -510,8 +511,7 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
 
 void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   const AttentionSpec& spec = state_->spec;
-  const AttentionBackwardArgs a =
-      attention::checked_backward_args(spec, in, state_->baked ? &*state_->baked : nullptr);
+  const AttentionBackwardArgs a = state_->checked(in);
   if (a.batch == 0 || (a.seq_q == 0 && a.seq_k == 0)) return;
   if (runs_dense_kernels(spec, a.pattern)) return state_->dense().backward(without_pattern(a), stream);
 
@@ -607,8 +607,7 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
 
 DqSummation Attention::dq_summation(const AttentionBackwardArgs& in) {
   const AttentionSpec& spec = state_->spec;
-  const AttentionBackwardArgs a =
-      attention::checked_backward_args(spec, in, state_->baked ? &*state_->baked : nullptr);
+  const AttentionBackwardArgs a = state_->checked(in);
   if (runs_dense_kernels(spec, a.pattern)) return state_->dense().dq_summation(without_pattern(a));  // as backward()
   return state_->plan_backward(a, jit::current_target()).atomic ? DqSummation::atomic : DqSummation::pass;
 }

@@ -34,6 +34,7 @@ struct DeviceSchedule {
   const int* tile_index = nullptr;
   const unsigned long long* tile_mask = nullptr;
   const int* item_order = nullptr;
+  const int* head_item_order = nullptr;
   int pattern_heads = 0, q_tiles = 0, items = 0;
   std::int64_t tiles = 0;  // active tiles, all items together
   bool in_graph = false;   // a launch captured into a graph reads it: never freed before the Attention
@@ -126,8 +127,9 @@ std::unique_ptr<DeviceSchedule> upload(const attention::TileSchedule& s, CUconte
   // Masks first: they need 8-byte alignment.
   const std::size_t mask_bytes = s.tile_mask.size() * 8;
   const std::size_t begin_bytes = s.item_tile_begin.size() * 4, index_bytes = s.tile_index.size() * 4;
-  const std::size_t order_bytes = s.item_order.size() * 4;
-  std::vector<unsigned char> host(round_up_8(mask_bytes) + begin_bytes + index_bytes + order_bytes + 8);
+  const std::size_t order_bytes = s.item_order.size() * 4, head_order_bytes = s.head_item_order.size() * 4;
+  std::vector<unsigned char> host(round_up_8(mask_bytes) + begin_bytes + index_bytes + order_bytes + head_order_bytes +
+                                  8);
   std::size_t at = 0;
   auto put = [&](const void* src, std::size_t bytes) {
     if (bytes) std::memcpy(host.data() + at, src, bytes);
@@ -140,6 +142,7 @@ std::unique_ptr<DeviceSchedule> upload(const attention::TileSchedule& s, CUconte
   const std::size_t begin_at = put(s.item_tile_begin.data(), begin_bytes);
   const std::size_t index_at = put(s.tile_index.data(), index_bytes);
   const std::size_t order_at = put(s.item_order.data(), order_bytes);
+  const std::size_t head_order_at = put(s.head_item_order.data(), head_order_bytes);
   d->buffer = DeviceBuffer(host.size());
   d->buffer.upload(host.data(), host.size());
   auto* base = static_cast<unsigned char*>(d->buffer.data());
@@ -147,6 +150,7 @@ std::unique_ptr<DeviceSchedule> upload(const attention::TileSchedule& s, CUconte
   d->item_tile_begin = reinterpret_cast<const int*>(base + begin_at);
   d->tile_index = reinterpret_cast<const int*>(base + index_at);
   d->item_order = reinterpret_cast<const int*>(base + order_at);
+  d->head_item_order = reinterpret_cast<const int*>(base + head_order_at);
   return d;
 }
 
@@ -550,15 +554,18 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   p.scale_log2 = a.scale * 1.4426950408889634f;
 
   std::int64_t kv_grid = key_tiles * groups;
+  // The groups a wave of CTAs spans, and one more: how many groups later a group's dQ is converted
+  // (below), and the last groups whose CTAs take turns (key_tile_owner), so the grid ends on light ones.
+  const std::int64_t wave_groups =
+      key_tiles > 0 ? std::min(groups, (target.device->multiprocessors + key_tiles - 1) / key_tiles + 1) : 1;
+  p.tail_groups = int(wave_groups);
   // Atomic dQ: the Hopper dK/dV pass converts each group's rows in the CTAs a wave later (about as many
   // groups later as a wave of one CTA an SM holds), and dq_convert the rest; after the mma.sync pass,
   // or where the CTAs have too little work to hide it, dq_convert converts them all (a lag of every
   // group converts none in the pass).
   p.convert_lag = int(groups);
-  if (atomic && kv_tiling.wgmma && kv_grid > 0 && attention::worth_converting_in_pass(plan.key_tiles_per_row)) {
-    const std::int64_t lag = (target.device->multiprocessors + key_tiles - 1) / key_tiles + 1;
-    p.convert_lag = int(std::min(lag, groups));
-  }
+  if (atomic && kv_tiling.wgmma && kv_grid > 0 && attention::worth_converting_in_pass(plan.key_tiles_per_row))
+    p.convert_lag = int(wave_groups);
   const std::int64_t converted_in_pass = groups - p.convert_lag;
   p.convert_row0 = converted_in_pass * (a.heads_q / a.heads_kv) * a.seq_q;
   // The dQ pass's grid, or with atomic dQ the conversion's.
@@ -568,7 +575,7 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   if (key_schedule) {
     const DeviceSchedule& ks = *key_schedule;
     p.k_item_tile_begin = ks.item_tile_begin, p.k_tile_index = ks.tile_index, p.k_tile_mask = ks.tile_mask;
-    p.k_item_order = ks.item_order, p.k_items_per_head = ks.q_tiles;
+    p.k_item_order = ks.head_item_order, p.k_items_per_head = ks.q_tiles;
     p.pattern_heads = ks.pattern_heads;
     if (r.query_schedule) {  // the query-major pass walks the forward's schedule
       const DeviceSchedule& qs = *r.query_schedule;

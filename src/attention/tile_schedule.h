@@ -16,6 +16,9 @@ struct TileSchedule {
   std::vector<std::int32_t> tile_index;       // ascending key tile numbers of each item
   std::vector<std::uint64_t> tile_mask;       // kWholeTile, or bit (row group * groups per row + column group)
   std::vector<std::int32_t> item_order;       // items by descending tile count: the launch order
+  // [pattern_heads * q_tiles]: each head's items (as q_tile, its position in the head) by descending
+  // tile count. The key-major pass launches a head's key tiles together, for L2, and in this order.
+  std::vector<std::int32_t> head_item_order;
   std::int64_t tiles() const { return static_cast<std::int64_t>(tile_index.size()); }
 };
 

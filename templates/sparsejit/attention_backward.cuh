@@ -256,11 +256,27 @@ struct KeyTileOwner {
 template <class Cfg>
 __device__ __forceinline__ KeyTileOwner key_tile_owner(const AttentionBackwardParams& p, int block_rows) {
   const int key_tiles = (p.seq_k + block_rows - 1) / block_rows;
-  const int rank = blockIdx.x % key_tiles, group = blockIdx.x / key_tiles;
+  int rank = blockIdx.x % key_tiles, group = blockIdx.x / key_tiles;
+  // The last tail_groups groups take turns, a CTA each, so all their heaviest key tiles start before
+  // any of their light ones and the grid ends on light CTAs. One group after another, the last group's
+  // heaviest tiles would start late in the last wave and leave the other SMs idle while they finish.
+  // Every CTA of a group still starts after all CTAs of the group convert_lag earlier (>= tail_groups).
+  const int tail_begin = p.batch * p.heads_kv - p.tail_groups;
+  if (p.tail_groups > 1 && group >= tail_begin) {
+    const int turn = blockIdx.x - tail_begin * key_tiles;
+    group = tail_begin + turn % p.tail_groups;
+    rank = turn / p.tail_groups;
+  }
+  const int kv_head = group % p.heads_kv;
   int key_tile = rank;
-  if constexpr (Cfg::sparsity != kDense)
-    if (p.pattern_heads == 1) key_tile = p.k_item_order[rank];
-  return {group / p.heads_kv, group % p.heads_kv, key_tile, key_tile * block_rows, group, rank, key_tiles};
+  // A group's CTAs take its key tiles heaviest first, by the pattern of its first query head (with a
+  // per-head pattern and several query heads a group, the others' columns may differ: then it is only
+  // an estimate, but still every key tile once).
+  if constexpr (Cfg::sparsity != kDense) {
+    const int pattern_head = p.pattern_heads == 1 ? 0 : kv_head * (p.heads_q / p.heads_kv);
+    key_tile = p.k_item_order[pattern_head * p.k_items_per_head + rank];
+  }
+  return {group / p.heads_kv, kv_head, key_tile, key_tile * block_rows, group, rank, key_tiles};
 }
 
 struct QueryTile {
@@ -282,17 +298,21 @@ struct QueryTileWalk {
   int group;
   int rotation;              // the walk's j-th tile is the (j + rotation) % count-th of the lists
 
+  // The first query tile that may see the key tile under causality (q_tiles: none may); query tiles
+  // before it are skipped outright.
+  static __device__ int first_query_tile(const AttentionBackwardParams& p, const KeyTileOwner& own) {
+    const int q_tiles = (p.seq_q + C - 1) / C;
+    if constexpr (Cfg::causal == kNotCausal) return 0;
+    const int offset = Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0;
+    const int first_query = own.key0 - offset > 0 ? own.key0 - offset : 0;
+    return first_query >= p.seq_q ? q_tiles : first_query / C;
+  }
+
   // Returns the number of query tiles in the walk.
   __device__ int build(const AttentionBackwardParams& p, const KeyTileOwner& own) {
     const int heads = p.heads_q / p.heads_kv;
     const int q_tiles = (p.seq_q + C - 1) / C;
-    // The first query that may see key0 under causality; query tiles before it are skipped outright.
-    int first_q_tile = 0;
-    if constexpr (Cfg::causal != kNotCausal) {
-      const int offset = Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0;
-      const int first_query = own.key0 - offset > 0 ? own.key0 - offset : 0;
-      first_q_tile = first_query >= p.seq_q ? q_tiles : first_query / C;
-    }
+    const int first_q_tile = first_query_tile(p, own);
     if (threadIdx.x < heads) {
       const int head_q = own.kv_head * heads + threadIdx.x;
       int begin = first_q_tile, end = q_tiles;

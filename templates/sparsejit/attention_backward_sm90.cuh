@@ -164,11 +164,18 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
   QueryTileWalk<Cfg, C>& walk = indices.walk;
 
   const KeyTileOwner own = key_tile_owner<Cfg>(p, R);
-  // A schedule item past the end of a short key sequence walks nothing; the CTA still counts itself
-  // done and converts its share of dQ.
-  const int count = own.key0 < p.seq_k ? walk.build(p, own) : 0;
+  // A schedule item past the end of a short key sequence, or a key tile no query may see, walks
+  // nothing; the CTA still counts itself done and converts its share of dQ. Another may still find
+  // its pattern column empty once the walk is built: its K and V load for nothing, as it was cheaper
+  // not to wait for the walk before requesting them.
+  const bool has_keys = own.key0 < p.seq_k && QueryTileWalk<Cfg, C>::first_query_tile(p, own) < (p.seq_q + C - 1) / C;
 
   auto barrier = [&](int index) { return base + L::barriers + 8 * index; };
+  if (threadIdx.x == L::copy_warp * 32 + 1) {  // the descriptors of the walk's copies, fetched while it is built
+    prefetch_tensor_map(maps.q);
+    prefetch_tensor_map(maps.d_o);
+    if constexpr (Cfg::atomic_dq) prefetch_tensor_map(maps.dq_accum);
+  }
   if (threadIdx.x == 0) {
     mbarrier_init(barrier(L::kv_ready), 1);
     for (int slot = 0; slot < stages; ++slot) {
@@ -182,20 +189,23 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
     }
     fence_barrier_init();
   }
-  __syncthreads();  // the barriers are initialized before anyone waits on them; the walk is built
+  __syncthreads();  // the barriers are initialized before the copies that count into them
+  // K and V before the walk is built (a chain of dependent loads of the schedule), so their copies
+  // run under it.
+  if (threadIdx.x == L::copy_warp * 32 && has_keys) {
+    mbarrier_expect_bytes(barrier(L::kv_ready), 2 * L::own_bytes);
+    tma_load_tile<D, R>(base + L::k_tile, maps.k, barrier(L::kv_ready), own.batch, own.kv_head, own.key0);
+    tma_load_tile<D, R>(base + L::v_tile, maps.v, barrier(L::kv_ready), own.batch, own.kv_head, own.key0);
+  }
+  const int count = has_keys ? walk.build(p, own) : 0;  // build() ends with a __syncthreads
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (warp >= Cfg::warps) {
     warpgroup_release_registers<L::helper_registers>();
     if (warp == L::copy_warp) {
-      // The copy warp: K and V, then tile j's Q and dO into ring slot j % stages (lane 0's copies),
+      // The copy warp (its lane 0 requested K and V above): tile j's Q and dO into ring slot j % stages (lane 0's copies),
       // its rows' statistics (every lane) and where the tile is, all counted into the slot's full
       // barrier, whose phase flips once per use.
-      if (count > 0 && lane == 0) {
-        mbarrier_expect_bytes(barrier(L::kv_ready), 2 * L::own_bytes);
-        tma_load_tile<D, R>(base + L::k_tile, maps.k, barrier(L::kv_ready), own.batch, own.kv_head, own.key0);
-        tma_load_tile<D, R>(base + L::v_tile, maps.v, barrier(L::kv_ready), own.batch, own.kv_head, own.key0);
-      }
       for (int j = 0; j < count; ++j) {
         const int slot = j % stages;
         if (j >= stages) mbarrier_wait(barrier(L::slot_empty + slot), (j / stages - 1) & 1);
@@ -239,7 +249,9 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
 
   // The math warps.
   warpgroup_claim_registers<L::math_registers>();
-  if (count > 0) mbarrier_wait(barrier(L::kv_ready), 0);
+  // Also where the walk came out empty: dK and dV (zero) are staged over the K and V tiles, so their
+  // copies must have landed first.
+  if (has_keys) mbarrier_wait(barrier(L::kv_ready), 0);
   const int group = warp / 4, warp_row0 = warp * 16;
   // This warpgroup's 64 keys of the K and V tiles, as K-major A operands.
   const unsigned k_rows = base + L::k_tile + group * 64 * 128, v_rows = base + L::v_tile + group * 64 * 128;

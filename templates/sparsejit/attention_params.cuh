@@ -106,7 +106,7 @@ struct AttentionBackwardParams {
   const int* k_item_tile_begin;
   const int* k_tile_index;
   const unsigned long long* k_tile_mask;
-  const int* k_item_order;  // the key-major items, heaviest first
+  const int* k_item_order;  // each pattern head's key tiles, heaviest first
   int k_items_per_head;  // key tiles per head in the key-major schedule
   int pattern_heads;
 
@@ -117,6 +117,8 @@ struct AttentionBackwardParams {
   unsigned* groups_done;    // [B * Hkv], reset by the pre-pass
   int convert_lag;          // groups
   long long convert_row0;   // flat query row
+  // The dK/dV pass's last groups, whose CTAs take turns (key_tile_owner); at most convert_lag.
+  int tail_groups;
 };
 
 }  // namespace sjit_kernels

@@ -62,6 +62,12 @@ __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned phase) 
   } while (!done);
 }
 
+// Brings a tensor map (kernel parameter space, __grid_constant__) into the SM's descriptor cache ahead of
+// the first copy through it, so that copy does not wait for the descriptor as well.
+__device__ __forceinline__ void prefetch_tensor_map(const TensorMap& map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&map)) : "memory");
+}
+
 // Copies the box at coordinates (c0 fastest, .. c3) of a 4-d tensor map into shared memory at `dst`;
 // its bytes count into `barrier`. The map lives in kernel parameter space (__grid_constant__).
 __device__ __forceinline__ void tma_load_4d(unsigned dst, const TensorMap& map, unsigned barrier, int c0, int c1,

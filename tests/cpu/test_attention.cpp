@@ -427,6 +427,19 @@ void check_schedule(const BlockPattern& p, int block_m, int block_n) {
     CAPTURE(r);
     REQUIRE(count(s.item_order[r - 1]) >= count(s.item_order[r]));
   }
+  // The key-major pass's order: each head's items (their q_tile) a permutation of its own, heaviest first.
+  REQUIRE(s.head_item_order.size() == std::size_t(items));
+  for (int head = 0; head < s.pattern_heads; ++head) {
+    CAPTURE(head);
+    const auto first = s.head_item_order.begin() + std::int64_t(head) * s.q_tiles;
+    std::vector<std::int32_t> own(first, first + s.q_tiles);
+    for (int r = 1; r < s.q_tiles; ++r)
+      REQUIRE(count(head * s.q_tiles + own[r - 1]) >= count(head * s.q_tiles + own[r]));
+    std::sort(own.begin(), own.end());
+    std::vector<std::int32_t> tiles(s.q_tiles);
+    std::iota(tiles.begin(), tiles.end(), 0);
+    CHECK(own == tiles);
+  }
 
   // The pattern expanded from active(), one byte per block.
   std::vector<std::uint8_t> active(std::size_t(p.heads() * p.block_rows() * p.block_cols()));

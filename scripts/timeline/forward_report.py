@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Where the persistent forward's (wgmma_ws) time goes, from the dumps of a tree instrumented by
-instrument.py (next to this file). Words a CTA: SM, start, math end, items, copy thread's end, then
+forward_instrument.py (next to this file). Words a CTA: SM, start, math end, items, copy thread's end, then
 4 an item from word 8: Q and record ready, walk done, output staged, key tiles.
 
-  python3 report.py PREFIX.sparse [more dumps]
+  python3 forward_report.py PREFIX.sparse [more dumps]
 """
 import struct, sys, statistics as st
 
@@ -39,9 +39,9 @@ def report(path):
     items = len(walks)
     print(f"  items {items} ({items / len(ctas):.2f} a CTA), tiles an item {st.mean(tiles):.2f}")
     print(f"  CTA start -> first item ready  {us(st.mean(first_wait)):7.2f} us")
-    print(f"  item ready -> walk done         {us(st.mean(walks)):7.2f} us a item ({us(sum(walks)) / len(ctas):.1f} us a CTA, {100 * sum(walks) / (len(ctas) * span):.1f}%)")
-    print(f"  walk done -> output staged      {us(st.mean(stages)):7.2f} us a item ({100 * sum(stages) / (len(ctas) * span):.1f}%)")
-    print(f"  staged -> next item ready       {us(st.mean(waits)):7.2f} us a item ({100 * sum(waits) / (len(ctas) * span):.1f}%)")
+    print(f"  item ready -> walk done         {us(st.mean(walks)):7.2f} us an item ({us(sum(walks)) / len(ctas):.1f} us a CTA, {100 * sum(walks) / (len(ctas) * span):.1f}%)")
+    print(f"  walk done -> output staged      {us(st.mean(stages)):7.2f} us an item ({100 * sum(stages) / (len(ctas) * span):.1f}%)")
+    print(f"  staged -> next item ready       {us(st.mean(waits)):7.2f} us an item ({100 * sum(waits) / (len(ctas) * span):.1f}%)")
     print(f"  math end -> kernel end (tail)   {us(st.mean(tail)):7.2f} us a CTA ({100 * sum(tail) / (len(ctas) * span):.1f}%)")
     for count in sorted(per_tile):
         v = per_tile[count]

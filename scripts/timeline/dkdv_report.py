@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Where the Hopper dK/dV pass's time goes, CTA by CTA, from the dumps of an instrumented tree.
 
-instrument.py (next to this file) adds to a copy of the source tree: %globaltimer stamps at each step of
+dkdv_instrument.py (next to this file) adds to a copy of the source tree: %globaltimer stamps at each step of
 a dK/dV CTA's life (start, walk built, K/V landed, first tile, loop end, stores done, dQ adds landed,
 conversion done, copy warp done), its SM, its tile count and the cycles its math warp waited for full
 ring slots and for its dQ buffer: 16 words a CTA. With SJIT_TIMELINE=PREFIX set, each backward call
 synchronizes and writes them to PREFIX.sparse (a pattern) or PREFIX.dense.
 
-  python3 report.py PREFIX.sparse [more dumps]
+  python3 dkdv_report.py PREFIX.sparse [more dumps]
 
 prints, a share of the kernel's SM time each: the gaps between CTAs, idle SMs at the start and the
 tail, the CTA's prologue (walk, K/V, first tile), its loop (and the waits in it), its stores and what

@@ -203,9 +203,9 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
   if (warp >= Cfg::warps) {
     warpgroup_release_registers<L::helper_registers>();
     if (warp == L::copy_warp) {
-      // The copy warp (its lane 0 requested K and V above): tile j's Q and dO into ring slot j % stages (lane 0's copies),
-      // its rows' statistics (every lane) and where the tile is, all counted into the slot's full
-      // barrier, whose phase flips once per use.
+      // The copy warp (its lane 0 requested K and V above): tile j's Q and dO into ring slot
+      // j % stages (lane 0's copies), its rows' statistics (every lane) and where the tile is, all
+      // counted into the slot's full barrier, whose phase flips once per use.
       for (int j = 0; j < count; ++j) {
         const int slot = j % stages;
         if (j >= stages) mbarrier_wait(barrier(L::slot_empty + slot), (j / stages - 1) & 1);

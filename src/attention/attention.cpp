@@ -33,8 +33,9 @@ struct DeviceSchedule {
   const int* item_tile_begin = nullptr;
   const int* tile_index = nullptr;
   const unsigned long long* tile_mask = nullptr;
+  // The launch order: items heaviest first (query-major), or each head's key tiles heaviest first
+  // (key-major: the dK/dV pass keeps a head's CTAs together).
   const int* item_order = nullptr;
-  const int* head_item_order = nullptr;
   int pattern_heads = 0, q_tiles = 0, items = 0;
   std::int64_t tiles = 0;  // active tiles, all items together
   bool in_graph = false;   // a launch captured into a graph reads it: never freed before the Attention
@@ -116,10 +117,13 @@ Args without_pattern(Args a) {
   return a;
 }
 
-std::unique_ptr<DeviceSchedule> upload(const attention::TileSchedule& s, CUcontext context, std::uint64_t digest) {
+std::unique_ptr<DeviceSchedule> upload(const attention::TileSchedule& s, CUcontext context, std::uint64_t digest,
+                                       bool transposed) {
+  const std::vector<std::int32_t>& order = transposed ? s.head_item_order : s.item_order;
   auto d = std::make_unique<DeviceSchedule>();
   d->context = context;
   d->pattern_digest = digest;
+  d->transposed = transposed;
   d->pattern_heads = s.pattern_heads;
   d->q_tiles = s.q_tiles;
   d->items = static_cast<int>(s.item_order.size());
@@ -127,9 +131,8 @@ std::unique_ptr<DeviceSchedule> upload(const attention::TileSchedule& s, CUconte
   // Masks first: they need 8-byte alignment.
   const std::size_t mask_bytes = s.tile_mask.size() * 8;
   const std::size_t begin_bytes = s.item_tile_begin.size() * 4, index_bytes = s.tile_index.size() * 4;
-  const std::size_t order_bytes = s.item_order.size() * 4, head_order_bytes = s.head_item_order.size() * 4;
-  std::vector<unsigned char> host(round_up_8(mask_bytes) + begin_bytes + index_bytes + order_bytes + head_order_bytes +
-                                  8);
+  const std::size_t order_bytes = order.size() * 4;
+  std::vector<unsigned char> host(round_up_8(mask_bytes) + begin_bytes + index_bytes + order_bytes + 8);
   std::size_t at = 0;
   auto put = [&](const void* src, std::size_t bytes) {
     if (bytes) std::memcpy(host.data() + at, src, bytes);
@@ -141,8 +144,7 @@ std::unique_ptr<DeviceSchedule> upload(const attention::TileSchedule& s, CUconte
   at = round_up_8(at);
   const std::size_t begin_at = put(s.item_tile_begin.data(), begin_bytes);
   const std::size_t index_at = put(s.tile_index.data(), index_bytes);
-  const std::size_t order_at = put(s.item_order.data(), order_bytes);
-  const std::size_t head_order_at = put(s.head_item_order.data(), head_order_bytes);
+  const std::size_t order_at = put(order.data(), order_bytes);
   d->buffer = DeviceBuffer(host.size());
   d->buffer.upload(host.data(), host.size());
   auto* base = static_cast<unsigned char*>(d->buffer.data());
@@ -150,7 +152,6 @@ std::unique_ptr<DeviceSchedule> upload(const attention::TileSchedule& s, CUconte
   d->item_tile_begin = reinterpret_cast<const int*>(base + begin_at);
   d->tile_index = reinterpret_cast<const int*>(base + index_at);
   d->item_order = reinterpret_cast<const int*>(base + order_at);
-  d->head_item_order = reinterpret_cast<const int*>(base + head_order_at);
   return d;
 }
 
@@ -241,10 +242,9 @@ struct Attention::State {
                                transposed ? "key-major" : "query-major", pattern.digest()));
     const attention::TileSchedule s =
         attention::build_tile_schedule(transposed ? pattern.transposed() : pattern, block_m, block_n);
-    schedules.push_front(upload(s, target.context, pattern.digest()));
+    schedules.push_front(upload(s, target.context, pattern.digest(), transposed));
     schedules.front()->block_m = block_m;
     schedules.front()->block_n = block_n;
-    schedules.front()->transposed = transposed;
     if (schedules.size() > kSchedulesKept) {
       if (schedules.back()->in_graph) kept_for_graphs.push_back(std::move(schedules.back()->buffer));
       schedules.pop_back();
@@ -575,7 +575,7 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   if (key_schedule) {
     const DeviceSchedule& ks = *key_schedule;
     p.k_item_tile_begin = ks.item_tile_begin, p.k_tile_index = ks.tile_index, p.k_tile_mask = ks.tile_mask;
-    p.k_item_order = ks.head_item_order, p.k_items_per_head = ks.q_tiles;
+    p.k_item_order = ks.item_order, p.k_items_per_head = ks.q_tiles;
     p.pattern_heads = ks.pattern_heads;
     if (r.query_schedule) {  // the query-major pass walks the forward's schedule
       const DeviceSchedule& qs = *r.query_schedule;

@@ -270,6 +270,24 @@ TEST_CASE("with no active block every gradient is exactly 0 and nothing is NaN",
     for (float x : *g) REQUIRE(x == 0.0f);
 }
 
+TEST_CASE("with no query row dK and dV are exactly 0", "[gpu][attention][backward]") {
+  // The dK/dV CTAs still run, with empty walks, and must store their zeros.
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (const int d : {64, 128})
+    for (const bool det : {false, true}) {
+      Problem c{spec_of(d, DType::bf16, Causal::none), 2, 4, 2, 0, 300};
+      c.spec.deterministic = det;
+      CAPTURE(c.name());
+      Attention attention(c.spec);
+      const Gradients got = run_gpu(c, attention, random_inputs(c, rng), nullptr);
+      REQUIRE(got.dk.size() == std::size_t(c.batch * c.heads_kv * c.seq_k * d));
+      for (const auto* g : {&got.dk, &got.dv})
+        for (float x : *g) REQUIRE(x == 0.0f);
+    }
+}
+
 TEST_CASE("a deterministic backward gives the same bits for the same inputs", "[gpu][attention][backward]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);

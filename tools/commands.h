@@ -43,6 +43,16 @@ double median_gpu_ms(int warmup, int iterations, const std::function<void(int)>&
 std::pair<double, double> paired_median_gpu_ms(int warmup, int iterations, const std::function<void()>& a,
                                                const std::function<void()>& b, bool queued = false);
 
+// A step of several calls timed as one, as a training step runs them (`parts` back to back, each part
+// between its own events, no wait between them): the medians of each part's time within the step and
+// of the step's. Each step is timed alone, or with `queued` all are enqueued before the first wait.
+struct StepTimes {
+  std::vector<double> parts;
+  double step = 0;
+};
+StepTimes median_step_ms(int warmup, int iterations, const std::vector<std::function<void()>>& parts,
+                         bool queued = false);
+
 // Calls work(i) for every i in [0, count) from min(jobs, count) threads, each taking the next index
 // when it is done with one (the compiles of `sjit warmup` and `sjit demo`).
 void run_parallel(std::size_t count, int jobs, const std::function<void(std::size_t)>& work);

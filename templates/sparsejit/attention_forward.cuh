@@ -318,17 +318,19 @@ __device__ __forceinline__ void accumulate_values(float (&o)[Tr::m_tiles][Tr::d_
   }
 }
 
-// Normalizes the warp's rows, writes their log-sum-exp, and writes O (rounded to T) into the warp's
-// own rows of a staging tile in shared memory. `staged(row, col)` is the staging address of element
-// (row, col) of the query tile, in the caller's layout (padded rows, or the wgmma swizzle); 8
-// consecutive columns from a multiple of 8 must be one 16-byte chunk.
-template <class Tr, class Staged>
-__device__ __forceinline__ void stage_output(float (&o)[Tr::m_tiles][Tr::d_tiles][4], float (&row_max)[Tr::m_tiles][2],
-                                             float (&row_sum)[Tr::m_tiles][2], Staged staged, float* lse_row0,
-                                             int q_row0, int warp_row0, int seq_q) {
-  using T = typename Tr::T;
-  const int lane = threadIdx.x % 32;
+// The warp's rows of the output, normalized and rounded to T (two per register, in the accumulator's
+// layout), and their log-sum-exp: what stage_output writes.
+template <class Tr>
+struct PackedOutput {
+  unsigned o[Tr::m_tiles][2][Tr::d_tiles];
+  float lse[Tr::m_tiles][2];
+};
+template <class Tr>
+__device__ __forceinline__ PackedOutput<Tr> pack_output(const float (&o)[Tr::m_tiles][Tr::d_tiles][4],
+                                                        const float (&row_max)[Tr::m_tiles][2],
+                                                        const float (&row_sum)[Tr::m_tiles][2]) {
   constexpr float ln2 = 0.6931471805599453f;
+  PackedOutput<Tr> out;
 #pragma unroll
   for (int mt = 0; mt < Tr::m_tiles; ++mt)
 #pragma unroll
@@ -338,14 +340,41 @@ __device__ __forceinline__ void stage_output(float (&o)[Tr::m_tiles][Tr::d_tiles
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       // A row that saw no key: output 0 and log-sum-exp -inf (the log of an empty sum), never NaN.
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
-      const int row_local = warp_row0 + mt * 16 + lane / 4 + h * 8;
-      if (lse_row0 != nullptr && lane % 4 == 0 && q_row0 + row_local < seq_q)
-        lse_row0[row_local] = sum > 0.f ? (row_max[mt][h] + __log2f(sum)) * ln2 : -infinity();
+      out.lse[mt][h] = sum > 0.f ? (row_max[mt][h] + __log2f(sum)) * ln2 : -infinity();
 #pragma unroll
       for (int dt = 0; dt < Tr::d_tiles; ++dt)
-        *reinterpret_cast<unsigned*>(staged(row_local, dt * 8 + 2 * (lane % 4))) =
-            pack2<T>(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
+        out.o[mt][h][dt] = pack2<typename Tr::T>(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
     }
+  return out;
+}
+
+// Writes the log-sum-exp of the warp's rows, and their output into the warp's own rows of a staging
+// tile in shared memory. `staged(row, col)` is the staging address of element (row, col) of the query
+// tile, in the caller's layout (padded rows, or the wgmma swizzle); 8 consecutive columns from a
+// multiple of 8 must be one 16-byte chunk.
+template <class Tr, class Staged>
+__device__ __forceinline__ void write_output(const PackedOutput<Tr>& out, Staged staged, float* lse_row0, int q_row0,
+                                             int warp_row0, int seq_q) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int mt = 0; mt < Tr::m_tiles; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row_local = warp_row0 + mt * 16 + lane / 4 + h * 8;
+      if (lse_row0 != nullptr && lane % 4 == 0 && q_row0 + row_local < seq_q) lse_row0[row_local] = out.lse[mt][h];
+#pragma unroll
+      for (int dt = 0; dt < Tr::d_tiles; ++dt)
+        *reinterpret_cast<unsigned*>(staged(row_local, dt * 8 + 2 * (lane % 4))) = out.o[mt][h][dt];
+    }
+}
+
+// Normalizes the warp's rows, writes their log-sum-exp, and writes O (rounded to T) into the warp's
+// own rows of a staging tile (write_output).
+template <class Tr, class Staged>
+__device__ __forceinline__ void stage_output(float (&o)[Tr::m_tiles][Tr::d_tiles][4], float (&row_max)[Tr::m_tiles][2],
+                                             float (&row_sum)[Tr::m_tiles][2], Staged staged, float* lse_row0,
+                                             int q_row0, int warp_row0, int seq_q) {
+  write_output<Tr>(pack_output<Tr>(o, row_max, row_sum), staged, lse_row0, q_row0, warp_row0, seq_q);
 }
 
 // stage_output, then the warp's staged rows to global memory with 16-byte coalesced stores (no other

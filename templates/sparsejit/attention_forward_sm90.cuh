@@ -72,7 +72,15 @@ struct TileRef {
 //   tile(j, slot)       the TileRef of tile j (read before release_k, after which the slot may refill);
 //   acquire_v(j, slot)  waits until tile j's V is in shared memory;
 //   release_k(slot)     the warpgroup's S = Q K^T is done with the slot's K, release_v with its V;
-//   begin_turn(), end_turn()  around the products of one step: where two warpgroups take turns.
+//   begin_turn(), end_turn()  around the products of one step: where two warpgroups take turns;
+//   defer_last          whether the walk leaves its last P V to the caller (issue_last_values, its V
+//                       slot still held), which overlaps the item's output with the next item's first
+//                       S. The caller issues it before the next walk (in a loop over items: at the top
+//                       of the next iteration, so no product runs across the loop's back edge, where
+//                       ptxas would serialize every wgmma, C7514).
+// on_first_scores() runs once the first S = Q K^T is issued, before waiting for it; it must not touch
+// o (the caller reads an earlier walk's output before calling walk). With defer_last the walk resets
+// the output and statistics itself, after its first S.
 template <class Cfg>
 struct WarpgroupRows {
   using Tr = AttentionForwardTraits<Cfg>;
@@ -120,12 +128,20 @@ struct WarpgroupRows {
 
   // The item's `count` key tiles through this warpgroup; `ring` is the shared address of the K ring
   // (the V ring follows it). Feed is how the kernel hands tiles over (see the comment above the struct).
+  // Returns the ring slot of the last tile's V where Feed::defer_last leaves its P V to the caller
+  // (else -1).
   template <class Feed>
-  __device__ __forceinline__ void walk(const AttentionForwardParams& p, int count, int q_row0, unsigned q_rows,
-                                       unsigned ring, Feed& feed) {
+  __device__ __forceinline__ int walk(const AttentionForwardParams& p, int count, int q_row0, unsigned q_rows,
+                                      unsigned ring, Feed& feed) {
+    return walk(p, count, q_row0, q_rows, ring, feed, [] {});
+  }
+  template <class Feed, class OnFirstScores>
+  __device__ __forceinline__ int walk(const AttentionForwardParams& p, int count, int q_row0, unsigned q_rows,
+                                      unsigned ring, Feed& feed, OnFirstScores on_first_scores) {
     const int warp_row0 = (threadIdx.x / 32) * 16;
     auto k_tile = [&](int slot) { return ring + slot * L::kv_bytes; };
     auto v_tile = [&](int slot) { return ring + (Cfg::stages + slot) * L::kv_bytes; };
+    static_assert(Feed::overlap || !Feed::defer_last, "a walk that leaves its last P V running overlaps its products");
     if constexpr (!Feed::overlap) {
       // S, softmax and O += P V one after the other.
       for (int j = 0; j < count; ++j) {
@@ -161,11 +177,18 @@ struct WarpgroupRows {
         if (j > 0) issue_values(v_tile(previous));
         if (j > 0) {
           wgmma_wait<1>();  // S of tile j is ready; O += P V of tile j - 1 still runs
+          wgmma_fence_operands(s[0]);
+          feed.end_turn();
         } else {
+          // S of tile 0 runs under on_first_scores. Where o holds an earlier item's output, it is reset
+          // only now: ptxas serializes every wgmma (C7514, C7515) where ordinary instructions read or
+          // write an accumulator while one runs.
+          on_first_scores();
           wgmma_wait<0>();
+          wgmma_fence_operands(s[0]);
+          feed.end_turn();
+          if constexpr (Feed::defer_last) reset();
         }
-        wgmma_fence_operands(s[0]);
-        feed.end_turn();
         const TileRef t = feed.tile(j, slot);
         feed.release_k(slot);
         softmax_tile(p, t, q_row0, warp_row0);
@@ -177,17 +200,24 @@ struct WarpgroupRows {
         previous = slot;
       }
       if (count > 0) {
-        feed.acquire_v(count - 1, previous);
-        feed.begin_turn();
-        wgmma_fence();
-        wgmma_fence_operands(o[0]);
-        issue_values(v_tile(previous));
-        feed.end_turn();
+        if constexpr (Feed::defer_last) return previous;
+        issue_last_values(count, previous, ring, feed);
         wgmma_wait<0>();
         wgmma_fence_operands(o[0]);
         feed.release_v(previous);
       }
     }
+    return -1;
+  }
+  // The walk's last O += P V (tile count - 1's V, in ring slot `slot`), issued in its own turn.
+  template <class Feed>
+  __device__ __forceinline__ void issue_last_values(int count, int slot, unsigned ring, Feed& feed) {
+    feed.acquire_v(count - 1, slot);
+    feed.begin_turn();
+    wgmma_fence();
+    wgmma_fence_operands(o[0]);
+    issue_values(ring + (Cfg::stages + slot) * L::kv_bytes);
+    feed.end_turn();
   }
 };
 
@@ -196,7 +226,7 @@ struct WarpgroupRows {
 // when they like.
 template <class Cfg, class Acquire, class TileAt>
 struct CtaBarrierFeed {
-  static constexpr bool overlap = Cfg::stages >= 3;
+  static constexpr bool overlap = Cfg::stages >= 3, defer_last = false;
   Acquire acquire;  // acquire(j): the CTA barrier, thread 0's refill, the wait for tile j; its slot
   TileAt tile_at;   // tile_at(j): the TileRef of tile j
   __device__ __forceinline__ int acquire_k(int j) { return acquire(j); }

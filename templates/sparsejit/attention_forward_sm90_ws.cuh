@@ -74,7 +74,7 @@ struct AttentionWsLayout {
 template <class Cfg>
 struct CopyThreadFeed {
   using L = AttentionWsLayout<Cfg>;
-  static constexpr bool overlap = true;
+  static constexpr bool overlap = true, defer_last = true;
   unsigned barriers;  // the shared address of barrier 0
   int first;          // tiles walked before this item (the ring's position)
   volatile TileRef* records;
@@ -197,34 +197,63 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
   const int group = warp / 4;
   if constexpr (L::ping_pong)
     if (group == 1) named_barrier_arrive(L::turn, 256);  // warpgroup 0 takes the first turn
-  int tiles_seen = 0;
-  for (int n = 0;; ++n) {
-    const int b = n % 2;
-    mbarrier_wait(barrier(L::q_full + b), (n / 2) & 1);
-    const int count = item_records[b].count;
-    if (count < 0) break;
-    const int batch = item_records[b].batch, head_q = item_records[b].head_q;
-    const int q_row0 = item_records[b].q_tile * Tr::block_m;
-    const unsigned q_tile = base + L::q_tiles + b * L::q_bytes;
-
-    CopyThreadFeed<Cfg> feed{barrier(0), tiles_seen, tile_records, group};
-    WarpgroupRows<Cfg> rows;
-    rows.reset();
-    rows.walk(p, count, q_row0, q_tile + group * 64 * 128, base + L::k_ring, feed);
-    tiles_seen += count;
-
-    // The output, staged over this warpgroup's rows of the item's Q buffer (in its swizzle, the layout
-    // the copy thread's bulk store reads): every warp of the warpgroup has completed its products that
+  // An item's output is written to shared memory once the next item's first S = Q K^T is issued (the
+  // walk's on_first_scores), so the tensor cores run that product, and the other warpgroup's, while
+  // this one stores. The walk leaves the item's last P V to this loop, which issues it at the top of the
+  // next iteration (no product runs across the loop's back edge) and packs the output before the next
+  // walk (ptxas serializes every wgmma, C7514, where ordinary instructions read an accumulator while
+  // one runs). The item is pending until written, its last tile's V slot held until packed.
+  WarpgroupRows<Cfg> rows;
+  rows.reset();
+  int pending = -1, pending_count = 0, pending_first = 0, pending_v_slot = -1;  // pending: its Q buffer, or -1
+  int pending_batch = 0, pending_head = 0, pending_row0 = 0;
+  PackedOutput<Tr> packed;
+  auto pack_pending = [&] {  // once the pending item's last P V is complete
+    wgmma_fence_operands(rows.o[0]);
+    if (pending_v_slot >= 0) mbarrier_arrive(barrier(L::v_empty + pending_v_slot));
+    packed = pack_output<Tr>(rows.o, rows.row_max, rows.row_sum);
+  };
+  auto write_pending = [&] {
+    if (pending < 0) return;
+    // The output, over this warpgroup's rows of the item's Q buffer (in its swizzle, the layout the
+    // copy thread's bulk store reads): every warp of the warpgroup has completed its products that
     // read them.
     warpgroup_barrier(group);
-    unsigned char* staging = smem + L::q_tiles + b * L::q_bytes;
+    unsigned char* staging = smem + L::q_tiles + pending * L::q_bytes;
     auto staged = [&](int row, int col) {
       return reinterpret_cast<T*>(staging + swizzled_offset(Tr::block_m, row, col));
     };
-    float* lse_row0 = p.lse ? p.lse + (static_cast<long long>(batch) * p.heads_q + head_q) * p.seq_q + q_row0 : nullptr;
-    stage_output<Tr>(rows.o, rows.row_max, rows.row_sum, staged, lse_row0, q_row0, warp * 16, p.seq_q);
+    float* lse_row0 =
+        p.lse ? p.lse + (static_cast<long long>(pending_batch) * p.heads_q + pending_head) * p.seq_q + pending_row0
+              : nullptr;
+    write_output<Tr>(packed, staged, lse_row0, pending_row0, warp * 16, p.seq_q);
     fence_proxy_async();  // the staged rows, written by ordinary stores, visible to the bulk copy
-    mbarrier_arrive(barrier(L::q_empty + b));
+    mbarrier_arrive(barrier(L::q_empty + pending));
+    pending = -1;
+  };
+  int tiles_seen = 0;
+  for (int n = 0;; ++n) {
+    if (pending >= 0 && pending_v_slot >= 0) {
+      CopyThreadFeed<Cfg> pending_feed{barrier(0), pending_first, tile_records, group};
+      rows.issue_last_values(pending_count, pending_v_slot, base + L::k_ring, pending_feed);
+    }
+    const int b = n % 2;
+    mbarrier_wait(barrier(L::q_full + b), (n / 2) & 1);
+    const int count = item_records[b].count;
+    wgmma_wait<0>();  // the pending item's last P V (unconditional: ptxas would add one where it cannot tell)
+    if (pending >= 0) pack_pending();
+    if (count <= 0) {  // no first S to write the pending output under
+      write_pending();
+      if (count < 0) break;
+      rows.reset();  // the item's output is zero
+    }
+    CopyThreadFeed<Cfg> feed{barrier(0), tiles_seen, tile_records, group};
+    pending_v_slot = rows.walk(p, count, item_records[b].q_tile * Tr::block_m, base + L::q_tiles + b * L::q_bytes +
+                               group * 64 * 128, base + L::k_ring, feed, write_pending);
+    pending = b, pending_count = count, pending_first = tiles_seen;
+    pending_batch = item_records[b].batch, pending_head = item_records[b].head_q;
+    pending_row0 = item_records[b].q_tile * Tr::block_m;
+    tiles_seen += count;
   }
 }
 

@@ -132,44 +132,61 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
   const int warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
   if (warp >= Cfg::warps) {
     if constexpr (L::move_registers) warpgroup_release_registers<L::copy_registers>();
-    if (warp != L::copy_warp || threadIdx.x % 32 != 0) return;
-    // The copy thread: for each item, its record and Q into the next Q buffer once the math warps are
-    // done with that buffer's previous item and that item's output, staged there, has been copied out;
-    // then the item's K/V tiles, each with its record into the next ring slot once the math warps free
-    // it.
-    int items = 0, tiles_loaded = 0;
-    int out_batch[2], out_head[2], out_row0[2];  // where the output staged in each Q buffer goes
-    auto store_output_of = [&](int item) {  // item's output, once staged, by a bulk copy
-      const int b = item % 2;
-      mbarrier_wait(barrier(L::q_empty + b), (item / 2) & 1);
-      tma_store_tile<Tr::head_dim, Tr::block_m>(maps.o, base + L::q_tiles + b * L::q_bytes, out_batch[b], out_head[b],
-                                                out_row0[b]);
-      bulk_commit();
-      bulk_wait_read();  // the buffer may be refilled once the copy has read it
-    };
-    auto publish_item = [&](const WorkItem& w, int count) {
-      const int b = items % 2;
-      if (items >= 2) store_output_of(items - 2);
-      out_batch[b] = w.batch, out_head[b] = w.head_q, out_row0[b] = w.q_tile * Tr::block_m;
-      item_records[b].batch = w.batch;
-      item_records[b].head_q = w.head_q;
-      item_records[b].q_tile = w.q_tile;
-      item_records[b].count = count;
-      mbarrier_expect_bytes(barrier(L::q_full + b), count > 0 ? L::q_bytes : 0);  // publishes the record
-      if (count > 0)
-        tma_load_tile<Tr::head_dim, Tr::block_m>(base + L::q_tiles + b * L::q_bytes, maps.q, barrier(L::q_full + b),
-                                                 w.batch, w.head_q, w.q_tile * Tr::block_m);
-      ++items;
-    };
+    // Two threads issue every copy, each walking the CTA's items in the same order: the Q thread
+    // stores each item's output and loads the Q of the item two later into its buffer, the K/V thread
+    // fills the ring. Neither waits for the other, so a store never holds up the ring's loads.
+    const bool kv_thread = warp == L::copy_warp && threadIdx.x % 32 == 0;
+    const bool q_thread = warp == L::copy_warp + 1 && threadIdx.x % 32 == 0;
+    if (!kv_thread && !q_thread) return;
     // Round k takes item k * gridDim.x + blockIdx.x, or in odd rounds the mirror of it (a snake). Items
     // come heaviest first within each (batch, head): a plain stride would hand the low CTAs the heavier
     // item of every round (dense causal: 8% over the mean walk, against 3% snaking; see docs).
-    for (unsigned round = 0, first = 0; first < unsigned(p.work_items); ++round, first += gridDim.x) {
-      const unsigned item = first + (round % 2 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
-      if (item >= unsigned(p.work_items)) continue;
-      const WorkItem w = work_item_head_major<Cfg>(p, item);
-      if (w.q_tile * Tr::block_m >= p.seq_q) continue;  // a schedule item past the end of a short sequence
-      publish_item(w, w.tiles.count);
+    auto for_each_item = [&](auto&& visit) {
+      for (unsigned round = 0, first = 0; first < unsigned(p.work_items); ++round, first += gridDim.x) {
+        const unsigned item = first + (round % 2 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
+        if (item >= unsigned(p.work_items)) continue;
+        const WorkItem w = work_item_head_major<Cfg>(p, item);
+        if (w.q_tile * Tr::block_m >= p.seq_q) continue;  // a schedule item past the end of a short sequence
+        visit(w);
+      }
+    };
+    if (q_thread) {
+      // For each item, its record and Q into the next Q buffer once the math warps are done with that
+      // buffer's previous item and that item's output, staged there, has been copied out.
+      int items = 0;
+      int out_batch[2], out_head[2], out_row0[2];  // where the output staged in each Q buffer goes
+      auto store_output_of = [&](int item) {  // item's output, once staged, by a bulk copy
+        const int b = item % 2;
+        mbarrier_wait(barrier(L::q_empty + b), (item / 2) & 1);
+        tma_store_tile<Tr::head_dim, Tr::block_m>(maps.o, base + L::q_tiles + b * L::q_bytes, out_batch[b],
+                                                  out_head[b], out_row0[b]);
+        bulk_commit();
+        bulk_wait_read();  // the buffer may be refilled once the copy has read it
+      };
+      auto publish_item = [&](const WorkItem& w, int count) {
+        const int b = items % 2;
+        if (items >= 2) store_output_of(items - 2);
+        out_batch[b] = w.batch, out_head[b] = w.head_q, out_row0[b] = w.q_tile * Tr::block_m;
+        item_records[b].batch = w.batch;
+        item_records[b].head_q = w.head_q;
+        item_records[b].q_tile = w.q_tile;
+        item_records[b].count = count;
+        mbarrier_expect_bytes(barrier(L::q_full + b), count > 0 ? L::q_bytes : 0);  // publishes the record
+        if (count > 0)
+          tma_load_tile<Tr::head_dim, Tr::block_m>(base + L::q_tiles + b * L::q_bytes, maps.q, barrier(L::q_full + b),
+                                                   w.batch, w.head_q, w.q_tile * Tr::block_m);
+        ++items;
+      };
+      for_each_item([&](const WorkItem& w) { publish_item(w, w.tiles.count); });
+      publish_item(WorkItem{}, -1);
+      if (items >= 2) store_output_of(items - 2);  // the last item's (items - 1 is the end record)
+      bulk_wait_done();
+      return;
+    }
+    // The K/V thread: each item's tiles, each with its record into the next ring slot once the math
+    // warps free it.
+    int tiles_loaded = 0;
+    for_each_item([&](const WorkItem& w) {
       const int kv_head = w.head_q / (p.heads_q / p.heads_kv);
       for (int j = 0; j < w.tiles.count; ++j, ++tiles_loaded) {
         const int slot = tiles_loaded % stages, phase = (tiles_loaded / stages - 1) & 1;
@@ -185,10 +202,7 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
         tma_load_tile<Tr::head_dim, Tr::block_n>(base + L::k_ring + (stages + slot) * L::kv_bytes, maps.v,
                                                  barrier(L::v_full + slot), w.batch, kv_head, key0);
       }
-    }
-    publish_item(WorkItem{}, -1);
-    if (items >= 2) store_output_of(items - 2);  // the last item's (items - 1 is the end record)
-    bulk_wait_done();
+    });
     return;
   }
 

@@ -1,32 +1,34 @@
 // Attention forward on Hopper (sm_90a), warp-specialized and persistent (the structure of
 // FlashAttention-3, Shah et al. 2024): the same work items, masks, online softmax and wgmma products as
 // attention_forward_sm90.cuh (WarpgroupRows), but one CTA an SM walks one work item of every round of
-// gridDim.x, and a thread of its own keeps the copies ahead of the math across items.
+// gridDim.x, and two threads of their own keep the copies ahead of the math across items.
 //
 // Why: at low density a work item is a few key tiles, and what a CTA does once per item (find its
 // tiles in the schedule, load Q and the first K/V tile, store O) weighs as much as several tiles. One
 // CTA per item hides it only behind the other CTA of the SM, and equal walks (random patterns) put
 // both CTAs' prologues at the same moment. Here:
-//   - the copy thread alone reads the schedule. It publishes each item (where it is, how many tiles)
-//     and each ring slot's tile (first key, pattern mask) in shared memory next to the barrier that
-//     announces them, so the math warps never wait on a global load of the schedule;
+//   - only the copy threads read the schedule. The Q thread publishes each item (where it is, how
+//     many tiles) and the K/V thread each ring slot's tile (first key, pattern mask), in shared memory
+//     next to the barrier that announces them, so the math warps never wait on a global load of it;
 //   - Q has two buffers: the next item's Q loads during the whole current item;
 //   - the K/V ring runs across items: the next item's first tiles load as the current one's last
-//     slots free up.
+//     slots free up;
+//   - an item's output is written out under the next item's first S = Q K^T (the math loop below),
+//     and stored by the Q thread, whose waits for that never hold up the K/V thread's loads.
 //
 // A CTA is Cfg::warps math warps (warps / 4 warpgroups of 64 query rows) plus one warpgroup that gives
-// its registers to them (setmaxnreg) and of which one thread issues every copy. They meet only on
-// mbarriers, never on a CTA barrier:
-//   q_full[b]     Q buffer b holds its item's Q, and the item's record is written (the copy thread's
+// its registers to them (setmaxnreg) and of which two threads issue every copy (the Q thread: Q in, O
+// out; the K/V thread: the ring). They meet only on mbarriers, never on a CTA barrier:
+//   q_full[b]     Q buffer b holds its item's Q, and the item's record is written (the Q thread's
 //                 expect-bytes arrival and the copy's bytes; no bytes for an item without key tiles,
 //                 and a record with count -1 after the last item);
 //   q_empty[b]    every math thread is done with buffer b: its last S = Q K^T, and its rows of the
-//                 item's output staged over it (the Q buffer is dead by then). The copy thread then
+//                 item's output staged over it (the Q buffer is dead by then). The Q thread then
 //                 stores the output with bulk copies and reuses the buffer once they have read it, so
 //                 the math warps never wait on a global store;
 //   k_full[s]     ring slot s holds its tile's K, and the slot's record is written; v_full[s] its V;
 //   k_empty[s]    every math thread's S = Q K^T is done with slot s's K; v_empty[s] P V with its V.
-// Both sides count items and tiles the same way, so they agree on every barrier's phase. With K and V
+// All sides count items and tiles the same way, so they agree on every barrier's phase. With K and V
 // handed back separately, two slots let P V of tile j - 1 run under the softmax of tile j (the walk's
 // overlap): tile j + 1's K loads once S of tile j - 1 is done, its V once P V of tile j - 1 is.
 //
@@ -38,8 +40,8 @@
 
 namespace sjit_kernels {
 
-// What the copy thread tells the math warps about an item, next to its Q buffer; about a tile it
-// tells them the TileRef, next to its ring slot.
+// What the Q thread tells the math warps about an item, next to its Q buffer; what the K/V thread
+// tells them about a tile is the TileRef, next to its ring slot.
 struct WsItemRecord {
   int batch, head_q, q_tile;
   int count;  // key tiles; -1: no more items
@@ -70,7 +72,7 @@ struct AttentionWsLayout {
   static constexpr int used_bytes = barriers + 8 * barrier_count;
 };
 
-// The math warps' side of the copy thread's barriers (WarpgroupRows::walk's Feed), and the ping-pong.
+// The math warps' side of the copy threads' barriers (WarpgroupRows::walk's Feed), and the ping-pong.
 template <class Cfg>
 struct CopyThreadFeed {
   using L = AttentionWsLayout<Cfg>;
@@ -206,7 +208,7 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
     return;
   }
 
-  // The math warps: items in the copy thread's order until the record that says there are no more.
+  // The math warps: items in the copy threads' order until the record that says there are no more.
   if constexpr (L::move_registers) warpgroup_claim_registers<L::math_registers>();
   const int group = warp / 4;
   if constexpr (L::ping_pong)
@@ -230,7 +232,7 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
   auto write_pending = [&] {
     if (pending < 0) return;
     // The output, over this warpgroup's rows of the item's Q buffer (in its swizzle, the layout the
-    // copy thread's bulk store reads): every warp of the warpgroup has completed its products that
+    // Q thread's bulk store reads): every warp of the warpgroup has completed its products that
     // read them.
     warpgroup_barrier(group);
     unsigned char* staging = smem + L::q_tiles + pending * L::q_bytes;

@@ -9,7 +9,10 @@
   python3 scripts/timeline/forward_report.py $OUT/ftl.sparse $OUT/ftl.dense
 
 The wgmma_ws kernel's math thread 0 stamps %globaltimer when each item's Q and record are ready, when
-its walk is done (and its tile count) and when its output is staged; the copy thread when it is done.
+its walk is done (and its tile count) and when its output is staged; the Q thread when it is done.
+Since the fourteenth session the walk leaves its last P V to the loop over items, and the output is
+written under the next item's first S = Q K^T: "walk done" is before that last P V, and "staged" falls
+in the next item.
 512 words a CTA (up to 126 items). Each edit names the text it expects; where the code has changed since, it
 stops and says which.
 """
@@ -48,24 +51,32 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)"""),
   }
   if (threadIdx.x == 0) {
     for (int b = 0; b < 2; ++b) {"""),
-("""    bulk_wait_done();
-    return;
-  }""", """    bulk_wait_done();
-    FTL(4, timeline_now());
-    return;
-  }"""),
-("""    const int count = item_records[b].count;
-    if (count < 0) break;""", """    const int count = item_records[b].count;
-    if (threadIdx.x == 0) { FTL(8 + 4 * n, timeline_now()); FTL(3, n); }
-    if (count < 0) break;"""),
-("""    tiles_seen += count;
-""", """    tiles_seen += count;
-    if (threadIdx.x == 0) { FTL(8 + 4 * n + 1, timeline_now()); FTL(8 + 4 * n + 3, count); }
+("""      bulk_wait_done();
+      return;
+    }""", """      bulk_wait_done();
+      FTL(4, timeline_now());
+      return;
+    }"""),
+("""  PackedOutput<Tr> packed;
+""", """  PackedOutput<Tr> packed;
+  int pending_n = 0;  // the pending item's place in the CTA's order
 """),
-("""    mbarrier_arrive(barrier(L::q_empty + b));
+("""    mbarrier_arrive(barrier(L::q_empty + pending));
+""", """    mbarrier_arrive(barrier(L::q_empty + pending));
+    if (threadIdx.x == 0) FTL(8 + 4 * pending_n + 2, timeline_now());
+"""),
+("""    const int count = item_records[b].count;
+""", """    const int count = item_records[b].count;
+    if (threadIdx.x == 0) { FTL(8 + 4 * n, timeline_now()); FTL(3, n); }
+"""),
+("""    pending = b, pending_count = count, pending_first = tiles_seen;
+""", """    pending = b, pending_count = count, pending_first = tiles_seen;
+    pending_n = n;
+"""),
+("""    tiles_seen += count;
   }
-}""", """    mbarrier_arrive(barrier(L::q_empty + b));
-    if (threadIdx.x == 0) FTL(8 + 4 * n + 2, timeline_now());
+}""", """    tiles_seen += count;
+    if (threadIdx.x == 0) { FTL(8 + 4 * n + 1, timeline_now()); FTL(8 + 4 * n + 3, count); }
   }
   if (threadIdx.x == 0) FTL(2, timeline_now());
 }""")])

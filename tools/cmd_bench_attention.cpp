@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <optional>
 #include <random>
-#include <tuple>
 
 #include "commands.h"
 
@@ -99,7 +98,6 @@ int run_attention(const AttentionBenchOptions& o) {
   }
   Attention dense_attention(dense, config);
   const AttentionForwardArgs dense_args = args;
-  AttentionBackwardArgs dense_bargs = bargs;
   // --graph: the forward and backward captured into one CUDA graph (on a stream of their own, made
   // ready first), its replays timed on the default stream (a training step without the host's
   // launches), alternately with the same two calls made directly, which see the same clocks.
@@ -115,26 +113,20 @@ int run_attention(const AttentionBenchOptions& o) {
     return paired_median_gpu_ms(o.warmup, o.iterations, [&] { step.launch(); },
                                 [&] { attention.forward(args), attention.backward(bargs); }, o.queued);
   };
-  // Backward columns: time, how it summed dQ (atomic or pass), forward + backward, its rate counted as 3.5 x the forward's FLOPs
-  // (FlashAttention's convention: the backward does 2.5 x the forward's matrix work), and the speedup
-  // over the dense forward + backward timed alternately with this row's (dense_fwd_ms: the same).
-  // The forward and backward as one step, back to back between one pair of events as a training step
-  // runs them. Timed apart, each call's end misses what it leaves to the next (the L2's write-backs of
-  // its outputs, a tail of CTAs), and each start pays the host's launch latency. The dense step is
-  // timed once, with the dense row.
+  // Backward columns: the backward's time, how it summed dQ (atomic or pass), then the forward and
+  // backward as one step, back to back between one pair of events as a training step runs them (timed
+  // apart, each call's end misses what it leaves to the next, the L2's write-backs of its outputs or a
+  // tail of CTAs, and each start pays the host's launch latency), its split, its rate counted as 3.5 x
+  // the forward's FLOPs (FlashAttention's convention: the backward does 2.5 x the forward's matrix
+  // work), and its speedup over the dense step, timed once with the dense row. `args` holds the row's
+  // pattern already.
   double dense_step_ms = 0;
   auto backward_cells = [&](Attention& attention, const BlockPattern* pattern, double flops) {
     if (!o.backward) return std::vector<std::string>{};
     bargs.pattern = pattern;
-    AttentionForwardArgs step_args = args;
-    step_args.pattern = pattern;
-    const double bwd_ms = pattern == nullptr
-                              ? median_ms(o, [&] { attention.backward(bargs); })
-                              : paired_median_gpu_ms(o.warmup, o.iterations, [&] { attention.backward(bargs); },
-                                                     [&] { dense_attention.backward(dense_bargs); }, o.queued)
-                                    .first;
+    const double bwd_ms = median_ms(o, [&] { attention.backward(bargs); });
     const StepTimes step = median_step_ms(
-        o.warmup, o.iterations, {[&] { attention.forward(step_args); }, [&] { attention.backward(bargs); }}, o.queued);
+        o.warmup, o.iterations, {[&] { attention.forward(args); }, [&] { attention.backward(bargs); }}, o.queued);
     if (pattern == nullptr) dense_step_ms = step.step;
     std::vector<std::string> cells = {fmt::format("{:.3f} ms", bwd_ms), std::string(name(attention.dq_summation(bargs))),
                                       fmt::format("{:.3f} ms", step.step),

@@ -111,31 +111,26 @@ StepTimes median_step_ms(int warmup, int iterations, const std::vector<std::func
   // A timer a part, each started where the one before stopped: the parts run back to back as in the
   // step, and each one's time includes what the one before left behind (write-backs from the L2, a
   // tail of CTAs), which timing the parts apart does not see.
-  std::vector<EventTimer> timers(std::size_t(queued ? iterations : 1) * parts.size());
-  std::vector<std::vector<double>> part_ms(parts.size());
-  std::vector<double> step_ms;
+  std::vector<EventTimer> timers(std::size_t(iterations) * parts.size());
   for (int i = 0; i < iterations; ++i) {
-    EventTimer* step = &timers[queued ? std::size_t(i) * parts.size() : 0];
     for (std::size_t k = 0; k < parts.size(); ++k) {
-      step[k].start();
+      EventTimer& timer = timers[std::size_t(i) * parts.size() + k];
+      timer.start();
       parts[k]();
-      step[k].stop();
+      timer.stop();
     }
-    if (queued && i + 1 < iterations) continue;
-    for (int j = queued ? 0 : i; j <= i; ++j) {
-      const EventTimer* done = &timers[queued ? std::size_t(j) * parts.size() : 0];
-      double total = 0;
-      for (std::size_t k = 0; k < parts.size(); ++k) {
-        part_ms[k].push_back(done[k].elapsed_ms());
-        total += part_ms[k].back();
-      }
-      step_ms.push_back(total);
-    }
+    if (!queued) timers[std::size_t(i + 1) * parts.size() - 1].elapsed_ms();  // waits: each step alone
   }
-  StepTimes t;
-  for (auto& ms : part_ms) t.parts.push_back(median_of(ms));
-  t.step = median_of(step_ms);
-  return t;
+  std::vector<std::vector<double>> part_ms(parts.size());
+  std::vector<double> step_ms(std::size_t(iterations), 0.0);
+  for (std::size_t t = 0; t < timers.size(); ++t) {
+    part_ms[t % parts.size()].push_back(timers[t].elapsed_ms());
+    step_ms[t / parts.size()] += part_ms[t % parts.size()].back();
+  }
+  StepTimes times;
+  for (auto& ms : part_ms) times.parts.push_back(median_of(ms));
+  times.step = median_of(step_ms);
+  return times;
 }
 
 std::pair<double, double> paired_median_gpu_ms(int warmup, int iterations, const std::function<void()>& a,

@@ -69,8 +69,8 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)"""),
 """, """    const int count = item_records[b].count;
     if (threadIdx.x == 0) { FTL(8 + 4 * n, timeline_now()); FTL(3, n); }
 """),
-("""    pending = b, pending_count = count, pending_first = tiles_seen;
-""", """    pending = b, pending_count = count, pending_first = tiles_seen;
+("""    pending = b;
+""", """    pending = b;
     pending_n = n;
 """),
 ("""    tiles_seen += count;

@@ -77,9 +77,7 @@ TileSchedule build_tile_schedule(const BlockPattern& pattern, int block_m, int b
   std::stable_sort(s.item_order.begin(), s.item_order.end(), [&](std::int32_t a, std::int32_t b) {
     return s.item_tile_begin[a + 1] - s.item_tile_begin[a] > s.item_tile_begin[b + 1] - s.item_tile_begin[b];
   });
-  s.head_item_order.reserve(items);
-  for (const std::int32_t item : s.item_order)  // the global order, one head at a time
-    s.head_item_order.push_back(item);
+  s.head_item_order = s.item_order;  // the global order, one head at a time
   std::stable_sort(s.head_item_order.begin(), s.head_item_order.end(),
                    [&](std::int32_t a, std::int32_t b) { return a / s.q_tiles < b / s.q_tiles; });
   for (std::int32_t& item : s.head_item_order) item %= s.q_tiles;

@@ -140,7 +140,7 @@ struct WarpgroupRows {
                                       unsigned ring, Feed& feed, OnFirstScores on_first_scores) {
     const int warp_row0 = (threadIdx.x / 32) * 16;
     auto k_tile = [&](int slot) { return ring + slot * L::kv_bytes; };
-    auto v_tile = [&](int slot) { return ring + (Cfg::stages + slot) * L::kv_bytes; };
+    auto v_tile = [&](int slot) { return v_tile_of(ring, slot); };
     static_assert(Feed::overlap || !Feed::defer_last, "a walk that leaves its last P V running overlaps its products");
     if constexpr (!Feed::overlap) {
       // S, softmax and O += P V one after the other.
@@ -216,8 +216,12 @@ struct WarpgroupRows {
     feed.begin_turn();
     wgmma_fence();
     wgmma_fence_operands(o[0]);
-    issue_values(ring + (Cfg::stages + slot) * L::kv_bytes);
+    issue_values(v_tile_of(ring, slot));
     feed.end_turn();
+  }
+  // The V tile of ring slot `slot`: the V ring follows the K ring at `ring`.
+  static __device__ __forceinline__ unsigned v_tile_of(unsigned ring, int slot) {
+    return ring + (Cfg::stages + slot) * L::kv_bytes;
   }
 };
 

@@ -218,11 +218,11 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
   // this one stores. The walk leaves the item's last P V to this loop, which issues it at the top of the
   // next iteration (no product runs across the loop's back edge) and packs the output before the next
   // walk (ptxas serializes every wgmma, C7514, where ordinary instructions read an accumulator while
-  // one runs). The item is pending until written, its last tile's V slot held until packed.
+  // one runs). The item is pending until written, its last tile's V slot held until packed; its record
+  // stays valid until then (the Q thread rewrites a buffer's record only once its output is written).
   WarpgroupRows<Cfg> rows;
   rows.reset();
-  int pending = -1, pending_count = 0, pending_first = 0, pending_v_slot = -1;  // pending: its Q buffer, or -1
-  int pending_batch = 0, pending_head = 0, pending_row0 = 0;
+  int pending = -1, pending_v_slot = -1;  // the pending item's Q buffer (-1: none), its last V slot
   PackedOutput<Tr> packed;
   auto pack_pending = [&] {  // once the pending item's last P V is complete
     wgmma_fence_operands(rows.o[0]);
@@ -239,10 +239,12 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
     auto staged = [&](int row, int col) {
       return reinterpret_cast<T*>(staging + swizzled_offset(Tr::block_m, row, col));
     };
+    const int q_row0 = item_records[pending].q_tile * Tr::block_m;
     float* lse_row0 =
-        p.lse ? p.lse + (static_cast<long long>(pending_batch) * p.heads_q + pending_head) * p.seq_q + pending_row0
+        p.lse ? p.lse + (static_cast<long long>(item_records[pending].batch) * p.heads_q + item_records[pending].head_q) *
+                            p.seq_q + q_row0
               : nullptr;
-    write_output<Tr>(packed, staged, lse_row0, pending_row0, warp * 16, p.seq_q);
+    write_output<Tr>(packed, staged, lse_row0, q_row0, warp * 16, p.seq_q);
     fence_proxy_async();  // the staged rows, written by ordinary stores, visible to the bulk copy
     mbarrier_arrive(barrier(L::q_empty + pending));
     pending = -1;
@@ -250,7 +252,8 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
   int tiles_seen = 0;
   for (int n = 0;; ++n) {
     if (pending >= 0 && pending_v_slot >= 0) {
-      CopyThreadFeed<Cfg> pending_feed{barrier(0), pending_first, tile_records, group};
+      const int pending_count = item_records[pending].count;
+      CopyThreadFeed<Cfg> pending_feed{barrier(0), tiles_seen - pending_count, tile_records, group};
       rows.issue_last_values(pending_count, pending_v_slot, base + L::k_ring, pending_feed);
     }
     const int b = n % 2;
@@ -266,9 +269,7 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
     CopyThreadFeed<Cfg> feed{barrier(0), tiles_seen, tile_records, group};
     pending_v_slot = rows.walk(p, count, item_records[b].q_tile * Tr::block_m, base + L::q_tiles + b * L::q_bytes +
                                group * 64 * 128, base + L::k_ring, feed, write_pending);
-    pending = b, pending_count = count, pending_first = tiles_seen;
-    pending_batch = item_records[b].batch, pending_head = item_records[b].head_q;
-    pending_row0 = item_records[b].q_tile * Tr::block_m;
+    pending = b;
     tiles_seen += count;
   }
 }

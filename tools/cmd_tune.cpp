@@ -1,5 +1,6 @@
 // sjit tune OP SPEC... : time every layout of each spec on this GPU and store the winners
-// (rownorm at --rows, attention at --shape); sjit tune --show | --export FILE | --import FILE : the
+// (rownorm at --rows, attention at --shape; attention --backward: how its backward sums dQ);
+// sjit tune --show | --export FILE | --import FILE : the
 // tuning database.
 #include <fmt/format.h>
 #include <unistd.h>
@@ -70,6 +71,27 @@ void print_report(const AttentionTuneReport& r) {
              r.stored ? "stored in the tuning database" : "NOT stored");
 }
 
+void print_report(const DqTuneReport& r) {
+  const AttentionTuneShape& s = r.shape;
+  fmt::print("\n{}  B={} Hq={} Hkv={} Sq={} Sk={}{}: {:.1f} key tiles a query row ({})\n", key(r.spec), s.batch,
+             s.heads_q, s.heads_kv, s.seq_q, s.seq_k,
+             r.spec.sparsity == Sparsity::dense ? "" : fmt::format(" density {:.3f}", r.density), r.key_tiles_per_row,
+             r.bucket);
+  Table table({"dQ summed", "backward", "note"});
+  for (const DqSummation way : {DqSummation::atomic, DqSummation::pass}) {
+    const std::string note = std::string(way == r.winner ? "winner" : "") +
+                             (way == r.winner && way == r.chosen_before ? ", " : "") +
+                             (way == r.chosen_before ? "chosen before tuning" : "");
+    table.add({std::string(name(way)), fmt::format("{:.3f} ms", (way == DqSummation::atomic ? r.atomic_us : r.pass_us) / 1e3),
+               note});
+  }
+  table.print();
+  fmt::print("dQ {} wins ({:.2f}x over {}); {}\n", name(r.winner),
+             std::max(r.atomic_us, r.pass_us) / std::min(r.atomic_us, r.pass_us),
+             name(r.winner == DqSummation::atomic ? DqSummation::pass : DqSummation::atomic),
+             r.stored ? "stored in the tuning database (used where SJIT_AUTOTUNE is on or force)" : "NOT stored");
+}
+
 // "B,Hq,Hkv,Sq,Sk" as given to --shape.
 AttentionTuneShape attention_shape(const std::vector<std::int64_t>& sizes, double density) {
   if (sizes.size() != 5)
@@ -121,7 +143,8 @@ Runner add_tune(CLI::App& app) {
   auto show = std::make_shared<bool>(false);
   auto export_file = std::make_shared<std::string>();
   auto import_file = std::make_shared<std::string>();
-  cmd->add_option("op", *op, "The op: rownorm or attention (the forward)");
+  auto backward = std::make_shared<bool>(false);
+  cmd->add_option("op", *op, "The op: rownorm or attention (the forward's tiling; with --backward, how dQ is summed)");
   cmd->add_option("specs", *specs,
                   "Spec key texts, e.g. rownorm:kind=entmax,alpha=1.5,n=64 or "
                   "attention:d=128,dtype=bf16,causal=none,sparsity=dense,pass=fwd");
@@ -129,6 +152,9 @@ Runner add_tune(CLI::App& app) {
   cmd->add_option("--shape", *shape, "attention: B,Hq,Hkv,Sq,Sk to tune at (required)")->delimiter(',');
   cmd->add_option("--density", *density, "attention, bsr specs: density of the random pattern (default 0.1)");
   cmd->add_option("--pattern", *pattern_file, "attention, bsr or baked specs: a pattern file (BlockPattern::save)");
+  cmd->add_flag("--backward", *backward,
+                "attention: time the backward with dQ atomic and with the dQ pass, and store the faster, "
+                "instead of the forward's tilings");
   cmd->add_option("--budget-s", *budget, "Seconds of timing per spec and size");
   cmd->add_option("--iters", *iterations, "Timed runs per candidate (the median is kept)");
   cmd->add_flag("--show", *show, "List the tuning database");
@@ -163,9 +189,13 @@ Runner add_tune(CLI::App& app) {
       options.budget_s = *budget;
       options.iterations = *iterations;
       options.progress = progress_printer();
-      for (const std::string& text : *specs) print_report(tune_attention(parse_attention(text), tune_shape, options));
+      for (const std::string& text : *specs) {
+        if (*backward) print_report(tune_dq_summation(parse_attention(text), tune_shape, options));
+        else print_report(tune_attention(parse_attention(text), tune_shape, options));
+      }
       return 0;
     }
+    if (*backward) throw InvalidArgument("--backward tunes attention's backward: use it with op attention");
     const std::vector<std::int64_t> sizes = rows->empty() ? std::vector<std::int64_t>{0} : *rows;
     for (const std::string& text : *specs)
       for (std::int64_t r : sizes) {

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "attention/attention_args.h"
+#include "attention/attention_internals.h"
 #include "attention/backward_policy.h"
 #include "attention/tensor_maps.h"
 #include "attention/tile_schedule.h"
@@ -314,7 +315,13 @@ struct Attention::State {
     }
     plan.key_tiles_per_row = active_key_tiles_per_query_row(plan.key_schedule, plan.kv_tiling, plan.key_tiles, a.seq_q);
     const std::int64_t group = a.heads_q / std::max<std::int64_t>(a.heads_kv, 1);
-    plan.atomic = attention::choose_dq_summation(spec, plan.sm90, plan.key_tiles_per_row, group, attention::forced_dq_summation()) == DqSummation::atomic;
+    // A stored tuning is looked up only where it could decide (and the lookup is remembered).
+    const std::string_view forced = attention::forced_dq_summation();
+    std::optional<DqSummation> tuned;
+    if (!a.dq_summation && (forced.empty() || forced == "auto") && codegen::atomic_dq(backward_spec(true)))
+      tuned = tuning::tuned_dq_summation(backward_spec(true), group, plan.key_tiles_per_row);
+    plan.atomic = attention::choose_dq_summation(spec, plan.sm90, plan.key_tiles_per_row, group, forced,
+                                                 a.dq_summation, tuned) == DqSummation::atomic;
     return plan;
   }
 
@@ -617,6 +624,13 @@ DqSummation Attention::dq_summation(const AttentionBackwardArgs& in) {
   const AttentionBackwardArgs a = state_->checked(in);
   if (runs_dense_kernels(spec, a.pattern)) return state_->dense().dq_summation(without_pattern(a));  // as backward()
   return state_->plan_backward(a, jit::current_target()).atomic ? DqSummation::atomic : DqSummation::pass;
+}
+
+double AttentionInternals::backward_key_tiles_per_row(Attention& attention, const AttentionBackwardArgs& in) {
+  Attention::State& state = *attention.state_;
+  const AttentionBackwardArgs a = state.checked(in);
+  if (runs_dense_kernels(state.spec, a.pattern)) return backward_key_tiles_per_row(state.dense(), without_pattern(a));
+  return state.plan_backward(a, jit::current_target()).key_tiles_per_row;
 }
 
 std::string_view name(DqSummation s) { return s == DqSummation::atomic ? "atomic" : "pass"; }

@@ -36,12 +36,20 @@ bool worth_converting_in_pass(double key_tiles_per_row) { return key_tiles_per_r
 //     0.02 0.26 / 0.21; causal dense 2.04-2.05 / 1.82-1.83, 0.1 0.38 / 0.38-0.39; at B4 H32 S4096
 //     (3 key tiles a row at 0.1) 0.1 0.72 in earlier closing runs / 0.60.
 DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group,
-                                std::string_view forced) {
+                                std::string_view forced, std::optional<DqSummation> asked,
+                                std::optional<DqSummation> tuned) {
   if (!forced.empty() && forced != "auto" && forced != "atomic" && forced != "pass")
     throw InvalidArgument(fmt::format("SJIT_BACKWARD_DQ = '{}': use atomic, pass or auto (or leave it unset)", forced));
-  if (!codegen::atomic_dq(spec)) return DqSummation::pass;  // determinism asked for, or d = 256
+  const bool may_be_atomic = codegen::atomic_dq(spec);  // not where determinism is asked for, nor at d = 256
+  if (asked == DqSummation::atomic && !may_be_atomic)
+    throw InvalidArgument(fmt::format(
+        "attention backward: dq_summation = atomic, but '{}' sums dQ only by its pass ({}): leave dq_summation "
+        "unset or ask for pass", key(spec), spec.deterministic ? "deterministic" : "no atomic dQ at this head_dim"));
+  if (asked) return *asked;
+  if (!may_be_atomic) return DqSummation::pass;
   if (forced == "atomic") return DqSummation::atomic;
   if (forced == "pass") return DqSummation::pass;
+  if (tuned) return *tuned;
   if (!sm90) return DqSummation::atomic;  // the mma.sync kernels' crossover is not measured: as before
   if (spec.head_dim == 64) return DqSummation::pass;  // a tie or better at every density measured
   if (group >= 4) return key_tiles_per_row < 12 ? DqSummation::pass : DqSummation::atomic;

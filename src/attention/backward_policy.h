@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "sparsejit/attention.h"
@@ -15,10 +16,17 @@ bool worth_converting_in_pass(double key_tiles_per_row);
 
 // How the backward of `spec` sums dQ on a device (sm90: the Hopper kernels), for a problem whose query
 // rows see `key_tiles_per_row` active key tiles on average, with `group` query heads a K/V head.
-// `forced` is SJIT_BACKWARD_DQ's value: "atomic" or "pass" forces that way unless the spec needs the
-// pass; "" or "auto" chooses; anything else is refused (InvalidArgument), whatever the spec.
+// The first that applies decides:
+//   - `asked` (AttentionBackwardArgs::dq_summation): the way asked for; atomic where the spec needs the
+//     pass (deterministic, or d = 256) is refused (InvalidArgument);
+//   - the spec needs the pass;
+//   - `forced`, SJIT_BACKWARD_DQ's value: "atomic" or "pass" forces that way; "" or "auto" does not;
+//     anything else is refused (InvalidArgument), whatever the spec;
+//   - `tuned`, the way a tuning stored for this problem (tuning::tuned_dq_summation);
+//   - the rule measured on the H100.
 DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group,
-                                std::string_view forced);
+                                std::string_view forced, std::optional<DqSummation> asked = std::nullopt,
+                                std::optional<DqSummation> tuned = std::nullopt);
 
 // SJIT_BACKWARD_DQ's value, or "" when unset.
 std::string_view forced_dq_summation();

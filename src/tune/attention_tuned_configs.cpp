@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <charconv>
+#include <cmath>
 #include <map>
 #include <mutex>
 
@@ -34,6 +36,7 @@ int bucket_log2(const std::string& bucket) {
 struct Remembered {
   std::mutex mutex;
   std::map<std::string, std::optional<AttentionConfig>> by_key;
+  std::map<std::string, std::optional<DqSummation>> dq_by_key;  // by remembered_key + "|" + bucket
   std::optional<tune::DeviceModel> device_for_tests;
 };
 Remembered& remembered() {
@@ -147,10 +150,56 @@ bool store_attention_result(const AttentionSpec& spec, const std::string& bucket
   return stored;
 }
 
+std::string dq_bucket(std::int64_t group, double key_tiles_per_row) {
+  if (group < 1 || !(key_tiles_per_row >= 0) || key_tiles_per_row > double(std::int64_t(1) << 40))
+    throw InvalidArgument(fmt::format("dq_bucket: group = {} must be at least 1 and key_tiles_per_row = {} in "
+                                      "[0, 2^40]", group, key_tiles_per_row));
+  const auto tiles = static_cast<std::uint64_t>(std::ceil(key_tiles_per_row));
+  return fmt::format("group={},tiles<={}", group, std::bit_ceil(std::max<std::uint64_t>(tiles, 1)));
+}
+
+std::optional<DqSummation> tuned_dq_summation(const AttentionSpec& spec, std::int64_t group, double key_tiles_per_row) {
+  if (autotune_policy() == AutotunePolicy::off) return std::nullopt;  // a stored way is opted into, as tilings are
+  const std::optional<tune::DeviceModel> device = hook_device();
+  if (!device) return std::nullopt;
+  const tune::TuningDb db = database();
+  const std::string bucket = dq_bucket(group, key_tiles_per_row);
+  const std::string memo = remembered_key(db, *device, spec) + "|" + bucket;
+  Remembered& r = remembered();
+  {
+    std::lock_guard lock(r.mutex);
+    if (auto it = r.dq_by_key.find(memo); it != r.dq_by_key.end()) return it->second;
+  }
+  std::optional<DqSummation> way;
+  if (auto entry = db.find({*device, "attention_dq", key(spec), bucket})) {
+    if (entry->winner_config == name(DqSummation::atomic)) way = DqSummation::atomic;
+    else if (entry->winner_config == name(DqSummation::pass)) way = DqSummation::pass;
+    else
+      tune::warn_once(memo, fmt::format("the stored way '{}' of summing dQ for {} ({}) is neither atomic nor pass; "
+                                        "the backward chooses by its rule: tune again",
+                                        entry->winner_config, key(spec), bucket));
+  }
+  std::lock_guard lock(r.mutex);
+  r.dq_by_key[memo] = way;
+  return way;
+}
+
+bool store_dq_result(const AttentionSpec& spec, const std::string& bucket, DqSummation winner, double winner_us,
+                     DqSummation chosen_before, double chosen_before_us) {
+  tune::TuningDb db = database();
+  const tune::TuningEntry e = measured_entry("attention_dq", key(spec), bucket, std::string(name(winner)), winner_us,
+                                             std::string(name(chosen_before)), chosen_before_us, 2);
+  const bool stored = db.store(e);
+  std::lock_guard lock(remembered().mutex);
+  remembered().dq_by_key.erase(remembered_key(db, e.key.device, spec) + "|" + bucket);
+  return stored;
+}
+
 void set_attention_device_for_tests(std::optional<tune::DeviceModel> device) {
   std::lock_guard lock(remembered().mutex);
   remembered().device_for_tests = std::move(device);
   remembered().by_key.clear();
+  remembered().dq_by_key.clear();
 }
 
 }  // namespace sjit::tuning

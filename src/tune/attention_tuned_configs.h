@@ -40,6 +40,24 @@ bool store_attention_result(const AttentionSpec& canonical_spec, const std::stri
                             const AttentionConfig& winner, double winner_us, const AttentionConfig& default_config,
                             double default_us, int candidates);
 
+// ---- how the backward sums dQ (op "attention_dq") ----
+
+// dQ results are stored per GQA group (query heads a K/V head) and mean active key tiles a query row
+// rounded up to a power of two: "group=1,tiles<=8". Both decide which way wins (the accumulator's
+// costs grow with the rows, the dQ pass's second products with the tiles).
+std::string dq_bucket(std::int64_t group, double key_tiles_per_row);
+
+// The way tune_dq_summation stored for the current device, the backward spec (canonical, pass=bwd)
+// and the problem's bucket, where the autotune policy is on or force; nullopt when it is off, without
+// a device, when nothing is stored for that very bucket, or when the stored text is not a way (reported
+// once). Looked up once per process for each (database folder, device, spec, bucket).
+std::optional<DqSummation> tuned_dq_summation(const AttentionSpec& backward_spec, std::int64_t group,
+                                              double key_tiles_per_row);
+
+// Writes a dQ tuning's winner for the current device; false if the folder cannot be written.
+bool store_dq_result(const AttentionSpec& backward_spec, const std::string& bucket, DqSummation winner,
+                     double winner_us, DqSummation chosen_before, double chosen_before_us);
+
 // Tests on a machine without a GPU: the device model the hook keys by instead of the current device's
 // (nullopt restores the device's). Clears the lookups remembered so far.
 void set_attention_device_for_tests(std::optional<tune::DeviceModel> device);

@@ -11,6 +11,7 @@
 #include "runtime/driver.h"
 #include "sparsejit/error.h"
 #include "sparsejit/tune.h"
+#include "tune/attention_tune_inputs.h"
 #include "tune/attention_tuned_configs.h"
 #include "tune/tuned_configs.h"
 #include "tune/tuner_support.h"
@@ -55,85 +56,29 @@ std::vector<AttentionConfig> grid_configs() {
   return configs;
 }
 
-// Unit-variance values from a counter hash (splitmix64): the tuner fills hundreds of MB, and a
-// distribution object would take seconds; scores q.k*scale are then of unit variance too.
-std::vector<float> random_values(std::size_t count, std::uint64_t seed) {
-  std::vector<float> values(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    std::uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    const double uniform = double(z >> 11) * 0x1.0p-53;  // [0, 1)
-    values[i] = float((2 * uniform - 1) * 1.7320508075688772);  // uniform on [-sqrt 3, sqrt 3]
-  }
-  return values;
-}
-
-DeviceBuffer random_tensor(DType dtype, std::int64_t elements, std::uint64_t seed) {
-  const std::vector<float> values = random_values(std::size_t(elements), seed);
-  std::vector<unsigned char> bytes(values.size() * size_of(dtype));
-  encode(dtype, values, bytes.data());
-  DeviceBuffer buffer(std::max<std::size_t>(bytes.size(), 16));
-  buffer.upload(bytes.data(), bytes.size());
-  return buffer;
-}
-
-// The spec an Attention would hold for this spec and pattern (baked: with the pattern's digest).
+// The spec an Attention would hold for this spec and pattern; only the forward is tuned here.
 AttentionSpec tuned_spec(const AttentionSpec& in, const AttentionTuneShape& shape) {
-  AttentionSpec spec = in;
-  if (spec.sparsity == Sparsity::baked) {
-    if (shape.pattern == nullptr)
-      throw InvalidArgument(fmt::format("tune_attention: '{}' is baked: give the pattern to bake in shape.pattern",
-                                        key(canonical(in))));
-    if (spec.block_size == 0) spec.block_size = shape.pattern->block_size();
-    spec.pattern_digest = shape.pattern->digest();
-  }
-  spec = canonical(spec);
+  const AttentionSpec spec = tuning::tuned_attention_spec(in, shape, "tune_attention");
   if (spec.pass != Pass::forward)
-    throw InvalidArgument(fmt::format("tune_attention: '{}': only the forward (pass=fwd) is tuned", key(spec)));
+    throw InvalidArgument(fmt::format("tune_attention: '{}': only the forward (pass=fwd) is tuned here; "
+                                      "tune_dq_summation tunes the backward's way of summing dQ", key(spec)));
   return spec;
-}
-
-void check_shape(const AttentionTuneShape& s) {
-  auto refuse = [](std::string_view what) { throw InvalidArgument(fmt::format("tune_attention: {}", what)); };
-  if (s.batch < 1 || s.heads_q < 1 || s.heads_kv < 1 || s.seq_q < 1 || s.seq_k < 1)
-    refuse(fmt::format("shape B={} Hq={} Hkv={} Sq={} Sk={}: every size must be at least 1", s.batch, s.heads_q,
-                       s.heads_kv, s.seq_q, s.seq_k));
-  if (s.heads_q % s.heads_kv != 0) refuse(fmt::format("Hq = {} is not a multiple of Hkv = {}", s.heads_q, s.heads_kv));
 }
 
 // The random inputs, poisoned outputs and arguments of one tuning, and the pattern it runs on.
 struct Problem {
   AttentionSpec spec;
-  std::optional<BlockPattern> own_pattern;
+  tuning::AttentionTuneInputs in;
   const BlockPattern* pattern = nullptr;  // null for dense
-  DeviceBuffer q, k, v, o, lse;
+  DeviceBuffer o, lse;
   AttentionForwardArgs args;
 
-  Problem(const AttentionSpec& s, const AttentionTuneShape& shape) : spec(s) {
-    if (spec.sparsity == Sparsity::block_sparse) {
-      if (shape.pattern == nullptr) {
-        if (!(shape.density > 0 && shape.density < 1))
-          throw InvalidArgument(fmt::format("tune_attention: density = {} must be in (0, 1): at 1 every block is "
-                                            "active and the dense kernels run (tune the dense spec)", shape.density));
-        own_pattern = patterns::random(spec.block_size, shape.seq_q, shape.seq_k, shape.density, 7);
-      }
-      pattern = own_pattern ? &*own_pattern : shape.pattern;
-      const BlockPattern& p = *pattern;
-      if (p.nnz() == std::int64_t(p.heads()) * p.block_rows() * p.block_cols())
-        throw InvalidArgument("tune_attention: every block of the pattern is active, so the dense kernels run: "
-                              "tune the dense spec");
-    } else if (spec.sparsity == Sparsity::baked) {
-      pattern = shape.pattern;
-    }
+  Problem(const AttentionSpec& s, const AttentionTuneShape& shape)
+      : spec(s), in(s, shape, "tune_attention"), pattern(in.pattern) {
     const std::int64_t d = spec.head_dim;
-    q = random_tensor(spec.dtype, shape.batch * shape.heads_q * shape.seq_q * d, 1);
-    k = random_tensor(spec.dtype, shape.batch * shape.heads_kv * shape.seq_k * d, 2);
-    v = random_tensor(spec.dtype, shape.batch * shape.heads_kv * shape.seq_k * d, 3);
     o = DeviceBuffer(std::size_t(shape.batch * shape.heads_q * shape.seq_q * d) * size_of(spec.dtype));
     lse = DeviceBuffer(std::size_t(shape.batch * shape.heads_q * shape.seq_q) * 4);
-    args.q = q.data(), args.k = k.data(), args.v = v.data(), args.o = o.data(), args.lse = lse.as<float>();
+    args.q = in.q.data(), args.k = in.k.data(), args.v = in.v.data(), args.o = o.data(), args.lse = lse.as<float>();
     args.batch = shape.batch, args.heads_q = shape.heads_q, args.heads_kv = shape.heads_kv;
     args.seq_q = shape.seq_q, args.seq_k = shape.seq_k;
     args.pattern = pattern;
@@ -152,14 +97,8 @@ struct Problem {
     attention.forward(args);
     synchronize();
     const std::size_t o_count = o.bytes() / size_of(spec.dtype), lse_count = lse.bytes() / 4;
-    std::vector<unsigned char> raw(o.bytes());
-    o.download(raw.data(), raw.size());
-    std::vector<float> values(o_count + lse_count);
-    constexpr std::size_t kChunk = 1 << 20;  // elements decoded by one job
-    tuning::run_in_parallel((o_count + kChunk - 1) / kChunk, [&](std::size_t c) {
-      const std::size_t begin = c * kChunk, count = std::min(kChunk, o_count - begin);
-      decode(spec.dtype, raw.data() + begin * size_of(spec.dtype), std::span<float>(values.data() + begin, count));
-    });
+    std::vector<float> values = tuning::download_values(o, spec.dtype, o_count);
+    values.resize(o_count + lse_count);
     lse.download(values.data() + o_count, lse_count * 4);
     return values;
   }
@@ -195,7 +134,7 @@ std::vector<AttentionTuneCandidate> attention_candidates(const AttentionSpec& sp
 
 AttentionTuneReport tune_attention(const AttentionSpec& spec_in, const AttentionTuneShape& shape,
                                    const TuneOptions& o) {
-  check_shape(shape);
+  tuning::check_attention_shape(shape, "tune_attention");
   const AttentionSpec spec = tuned_spec(spec_in, shape);
   const jit::Target target = jit::current_target();
   AttentionTuneReport report;

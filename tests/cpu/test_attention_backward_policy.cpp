@@ -82,3 +82,35 @@ TEST_CASE("atomic dQ is converted inside the dK/dV pass from two key tiles a que
   CHECK(attention::worth_converting_in_pass(2));
   CHECK(attention::worth_converting_in_pass(6));
 }
+
+// AttentionBackwardArgs::dq_summation, then SJIT_BACKWARD_DQ, then a stored tuning, then the rule.
+TEST_CASE("a way asked for in the args wins, then SJIT_BACKWARD_DQ, then a stored tuning, then the rule",
+          "[attention][backward][policy]") {
+  const auto atomic = DqSummation::atomic, pass = DqSummation::pass;
+  // The rule alone: atomic at 6 tiles a row, the pass at 1 (d = 128, one query head a K/V head).
+  REQUIRE(choose_dq_summation(spec_of(128), true, 6, 1, "") == atomic);
+  REQUIRE(choose_dq_summation(spec_of(128), true, 1, 1, "") == pass);
+  // A stored tuning over the rule, on and off Hopper.
+  CHECK(choose_dq_summation(spec_of(128), true, 6, 1, "", std::nullopt, pass) == pass);
+  CHECK(choose_dq_summation(spec_of(128), true, 1, 1, "auto", std::nullopt, atomic) == atomic);
+  CHECK(choose_dq_summation(spec_of(128), false, 6, 1, "", std::nullopt, pass) == pass);
+  // SJIT_BACKWARD_DQ over a stored tuning.
+  CHECK(choose_dq_summation(spec_of(128), true, 6, 1, "atomic", std::nullopt, pass) == atomic);
+  CHECK(choose_dq_summation(spec_of(128), true, 1, 1, "pass", std::nullopt, atomic) == pass);
+  // The args over everything.
+  CHECK(choose_dq_summation(spec_of(128), true, 1, 1, "pass", atomic, pass) == atomic);
+  CHECK(choose_dq_summation(spec_of(128), true, 64, 1, "atomic", pass, atomic) == pass);
+  CHECK(choose_dq_summation(spec_of(64), true, 64, 1, "", atomic) == atomic);
+}
+
+TEST_CASE("a spec that must take the dQ pass takes it whatever is stored, and refuses atomic asked in the args",
+          "[attention][backward][policy]") {
+  const AttentionSpec det = spec_of(128, Causal::none, true);
+  CHECK(choose_dq_summation(det, true, 6, 1, "", std::nullopt, DqSummation::atomic) == DqSummation::pass);
+  CHECK(choose_dq_summation(det, true, 6, 1, "", DqSummation::pass) == DqSummation::pass);
+  CHECK_THROWS_WITH(choose_dq_summation(det, true, 6, 1, "", DqSummation::atomic),
+                    Contains("dq_summation = atomic") && Contains("det=1") && Contains("deterministic") &&
+                        Contains("ask for pass"));
+  CHECK_THROWS_WITH(choose_dq_summation(spec_of(256), false, 6, 1, "", DqSummation::atomic),
+                    Contains("dq_summation = atomic") && Contains("d=256") && Contains("head_dim"));
+}

@@ -325,3 +325,59 @@ TEST_CASE("a candidate's output matches the default's within rounding, and a wro
     CHECK(tuning::compare_rows(DType::bf16, row, got, want).empty());
   }
 }
+
+// How the backward sums dQ, as tune_dq_summation stores it (docs/tuning.md, "Attention backward").
+TEST_CASE("dQ results are bucketed by GQA group and key tiles a query row rounded up to a power of two",
+          "[tune][attention][backward]") {
+  CHECK(tuning::dq_bucket(1, 6.0) == "group=1,tiles<=8");
+  CHECK(tuning::dq_bucket(1, 2.0) == "group=1,tiles<=2");
+  CHECK(tuning::dq_bucket(1, 2.01) == "group=1,tiles<=4");
+  CHECK(tuning::dq_bucket(4, 0.5) == "group=4,tiles<=1");
+  CHECK(tuning::dq_bucket(8, 0) == "group=8,tiles<=1");
+  CHECK(tuning::dq_bucket(2, 64) == "group=2,tiles<=64");
+  CHECK_THROWS_WITH(tuning::dq_bucket(0, 6), Contains("group = 0"));
+  CHECK_THROWS_WITH(tuning::dq_bucket(1, -1), Contains("key_tiles_per_row = -1"));
+  CHECK_THROWS_AS(tuning::dq_bucket(1, std::numeric_limits<double>::quiet_NaN()), InvalidArgument);
+}
+
+TEST_CASE("a stored way of summing dQ is used for its own bucket only, and only with the policy on",
+          "[tune][attention][backward]") {
+  AttentionSpec spec = bsr_spec(128, 128);
+  spec.pass = Pass::backward;
+  spec = canonical(spec);
+  auto store_way = [&](const HookFixture& hook, const std::string& bucket, const std::string& way) {
+    tune::TuningEntry e;
+    e.key = {test_device(), "attention_dq", key(spec), bucket};
+    e.winner_config = way;
+    e.winner_us = 700;
+    e.default_config = "atomic";
+    e.default_us = 700;
+    e.candidates = 2;
+    e.measured_at = "2025-01-02T03:04:05Z";
+    e.library_version = "test";
+    REQUIRE(tune::TuningDb(hook.folder()).store(e));
+  };
+  SECTION("policy on") {
+    const HookFixture hook(AutotunePolicy::on);
+    CHECK_FALSE(tuning::tuned_dq_summation(spec, 1, 6).has_value());  // nothing stored yet (remembered)
+    tuning::set_attention_device_for_tests(test_device());            // forget what was looked up
+    store_way(hook, "group=1,tiles<=8", "pass");
+    store_way(hook, "group=4,tiles<=8", "atomic");
+    store_way(hook, "group=1,tiles<=2", "fastest");  // not a way: reported, then the rule decides
+    REQUIRE(tuning::tuned_dq_summation(spec, 1, 6).has_value());
+    CHECK(*tuning::tuned_dq_summation(spec, 1, 6) == DqSummation::pass);
+    CHECK(*tuning::tuned_dq_summation(spec, 1, 5) == DqSummation::pass);  // the same bucket
+    CHECK(*tuning::tuned_dq_summation(spec, 4, 7.5) == DqSummation::atomic);
+    CHECK_FALSE(tuning::tuned_dq_summation(spec, 1, 9).has_value());  // tiles<=16: not stored, no neighbour
+    CHECK_FALSE(tuning::tuned_dq_summation(spec, 2, 6).has_value());
+    CHECK_FALSE(tuning::tuned_dq_summation(spec, 1, 2).has_value());
+    AttentionSpec other = spec;
+    other.head_dim = 64;
+    CHECK_FALSE(tuning::tuned_dq_summation(canonical(other), 1, 6).has_value());
+  }
+  SECTION("policy off") {
+    const HookFixture hook(AutotunePolicy::off);
+    store_way(hook, "group=1,tiles<=8", "pass");
+    CHECK_FALSE(tuning::tuned_dq_summation(spec, 1, 6).has_value());
+  }
+}

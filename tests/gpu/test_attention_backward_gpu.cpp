@@ -372,8 +372,9 @@ TEST_CASE("dQ is converted right while the dK/dV pass runs, across problem sizes
 // A backward without `deterministic` sums dQ atomically or in the dQ pass, whichever is faster for the
 // call (on Hopper; elsewhere atomically). Both ways, forced, give the reference's gradients, on one
 // Attention that switches between them (each has kernels of its own; the accumulator stays zero for
-// the atomic passes that follow a dQ pass), and dq_summation reports the way forced. A bad override
-// names itself and what is allowed.
+// the atomic passes that follow a dQ pass), and dq_summation reports the way forced, whether by
+// SJIT_BACKWARD_DQ or by the args (which win over it). A bad override names itself and what is
+// allowed; a deterministic spec refuses atomic asked in the args.
 TEST_CASE("both ways of summing dQ give the reference's gradients, and the backward switches between them",
           "[gpu][attention][backward]") {
   const std::uint64_t seed = test::fresh_seed();
@@ -400,6 +401,36 @@ TEST_CASE("both ways of summing dQ give the reference's gradients, and the backw
       if (std::string_view(method) != "auto") CHECK(name(attention.dq_summation(buffers.backward_args())) == method);
       expect_gradients_close(c, run_gpu(c, attention, in, p), want);
     }
+    // The way asked for in the args, over SJIT_BACKWARD_DQ set to the other one.
+    for (const DqSummation way : {DqSummation::pass, DqSummation::atomic, DqSummation::pass}) {
+      INFO("args.dq_summation = " << name(way));
+      const DqMethodOverride other(way == DqSummation::atomic ? "pass" : "atomic");
+      GpuRun run(c, in, p);
+      run.forward(attention);
+      AttentionBackwardArgs args = run.backward_args();
+      args.dq_summation = way;
+      CHECK(name(attention.dq_summation(args)) == name(way));
+      attention.backward(args);
+      synchronize();
+      expect_gradients_close(c, run.gradients(), want);
+    }
+  }
+  {  // A deterministic spec refuses atomic asked in the args, before any launch, and takes the pass asked.
+    const Problem c = problems.front();
+    const Problem det{deterministic(c.spec), c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_k, c.density};
+    const Inputs in = random_inputs(det, rng);
+    const BlockPattern pattern = patterns::random(128, c.seq_q, c.seq_k, c.density, rng(), 1);
+    Attention attention(det.spec);
+    GpuRun run(det, in, &pattern);
+    run.forward(attention);
+    AttentionBackwardArgs args = run.backward_args();
+    args.dq_summation = DqSummation::atomic;
+    CHECK_THROWS_WITH(attention.backward(args), Catch::Matchers::Contains("dq_summation = atomic") &&
+                                                    Catch::Matchers::Contains("deterministic"));
+    args.dq_summation = DqSummation::pass;
+    attention.backward(args);
+    synchronize();
+    expect_gradients_close(det, run.gradients(), run_reference(det, in, &pattern));
   }
   const DqMethodOverride bad("fastest");
   const Problem c = problems.front();

@@ -9,6 +9,7 @@
 #include "sparsejit/sparsejit.h"
 #include "support/attention_support.h"
 #include "support/test_support.h"
+#include "tune/attention_tuned_configs.h"
 
 using namespace sjit;
 using Catch::Matchers::Contains;
@@ -150,4 +151,81 @@ TEST_CASE("tuning an attention stores a winner no slower than the default, and a
     if (!(std::abs(double(got[i]) - want.o[i]) <= 2e-2 + 1e-2 * std::abs(want.o[i])) && bad++ == 0) first_bad = i;
   INFO("o[" << first_bad << "] = " << got[first_bad] << ", want " << want.o[first_bad]);
   CHECK(bad == 0);
+}
+
+// tune_dq_summation times both ways on one problem and stores the faster for its bucket; a backward of
+// that bucket then takes the stored way where the policy is on, and its own rule where it is off. To
+// tell the stored way from the rule's, the loser is stored over the winner afterwards.
+TEST_CASE("tuning how dQ is summed stores the faster way, and a later backward of that bucket takes it",
+          "[gpu][tune][attention][backward]") {
+  AttentionSpec spec;
+  spec.head_dim = 128;
+  spec.sparsity = Sparsity::block_sparse;
+  spec.block_size = 128;
+  const std::int64_t s = 2048;
+  const BlockPattern pattern = patterns::random(128, s, s, 0.25, 11);
+  AttentionTuneShape shape;
+  shape.batch = 1, shape.heads_q = 4, shape.heads_kv = 2, shape.seq_q = s, shape.seq_k = s;
+  shape.pattern = &pattern;
+  TuneOptions options;
+  options.warmup = 2;
+  options.iterations = 10;
+  const DqTuneReport report = tune_dq_summation(spec, shape, options);
+
+  INFO("atomic " << report.atomic_us << " us, pass " << report.pass_us << " us, " << report.key_tiles_per_row
+                 << " key tiles a row, " << report.bucket);
+  CHECK(report.spec.pass == Pass::backward);
+  CHECK(report.atomic_us > 0);
+  CHECK(report.pass_us > 0);
+  CHECK(report.winner == (report.atomic_us <= report.pass_us ? DqSummation::atomic : DqSummation::pass));
+  // 16 key tiles a row when dense; the pattern keeps about a quarter (the diagonal always).
+  CHECK(report.key_tiles_per_row > 2);
+  CHECK(report.key_tiles_per_row < 12);
+  CHECK(report.bucket == tuning::dq_bucket(2, report.key_tiles_per_row));
+  REQUIRE(report.stored);
+  const auto entries = tuning_entries();
+  const auto stored = std::find_if(entries.begin(), entries.end(), [&](const TunedEntry& e) {
+    return e.op == "attention_dq" && e.spec_key == key(report.spec) && e.bucket == report.bucket;
+  });
+  REQUIRE(stored != entries.end());
+  CHECK(stored->winner_config == name(report.winner));
+
+  // Arguments of that problem (dq_summation reads their shapes and pattern, not the data).
+  const std::size_t q_bytes = std::size_t(shape.heads_q * s * 128) * 2, kv_bytes = q_bytes / 2;
+  std::vector<DeviceBuffer> t;
+  for (const std::size_t bytes : {q_bytes, kv_bytes, kv_bytes, q_bytes, q_bytes, q_bytes, kv_bytes, kv_bytes})
+    t.emplace_back(bytes);
+  const DeviceBuffer lse(std::size_t(shape.heads_q * s) * 4);
+  AttentionBackwardArgs args;
+  args.q = t[0].data(), args.k = t[1].data(), args.v = t[2].data(), args.o = t[3].data(), args.d_o = t[4].data();
+  args.dq = t[5].data(), args.dk = t[6].data(), args.dv = t[7].data(), args.lse = lse.as<float>();
+  args.batch = 1, args.heads_q = shape.heads_q, args.heads_kv = shape.heads_kv, args.seq_q = s, args.seq_k = s;
+  args.pattern = &pattern;
+
+  const DqSummation loser = report.winner == DqSummation::atomic ? DqSummation::pass : DqSummation::atomic;
+  REQUIRE(tuning::store_dq_result(report.spec, report.bucket, loser, 1, report.winner, 1));
+  set_autotune_policy(AutotunePolicy::on);
+  const DqSummation with_policy_on = Attention(spec).dq_summation(args);
+  set_autotune_policy(AutotunePolicy::off);
+  CHECK(name(with_policy_on) == name(loser));
+  CHECK(name(Attention(spec).dq_summation(args)) == name(report.chosen_before));  // off: the rule, as before
+  args.dq_summation = report.winner;  // the args still win
+  set_autotune_policy(AutotunePolicy::on);
+  const DqSummation asked = Attention(spec).dq_summation(args);
+  set_autotune_policy(AutotunePolicy::off);
+  CHECK(name(asked) == name(report.winner));
+}
+
+TEST_CASE("tune_dq_summation refuses a spec that can only take the dQ pass, and a full pattern", "[gpu][tune][attention]") {
+  AttentionSpec spec;
+  spec.head_dim = 128;
+  spec.deterministic = true;
+  AttentionTuneShape shape;
+  shape.heads_q = 2, shape.heads_kv = 2, shape.seq_q = 256, shape.seq_k = 256;
+  CHECK_THROWS_WITH(tune_dq_summation(spec, shape), Contains("sums dQ only by its pass") && Contains("deterministic"));
+  spec.deterministic = false;
+  spec.sparsity = Sparsity::block_sparse;
+  spec.block_size = 128;
+  shape.density = 1;
+  CHECK_THROWS_WITH(tune_dq_summation(spec, shape), Contains("density = 1") && Contains("tune the dense spec"));
 }

@@ -15,6 +15,8 @@
 
 namespace sjit {
 
+struct AttentionInternals;
+
 // Which forward kernel body runs: mma.sync (sm_80 and later), wgmma (Hopper, sm_90a only: one CTA a
 // query tile), or wgmma_ws (Hopper: persistent CTAs, one an SM, whose copy warp loads the next work
 // item's tiles under the current one's math; FlashAttention-3's structure).
@@ -78,6 +80,11 @@ struct AttentionForwardArgs {
   const BlockPattern* pattern = nullptr;
 };
 
+// How a backward sums dQ: atomic, fp32 atomic adds inside the dK/dV pass (the last bits vary from
+// run to run); pass, a dQ pass of its own that owns its rows (the same inputs give the same bits).
+enum class DqSummation { atomic, pass };
+std::string_view name(DqSummation s);  // "atomic" | "pass"
+
 struct AttentionBackwardArgs {
   const void* q = nullptr;    // the forward's inputs
   const void* k = nullptr;
@@ -92,12 +99,12 @@ struct AttentionBackwardArgs {
   Strides q_strides, k_strides, v_strides, o_strides, do_strides, dq_strides, dk_strides, dv_strides;  // 0: contiguous
   float scale = 0.0f;         // the forward's scale (0 means 1 / sqrt(head_dim))
   const BlockPattern* pattern = nullptr;  // as in the forward
+  // How to sum dQ. Unset: chosen per call, in this order: SJIT_BACKWARD_DQ (atomic or pass), the
+  // winner tune_dq_summation stored for this device, spec, GQA group and key tiles a query row (read
+  // where SJIT_AUTOTUNE is on or force), the rule measured on the H100 (docs/attention.md). A spec
+  // that must take the pass (deterministic, or head_dim 256) refuses atomic.
+  std::optional<DqSummation> dq_summation;
 };
-
-// How a backward sums dQ: atomic, fp32 atomic adds inside the dK/dV pass (the last bits vary from
-// run to run); pass, a dQ pass of its own that owns its rows (the same inputs give the same bits).
-enum class DqSummation { atomic, pass };
-std::string_view name(DqSummation s);  // "atomic" | "pass"
 
 // A prepared attention: compiles (or finds) its kernel once, keeps the device copy of each pattern's
 // tile schedule, then launches with little host work. Thread-safe. The spec's pass is ignored.
@@ -142,6 +149,7 @@ class Attention {
   AttentionConfig config() const;  // after resolve()
 
  private:
+  friend struct AttentionInternals;  // the library's own access (src/attention/attention_internals.h)
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -90,7 +90,8 @@ struct AttentionTuneReport {
 
 // The tilings the tuner tries for a spec: the heuristic default for the compute capability first (10 *
 // major + minor; 0: the portable default), then every mix of warps {4, 8}, m_tiles {1, 2}, block_n
-// {32, 64, 128}, stages {2, 3}, q_in_registers {0, 1} and path {mma, wgmma} that is not the default.
+// {32, 64, 128}, stages {2, 3}, q_in_registers {0, 1} and path {mma, wgmma, wgmma_ws} that is not the
+// default.
 // Those resolve() refuses (shared memory, pattern blocks per tile, what the wgmma path takes) carry its
 // reason in `rejected`. (wgmma candidates on a device other than sm_90a fail when compiled.)
 std::vector<AttentionTuneCandidate> attention_candidates(const AttentionSpec& spec, int compute_capability = 0);
@@ -108,6 +109,32 @@ AttentionTuneReport tune_attention(const AttentionSpec& spec, const AttentionTun
 // the nearest by powers of two; seq_k 0: the longest stored), whatever the policy; nullopt if none. For a
 // program that knows its shape: pass the result to Attention as an explicit config.
 std::optional<AttentionConfig> tuned_attention_config(const AttentionSpec& spec, std::int64_t seq_k = 0);
+
+// ---- attention backward: how dQ is summed ---------------------------------------------------------
+
+struct DqTuneReport {
+  AttentionSpec spec;            // canonical, pass=bwd; baked: with the pattern's digest
+  AttentionTuneShape shape;      // pattern: null (the pattern timed is described by density)
+  double density = 1;            // of the pattern timed (1 for dense)
+  double key_tiles_per_row = 0;  // active key tiles a query row sees, of the dK/dV pass's tiles
+  std::string bucket;            // what the result is stored under: GQA group and key tiles a row
+  std::string device;
+  DqSummation chosen_before = DqSummation::atomic;  // the backward's choice before this tuning
+  double atomic_us = 0, pass_us = 0;                 // median backward, each way
+  DqSummation winner = DqSummation::atomic;
+  bool stored = false;           // written to the tuning database
+};
+
+// Tunes how the backward of one spec sums dQ on the current device at one shape (a spec that can
+// only take the dQ pass, deterministic or at head_dim 256, is refused): runs the forward once, then the
+// backward each way (AttentionBackwardArgs::dq_summation) on the same random inputs into poisoned
+// gradients, refuses to go on if the two ways' gradients differ by more than rounding, and times each
+// (warm-up, median of options.iterations). Stores the faster under op "attention_dq", the backward
+// spec's key and the problem's bucket (query heads a K/V head, key tiles a query row rounded up to a
+// power of two). A backward whose args leave dq_summation unset then takes it, for a problem of the
+// same bucket, when the autotune policy is on or force. Needs a GPU.
+DqTuneReport tune_dq_summation(const AttentionSpec& spec, const AttentionTuneShape& shape,
+                               const TuneOptions& options = {});
 
 // ---- the database ----------------------------------------------------------------------------------
 

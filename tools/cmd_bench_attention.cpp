@@ -24,6 +24,7 @@ struct AttentionBenchOptions {
   bool per_head = false;
   bool backward = false;
   bool deterministic = false;
+  std::string dq;  // "" (chosen per call), atomic or pass
   bool queued = false;
   bool graph = false;
   std::string config;
@@ -46,6 +47,11 @@ double median_ms(const AttentionBenchOptions& o, const std::function<void()>& ru
 }
 
 int run_attention(const AttentionBenchOptions& o) {
+  // --dq: the way the backward sums dQ, where asked (checked before anything runs).
+  std::optional<DqSummation> dq_asked;
+  if (o.dq == "atomic") dq_asked = DqSummation::atomic;
+  else if (o.dq == "pass") dq_asked = DqSummation::pass;
+  else if (!o.dq.empty()) throw InvalidArgument(fmt::format("--dq {}: use atomic or pass", o.dq));
   if (!gpu_available()) throw NoDevice("sjit bench needs a GPU: " + system_info().no_gpu_reason);
   const DeviceInfo dev = current_device();
   const DType dtype = parse_dtype(o.dtype);
@@ -65,10 +71,12 @@ int run_attention(const AttentionBenchOptions& o) {
   args.q = q.data(), args.k = k.data(), args.v = v.data(), args.o = out.data(), args.lse = lse.as<float>();
   args.batch = o.batch, args.heads_q = o.heads, args.heads_kv = heads_kv, args.seq_q = o.seq, args.seq_k = seq_k;
 
-  // Without --deterministic the backward sums dQ whichever way is faster for the call, unless the
-  // environment forces one (docs/attention.md, "The dQ pass on wgmma").
+  // Without --deterministic the backward sums dQ whichever way is faster for the call, unless --dq or
+  // the environment forces one (docs/attention.md, "Choosing how to sum dQ").
   const char* dq_env = std::getenv("SJIT_BACKWARD_DQ");
-  const std::string dq_method = dq_env != nullptr && *dq_env != '\0' ? fmt::format("SJIT_BACKWARD_DQ={}", dq_env) : "chosen per call";
+  const std::string dq_method = dq_asked                                   ? fmt::format("--dq {}", o.dq)
+                                : dq_env != nullptr && *dq_env != '\0' ? fmt::format("SJIT_BACKWARD_DQ={}", dq_env)
+                                                                          : "chosen per call";
   const std::string backward_mode = !o.backward ? ""
                                     : o.deterministic
                                         ? "; deterministic backward"
@@ -95,6 +103,7 @@ int run_attention(const AttentionBenchOptions& o) {
     bargs.q = q.data(), bargs.k = k.data(), bargs.v = v.data(), bargs.o = out.data(), bargs.lse = lse.as<float>();
     bargs.d_o = d_o->data(), bargs.dq = dq->data(), bargs.dk = dk->data(), bargs.dv = dv->data();
     bargs.batch = o.batch, bargs.heads_q = o.heads, bargs.heads_kv = heads_kv, bargs.seq_q = o.seq, bargs.seq_k = seq_k;
+    bargs.dq_summation = dq_asked;
   }
   Attention dense_attention(dense, config);
   const AttentionForwardArgs dense_args = args;
@@ -219,6 +228,9 @@ Runner add_bench_attention(CLI::App& bench) {
   cmd->add_flag("--per-head", o->per_head, "A different random pattern for every head");
   cmd->add_flag("--backward", o->backward, "Also time the backward (dQ, dK, dV) and forward + backward");
   cmd->add_flag("--deterministic", o->deterministic, "Backward in deterministic mode (a dQ pass of its own, no atomics)");
+  cmd->add_option("--dq", o->dq,
+                  "With --backward: sum dQ this way, atomic or pass (default: chosen per call; "
+                  "AttentionBackwardArgs::dq_summation)");
   cmd->add_option("--config", o->config, "Tiling, e.g. warps=4,mt=2,bn=64,stages=2,qreg=0 (default: chosen)");
   cmd->add_flag("--queued", o->queued,
                 "Enqueue every timed run before waiting (each with its own events), so the host's launch latency "

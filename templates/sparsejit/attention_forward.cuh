@@ -137,13 +137,31 @@ __device__ __forceinline__ WorkItem work_item(const AttentionForwardParams& p, i
   return w;
 }
 
-// Which (batch, head, query tile) this CTA computes, rank-major: all groups' heaviest items first, so
-// that long rows start early and short ones fill the tail (longest-processing-time scheduling).
+// Work item `index`, head-major: consecutive indices take the query tiles of one (batch, head),
+// heaviest first, before the next one. The CTAs resident at one time then share a few heads' K/V,
+// which L2 serves: rank-major (every head's heaviest tile first), the ~132 resident CTAs of an H100
+// read ~132 different heads' key blocks, and a sparse forward reads each K/V tile once per query tile
+// that visits it (0.94 GB from DRAM at density 0.1, B2 H16 S8192 D128, against 0.26 GB head-major).
+template <class Cfg>
+__device__ __forceinline__ WorkItem work_item_head_major(const AttentionForwardParams& p, unsigned index) {
+  const int ranks = ranks_per_group<Cfg>(p);
+  return work_item<Cfg>(p, index % ranks, index / ranks);
+}
+
+// Which (batch, head, query tile) this CTA of the mma.sync kernel computes: head-major, except for
+// dense causal specs, whose items differ most in length: there rank-major (every head's heaviest
+// item first, longest-processing-time scheduling) keeps the long rows from starting last. On the H100
+// (path=mma, same-run A/B, 2026-11-23, fifteenth session) head-major took density 0.1 from 0.416-0.446
+// to 0.393-0.405 ms at d = 128, pattern blocks of 64 from 0.544-0.577 to 0.477-0.487 (dense 4.63 to
+// 4.13-4.16), and made dense causal 12% slower (1.74 to 1.95 ms).
 template <class Cfg>
 __device__ __forceinline__ WorkItem locate_work(const AttentionForwardParams& p) {
-  const int groups = Cfg::sparsity == kDense ? p.batch * p.heads_q
-                                             : p.batch * (p.heads_q / schedule_of<Cfg>(p).pattern_heads);
-  return work_item<Cfg>(p, blockIdx.x / groups, blockIdx.x % groups);
+  if constexpr (Cfg::sparsity == kDense && Cfg::causal != kNotCausal) {
+    const int groups = p.batch * p.heads_q;
+    return work_item<Cfg>(p, blockIdx.x / groups, blockIdx.x % groups);
+  } else {
+    return work_item_head_major<Cfg>(p, blockIdx.x);
+  }
 }
 
 // The item's Q rows, and the K and V of its key/value head (GQA: heads_q / heads_kv query heads each).

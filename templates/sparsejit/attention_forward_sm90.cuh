@@ -47,17 +47,6 @@ struct AttentionSm90Layout {
   static_assert(Tr::block_m * Tr::row_elems * 2 <= used_bytes, "the output staging tile must fit");
 };
 
-// Work item `index` in the order of locate_work but head-major: consecutive indices take the query
-// tiles of one (batch, head) before the next one. The CTAs resident at one time then share a few heads'
-// K/V, which L2 serves: with a pattern shared by all heads and rank-major order, the ~132 resident CTAs
-// read ~132 different heads' key blocks, and a sparse forward reads each K/V tile once per query tile
-// that visits it (0.94 GB from DRAM at density 0.1, B2 H16 S8192 D128, against 0.26 GB head-major).
-template <class Cfg>
-__device__ __forceinline__ WorkItem work_item_head_major(const AttentionForwardParams& p, unsigned index) {
-  const int ranks = ranks_per_group<Cfg>(p);
-  return work_item<Cfg>(p, index % ranks, index / ranks);
-}
-
 // Where key tile j of a walk lies: its first key, and which of its pattern blocks are active.
 struct TileRef {
   int key0;

@@ -315,14 +315,21 @@ struct Attention::State {
     }
     plan.key_tiles_per_row = active_key_tiles_per_query_row(plan.key_schedule, plan.kv_tiling, plan.key_tiles, a.seq_q);
     const std::int64_t group = a.heads_q / std::max<std::int64_t>(a.heads_kv, 1);
-    // A stored tuning is looked up only where it could decide (and the lookup is remembered).
-    const std::string_view forced = attention::forced_dq_summation();
-    std::optional<DqSummation> tuned;
-    if (!a.dq_summation && (forced.empty() || forced == "auto") && codegen::atomic_dq(backward_spec(true)))
-      tuned = tuning::tuned_dq_summation(backward_spec(true), group, plan.key_tiles_per_row);
-    plan.atomic = attention::choose_dq_summation(spec, plan.sm90, plan.key_tiles_per_row, group, forced,
-                                                 a.dq_summation, tuned) == DqSummation::atomic;
+    // A stored tuning (nullopt at once with the autotune policy off; remembered per process otherwise)
+    // decides only where nothing before it in choose_dq_summation does.
+    const std::optional<DqSummation> tuned =
+        tuning::tuned_dq_summation(backward_spec(true), group, plan.key_tiles_per_row);
+    plan.atomic = attention::choose_dq_summation(spec, plan.sm90, plan.key_tiles_per_row, group,
+                                                 attention::forced_dq_summation(), a.dq_summation, tuned) ==
+                  DqSummation::atomic;
     return plan;
+  }
+  // plan_backward for the args of a call (checked), on the dense kernels' State where backward() would
+  // run them (a pattern with every block active). Launches nothing.
+  BackwardPlan plan_of_call(const AttentionBackwardArgs& in) {
+    const AttentionBackwardArgs a = checked(in);
+    if (runs_dense_kernels(spec, a.pattern)) return dense().state_->plan_of_call(without_pattern(a));
+    return plan_backward(a, jit::current_target());
   }
 
   const BackwardKernels& backward(const jit::Target& target, bool atomic, const Capture& capture = {}) {
@@ -620,17 +627,11 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
 }
 
 DqSummation Attention::dq_summation(const AttentionBackwardArgs& in) {
-  const AttentionSpec& spec = state_->spec;
-  const AttentionBackwardArgs a = state_->checked(in);
-  if (runs_dense_kernels(spec, a.pattern)) return state_->dense().dq_summation(without_pattern(a));  // as backward()
-  return state_->plan_backward(a, jit::current_target()).atomic ? DqSummation::atomic : DqSummation::pass;
+  return state_->plan_of_call(in).atomic ? DqSummation::atomic : DqSummation::pass;
 }
 
 double AttentionInternals::backward_key_tiles_per_row(Attention& attention, const AttentionBackwardArgs& in) {
-  Attention::State& state = *attention.state_;
-  const AttentionBackwardArgs a = state.checked(in);
-  if (runs_dense_kernels(state.spec, a.pattern)) return backward_key_tiles_per_row(state.dense(), without_pattern(a));
-  return state.plan_backward(a, jit::current_target()).key_tiles_per_row;
+  return attention.state_->plan_of_call(in).key_tiles_per_row;
 }
 
 std::string_view name(DqSummation s) { return s == DqSummation::atomic ? "atomic" : "pass"; }

@@ -92,4 +92,13 @@ AttentionTuneInputs::AttentionTuneInputs(const AttentionSpec& spec, const Attent
   v = random_tensor(spec.dtype, shape.batch * shape.heads_kv * shape.seq_k * d, 3);
 }
 
+AttentionForwardArgs AttentionTuneInputs::forward_args(const AttentionTuneShape& shape, void* o, float* lse) const {
+  AttentionForwardArgs args;
+  args.q = q.data(), args.k = k.data(), args.v = v.data(), args.o = o, args.lse = lse;
+  args.batch = shape.batch, args.heads_q = shape.heads_q, args.heads_kv = shape.heads_kv;
+  args.seq_q = shape.seq_q, args.seq_k = shape.seq_k;
+  args.pattern = pattern;
+  return args;
+}
+
 }  // namespace sjit::tuning

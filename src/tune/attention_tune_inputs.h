@@ -34,6 +34,9 @@ struct AttentionTuneInputs {
   // bsr: shape.pattern, else patterns::random at shape.density (seed 7); a pattern with every block
   // active is refused, since the dense kernels would run. baked: shape.pattern.
   AttentionTuneInputs(const AttentionSpec& canonical_spec, const AttentionTuneShape& shape, std::string_view who);
+
+  // The forward's arguments at `shape` over these inputs, its outputs into o and lse.
+  AttentionForwardArgs forward_args(const AttentionTuneShape& shape, void* o, float* lse) const;
 };
 
 }  // namespace sjit::tuning

@@ -49,6 +49,22 @@ std::string remembered_key(const tune::TuningDb& db, const tune::DeviceModel& d,
                      key(spec));
 }
 
+// The value remembered under `memo` in `by_key`, else compute()'s, remembered there (computed outside the
+// lock: it reads the database folder).
+template <class Value, class Compute>
+std::optional<Value> remembered_lookup(std::map<std::string, std::optional<Value>>& by_key, const std::string& memo,
+                                       Compute compute) {
+  Remembered& r = remembered();
+  {
+    std::lock_guard lock(r.mutex);
+    if (auto it = by_key.find(memo); it != by_key.end()) return it->second;
+  }
+  const std::optional<Value> value = compute();
+  std::lock_guard lock(r.mutex);
+  by_key[memo] = value;
+  return value;
+}
+
 // The device the hook keys by: the test override, else the current device; nullopt without a GPU.
 std::optional<tune::DeviceModel> hook_device() {
   {
@@ -126,16 +142,9 @@ AttentionConfig attention_config_for(const AttentionSpec& spec, const AttentionC
   const std::optional<tune::DeviceModel> device = hook_device();
   if (!device) return config;
   const tune::TuningDb db = database();
-  const std::string memo = remembered_key(db, *device, spec);
-  Remembered& r = remembered();
-  {
-    std::lock_guard lock(r.mutex);
-    if (auto it = r.by_key.find(memo); it != r.by_key.end()) return it->second.value_or(config);
-  }
-  const std::optional<AttentionConfig> stored = stored_attention_config(db, *device, spec);
-  std::lock_guard lock(r.mutex);
-  r.by_key[memo] = stored;
-  return stored.value_or(config);
+  return remembered_lookup(remembered().by_key, remembered_key(db, *device, spec), [&] {
+           return stored_attention_config(db, *device, spec);
+         }).value_or(config);
 }
 
 bool store_attention_result(const AttentionSpec& spec, const std::string& bucket, const AttentionConfig& winner,
@@ -165,23 +174,16 @@ std::optional<DqSummation> tuned_dq_summation(const AttentionSpec& spec, std::in
   const tune::TuningDb db = database();
   const std::string bucket = dq_bucket(group, key_tiles_per_row);
   const std::string memo = remembered_key(db, *device, spec) + "|" + bucket;
-  Remembered& r = remembered();
-  {
-    std::lock_guard lock(r.mutex);
-    if (auto it = r.dq_by_key.find(memo); it != r.dq_by_key.end()) return it->second;
-  }
-  std::optional<DqSummation> way;
-  if (auto entry = db.find({*device, "attention_dq", key(spec), bucket})) {
-    if (entry->winner_config == name(DqSummation::atomic)) way = DqSummation::atomic;
-    else if (entry->winner_config == name(DqSummation::pass)) way = DqSummation::pass;
-    else
-      tune::warn_once(memo, fmt::format("the stored way '{}' of summing dQ for {} ({}) is neither atomic nor pass; "
-                                        "the backward chooses by its rule: tune again",
-                                        entry->winner_config, key(spec), bucket));
-  }
-  std::lock_guard lock(r.mutex);
-  r.dq_by_key[memo] = way;
-  return way;
+  return remembered_lookup(remembered().dq_by_key, memo, [&]() -> std::optional<DqSummation> {
+    const auto entry = db.find({*device, "attention_dq", key(spec), bucket});
+    if (!entry) return std::nullopt;
+    if (entry->winner_config == name(DqSummation::atomic)) return DqSummation::atomic;
+    if (entry->winner_config == name(DqSummation::pass)) return DqSummation::pass;
+    tune::warn_once(memo, fmt::format("the stored way '{}' of summing dQ for {} ({}) is neither atomic nor pass; "
+                                      "the backward chooses by its rule: tune again",
+                                      entry->winner_config, key(spec), bucket));
+    return std::nullopt;
+  });
 }
 
 bool store_dq_result(const AttentionSpec& spec, const std::string& bucket, DqSummation winner, double winner_us,

@@ -68,26 +68,21 @@ AttentionSpec tuned_spec(const AttentionSpec& in, const AttentionTuneShape& shap
 // The random inputs, poisoned outputs and arguments of one tuning, and the pattern it runs on.
 struct Problem {
   AttentionSpec spec;
-  tuning::AttentionTuneInputs in;
-  const BlockPattern* pattern = nullptr;  // null for dense
+  tuning::AttentionTuneInputs in;  // in.pattern: null for dense
   DeviceBuffer o, lse;
   AttentionForwardArgs args;
 
-  Problem(const AttentionSpec& s, const AttentionTuneShape& shape)
-      : spec(s), in(s, shape, "tune_attention"), pattern(in.pattern) {
+  Problem(const AttentionSpec& s, const AttentionTuneShape& shape) : spec(s), in(s, shape, "tune_attention") {
     const std::int64_t d = spec.head_dim;
     o = DeviceBuffer(std::size_t(shape.batch * shape.heads_q * shape.seq_q * d) * size_of(spec.dtype));
     lse = DeviceBuffer(std::size_t(shape.batch * shape.heads_q * shape.seq_q) * 4);
-    args.q = in.q.data(), args.k = in.k.data(), args.v = in.v.data(), args.o = o.data(), args.lse = lse.as<float>();
-    args.batch = shape.batch, args.heads_q = shape.heads_q, args.heads_kv = shape.heads_kv;
-    args.seq_q = shape.seq_q, args.seq_k = shape.seq_k;
-    args.pattern = pattern;
+    args = in.forward_args(shape, o.data(), lse.as<float>());
     // Every argument checked now, before minutes of compiling.
-    attention::checked_forward_args(spec, args, spec.sparsity == Sparsity::baked ? pattern : nullptr);
+    attention::checked_forward_args(spec, args, spec.sparsity == Sparsity::baked ? in.pattern : nullptr);
   }
 
   Attention make(const AttentionConfig& config) const {
-    return spec.sparsity == Sparsity::baked ? Attention(spec, *pattern, config) : Attention(spec, config);
+    return spec.sparsity == Sparsity::baked ? Attention(spec, *in.pattern, config) : Attention(spec, config);
   }
 
   // One forward into poisoned outputs; returns O (then the log-sum-exp) as floats.
@@ -150,7 +145,7 @@ AttentionTuneReport tune_attention(const AttentionSpec& spec_in, const Attention
   std::vector<AttentionTuneCandidate>& candidates = report.candidates;
 
   Problem problem(spec, shape);
-  report.density = problem.pattern ? problem.pattern->stats().density : 1.0;
+  report.density = problem.in.pattern ? problem.in.pattern->stats().density : 1.0;
   const double flops = attention_forward_flops(spec, problem.args);
 
   // Compile every accepted candidate first, on all cores (kernels load into this thread's context); a

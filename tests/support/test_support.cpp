@@ -1,8 +1,12 @@
 #include "support/test_support.h"
 
+#include <cstdlib>
+
 namespace sjit::test {
 
 std::uint64_t fresh_seed() {
+  // SJIT_TEST_SEED replays a failed draw: every failing check prints the seed it ran with.
+  if (const char* fixed = std::getenv("SJIT_TEST_SEED"); fixed && *fixed) return std::strtoull(fixed, nullptr, 0);
   std::random_device rd;
   return (std::uint64_t(rd()) << 32) ^ rd();
 }

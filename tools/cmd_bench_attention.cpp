@@ -90,6 +90,7 @@ int run_attention(const AttentionBenchOptions& o) {
   if (o.backward)
     headers.insert(headers.end(), {"bwd", "dQ", "fwd+bwd", "in it: fwd / bwd", "fwd+bwd TFLOP/s", "fwd+bwd vs dense"});
   if (o.backward && o.graph) headers.insert(headers.end(), {"fwd+bwd graph", "calls / graph"});
+  headers.push_back(o.backward ? "host us: fwd / bwd" : "host us");
   Table table(headers);
 
   // The backward's buffers: dO random, gradients written.
@@ -149,6 +150,14 @@ int run_attention(const AttentionBenchOptions& o) {
     }
     return cells;
   };
+  // How long a call keeps the host (checks, lookups, tensor maps, launches), the GPU idle before it: a
+  // run timed alone pays it before its first kernel, a queued one hides it.
+  auto host_cell = [&](Attention& attention, const BlockPattern* pattern) {
+    const double fwd_us = median_host_us(o.iterations, [&] { attention.forward(args); });
+    if (!o.backward) return fmt::format("{:.1f}", fwd_us);
+    bargs.pattern = pattern;
+    return fmt::format("{:.1f} / {:.1f}", fwd_us, median_host_us(o.iterations, [&] { attention.backward(bargs); }));
+  };
 
   const double dense_ms = median_ms(o, [&] { dense_attention.forward(args); });
   const double dense_flops = attention_forward_flops(dense, args);
@@ -157,6 +166,7 @@ int run_attention(const AttentionBenchOptions& o) {
       fmt::format("{:.0f}%", 100 * dense_flops / dense_ms / 1e9 / kH100PeakTflops), "1.00x", "-",
       key(dense_attention.config())};
   for (auto& cell : backward_cells(dense_attention, nullptr, dense_flops)) dense_row.push_back(cell);
+  dense_row.push_back(host_cell(dense_attention, nullptr));
   table.add(dense_row);
 
   std::vector<std::pair<std::string, BlockPattern>> patterns_to_run;
@@ -185,6 +195,7 @@ int run_attention(const AttentionBenchOptions& o) {
           fmt::format("{:.0f}%", 100 * tflops / kH100PeakTflops), fmt::format("{:.2f}x", dense_now_ms / ms),
           stats.density > 0 ? fmt::format("{:.2f}", ms / (dense_now_ms * stats.density)) : "-", key(attention.config())};
       for (auto& cell : backward_cells(attention, &pattern, flops)) row.push_back(cell);
+      row.push_back(host_cell(attention, &pattern));
       table.add(row);
     };
     Attention runtime(sparse, config);
@@ -199,7 +210,8 @@ int run_attention(const AttentionBenchOptions& o) {
   fmt::print("TFLOP/s count 4*D per (query, key) pair the mask allows, over the active blocks only.\n"
              "'vs dense x density' is the time over (dense time x density): 1.00 is perfect scaling.\n"
              "A row's 'vs dense' columns use the dense kernels timed alternately with the row's (a, b, a, b, ..),\n"
-             "so both see the same clocks: an H100's drift by several percent over a run as it warms.\n");
+             "so both see the same clocks: an H100's drift by several percent over a run as it warms.\n"
+             "'host us' is how long one call keeps the calling thread (checks, lookups, launches), the GPU idle before it.\n");
   if (o.backward)
     fmt::print("fwd+bwd is one step: the forward then the backward, back to back between one pair of events, as in\n"
                "training ('in it' splits it). It differs from the two timed apart, which pay the host's launch\n"

@@ -43,6 +43,10 @@ double median_gpu_ms(int warmup, int iterations, const std::function<void(int)>&
 std::pair<double, double> paired_median_gpu_ms(int warmup, int iterations, const std::function<void()>& a,
                                                const std::function<void()>& b, bool queued = false);
 
+// The median wall-clock microseconds that one call of `run` keeps the host, with the GPU idle before
+// each (a synchronize between calls): what a call adds before its first kernel when timed alone.
+double median_host_us(int iterations, const std::function<void()>& run);
+
 // A step of several calls timed as one, as a training step runs them (`parts` back to back, each part
 // between its own events, no wait between them): the medians of each part's time within the step and
 // of the step's. Each step is timed alone, or with `queued` all are enqueued before the first wait.

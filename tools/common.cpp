@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <chrono>
 #include <sstream>
 #include <thread>
 
@@ -102,6 +103,18 @@ double median_gpu_ms(int warmup, int iterations, const std::function<void(int)>&
   int i = 0;
   std::vector<double> ms = timed_runs(iterations, queued, {[&] { run(i++); }});
   return median_of(ms);
+}
+
+double median_host_us(int iterations, const std::function<void()>& run) {
+  std::vector<double> us;
+  for (int i = 0; i < iterations; ++i) {
+    synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  }
+  synchronize();
+  return median_of(us);
 }
 
 StepTimes median_step_ms(int warmup, int iterations, const std::vector<std::function<void()>>& parts, bool queued) {

@@ -55,7 +55,12 @@ namespace {
 //   tiles, one CTA an SM: 579 with two stages, 562 with three; at density 0.1 0.224 ms against 0.243
 //   and 0.254), causal or not;
 // - pattern blocks of 64 or less: one warpgroup of 64 rows and 64-key tiles, for the reason given for
-//   the mma.sync path below.
+//   the mma.sync path below;
+// - dense at d = 64, causal or not: one warpgroup of 64 rows and 128-key tiles (73 KB: three CTAs an
+//   SM). The tuner found it the fastest of 144 mixes at B4 H32 S4096 (sixteenth session,
+//   docs/tuning.md): 1.119 ms against 1.269-1.281 for two warpgroups and 64-key tiles (491 TFLOP/s,
+//   cuDNN 464), causal 0.621 against 0.761. With a pattern (blocks of 128) wgmma_ws stays faster
+//   (0.152 ms at density 0.1 against 0.165).
 AttentionConfig wgmma_default_config(const AttentionSpec& spec, AttentionPath path = AttentionPath::wgmma) {
   AttentionConfig c;
   c.path = path;
@@ -70,6 +75,10 @@ AttentionConfig wgmma_default_config(const AttentionSpec& spec, AttentionPath pa
   // The persistent kernel has one CTA an SM with 240 registers a math thread: 128-key tiles fit
   // without spilling and halve the barriers a row of tiles costs.
   if (path == AttentionPath::wgmma_ws) c.block_n = 128;
+  if (path == AttentionPath::wgmma && spec.sparsity == Sparsity::dense && spec.head_dim == 64) {
+    c.warps = 4;
+    c.block_n = 128;
+  }
   return c;
 }
 

@@ -235,8 +235,11 @@ TEST_CASE("resolve() on the wgmma path: defaults, checks, and which path an unse
         CHECK(c.q_in_registers == 0);
         CHECK(resolve(spec, c) == c);
         CHECK(parse_attention_config(key(c)) == c);
-        // Pattern blocks of 64 or less: one warpgroup, 64 query rows (see default_config).
-        CHECK(c.block_m() == (sparsity != Sparsity::dense && bs <= 64 ? 64 : 128));
+        // Pattern blocks of 64 or less, and dense d = 64: one warpgroup, 64 query rows (see
+        // wgmma_default_config); dense d = 64 with 128-key tiles.
+        const bool one_warpgroup = sparsity != Sparsity::dense ? bs <= 64 : d == 64;
+        CHECK(c.block_m() == (one_warpgroup ? 64 : 128));
+        if (sparsity == Sparsity::dense && d == 64) CHECK(c.block_n == 128);
       }
   const AttentionSpec d128 = make_spec(128, DType::bf16, Causal::none, Sparsity::dense, 0);
   AttentionConfig bad = wgmma;

@@ -61,6 +61,13 @@ namespace {
 //   docs/tuning.md): 1.119 ms against 1.269-1.281 for two warpgroups and 64-key tiles (491 TFLOP/s,
 //   cuDNN 464), causal 0.621 against 0.761. With a pattern (blocks of 128) wgmma_ws stays faster
 //   (0.152 ms at density 0.1 against 0.165).
+// A d = 64 causal spec with a pattern: one warpgroup of 64 rows and 64-key tiles on the wgmma path,
+// the tuner's winner at B4 H32 S4096, blocks of 128, density 0.1 (sixteenth session, docs/tuning.md:
+// 0.141 ms against 0.161 for wgmma_ws, whose 128-row items visit more of the causal edge's masked work).
+bool causal_d64(const AttentionSpec& spec) {
+  return spec.sparsity != Sparsity::dense && spec.head_dim == 64 && spec.causal != Causal::none;
+}
+
 AttentionConfig wgmma_default_config(const AttentionSpec& spec, AttentionPath path = AttentionPath::wgmma) {
   AttentionConfig c;
   c.path = path;
@@ -71,7 +78,7 @@ AttentionConfig wgmma_default_config(const AttentionSpec& spec, AttentionPath pa
   // other's products. With tiles by TMA this also beats 128-key tiles with three stages on causal
   // specs (H100, d = 128: 1.026 ms dense against 1.057, 0.167 at density 0.1 against 0.202).
   c.block_n = 64;
-  c.warps = spec.sparsity != Sparsity::dense && spec.block_size <= 64 ? 4 : 8;
+  c.warps = spec.sparsity != Sparsity::dense && (spec.block_size <= 64 || causal_d64(spec)) ? 4 : 8;
   // The persistent kernel has one CTA an SM with 240 registers a math thread: 128-key tiles fit
   // without spilling and halve the barriers a row of tiles costs.
   if (path == AttentionPath::wgmma_ws) c.block_n = 128;
@@ -104,10 +111,11 @@ bool wgmma_is_default(const AttentionSpec& spec) {
 //   1.015-1.029, causal 0.1 0.159 against 0.173-0.184;
 // - d = 64 (B4 H32 S4096), pattern blocks of 128: 0.166 ms at 0.1 against 0.178-0.181. Dense d = 64
 //   stays on wgmma (1.284-1.292 ms against 1.329).
-// Pattern blocks of 64 (one math warpgroup) measured slower: 0.353 ms at 0.1 against 0.343.
+// Pattern blocks of 64 (one math warpgroup) measured slower: 0.353 ms at 0.1 against 0.343. A d = 64
+// causal spec with a pattern stays on wgmma (see causal_d64).
 AttentionPath hopper_default_path(const AttentionSpec& spec) {
   const bool sparse = spec.sparsity != Sparsity::dense;
-  const bool ws = sparse ? spec.block_size >= 128 : spec.head_dim == 128;
+  const bool ws = sparse ? spec.block_size >= 128 && !causal_d64(spec) : spec.head_dim == 128;
   return ws ? AttentionPath::wgmma_ws : AttentionPath::wgmma;
 }
 

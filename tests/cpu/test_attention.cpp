@@ -235,9 +235,10 @@ TEST_CASE("resolve() on the wgmma path: defaults, checks, and which path an unse
         CHECK(c.q_in_registers == 0);
         CHECK(resolve(spec, c) == c);
         CHECK(parse_attention_config(key(c)) == c);
-        // Pattern blocks of 64 or less, and dense d = 64: one warpgroup, 64 query rows (see
-        // wgmma_default_config); dense d = 64 with 128-key tiles.
-        const bool one_warpgroup = sparsity != Sparsity::dense ? bs <= 64 : d == 64;
+        // Pattern blocks of 64 or less, d = 64 causal with a pattern (the spec here is causal), and
+        // dense d = 64: one warpgroup, 64 query rows (see wgmma_default_config); dense d = 64 with
+        // 128-key tiles.
+        const bool one_warpgroup = sparsity != Sparsity::dense ? bs <= 64 || d == 64 : d == 64;
         CHECK(c.block_m() == (one_warpgroup ? 64 : 128));
         if (sparsity == Sparsity::dense && d == 64) CHECK(c.block_n == 128);
       }
@@ -279,6 +280,8 @@ TEST_CASE("resolve() on the wgmma path: defaults, checks, and which path an unse
   CHECK(path_on_h100(128, Causal::none, Sparsity::block_sparse, 64) == AttentionPath::wgmma);
   CHECK(path_on_h100(64, Causal::top_left, Sparsity::dense, 0) == AttentionPath::wgmma);
   CHECK(path_on_h100(64, Causal::bottom_right, Sparsity::block_sparse, 64) == AttentionPath::wgmma);
+  CHECK(path_on_h100(64, Causal::top_left, Sparsity::block_sparse, 128) == AttentionPath::wgmma);
+  CHECK(resolve(make_spec(64, DType::bf16, Causal::top_left, Sparsity::block_sparse, 128), {}, 90).block_m() == 64);
   CHECK(path_on_h100(128, Causal::none, Sparsity::block_sparse, 32) == AttentionPath::mma);
   CHECK(path_on_h100(64, Causal::top_left, Sparsity::block_sparse, 16) == AttentionPath::mma);
   CHECK(path_on_h100(256, Causal::none, Sparsity::dense, 0) == AttentionPath::mma);

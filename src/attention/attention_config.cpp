@@ -49,6 +49,13 @@ AttentionConfig parse_attention_config(std::string_view text) {
 
 namespace {
 
+// A d = 64 causal spec with a pattern: one warpgroup of 64 rows and 64-key tiles on the wgmma path,
+// the tuner's winner at B4 H32 S4096, blocks of 128, density 0.1 (sixteenth session, docs/tuning.md:
+// 0.141 ms against 0.161 for wgmma_ws, whose 128-row items visit more of the causal edge's masked work).
+bool causal_d64(const AttentionSpec& spec) {
+  return spec.sparsity != Sparsity::dense && spec.head_dim == 64 && spec.causal != Causal::none;
+}
+
 // The wgmma path's tiling (Hopper), measured on the H100 (docs/attention.md, "Hopper path"):
 // - two warpgroups (128 query rows) and 64-key tiles, two stages: 97 KB of shared memory at d = 128,
 //   so two CTAs an SM, whose loads and stores overlap each other's math (dense 578 TFLOP/s; 128-key
@@ -60,14 +67,8 @@ namespace {
 //   SM). The tuner found it the fastest of 144 mixes at B4 H32 S4096 (sixteenth session,
 //   docs/tuning.md): 1.119 ms against 1.269-1.281 for two warpgroups and 64-key tiles (491 TFLOP/s,
 //   cuDNN 464), causal 0.621 against 0.761. With a pattern (blocks of 128) wgmma_ws stays faster
-//   (0.152 ms at density 0.1 against 0.165).
-// A d = 64 causal spec with a pattern: one warpgroup of 64 rows and 64-key tiles on the wgmma path,
-// the tuner's winner at B4 H32 S4096, blocks of 128, density 0.1 (sixteenth session, docs/tuning.md:
-// 0.141 ms against 0.161 for wgmma_ws, whose 128-row items visit more of the causal edge's masked work).
-bool causal_d64(const AttentionSpec& spec) {
-  return spec.sparsity != Sparsity::dense && spec.head_dim == 64 && spec.causal != Causal::none;
-}
-
+//   (0.152 ms at density 0.1 against 0.165);
+// - d = 64 causal with a pattern: one warpgroup of 64 rows and 64-key tiles (causal_d64).
 AttentionConfig wgmma_default_config(const AttentionSpec& spec, AttentionPath path = AttentionPath::wgmma) {
   AttentionConfig c;
   c.path = path;
@@ -77,15 +78,13 @@ AttentionConfig wgmma_default_config(const AttentionSpec& spec, AttentionPath pa
   // Two CTAs of 128 rows an SM (64-key tiles, two stages): one CTA's copies and stores run under the
   // other's products. With tiles by TMA this also beats 128-key tiles with three stages on causal
   // specs (H100, d = 128: 1.026 ms dense against 1.057, 0.167 at density 0.1 against 0.202).
-  c.block_n = 64;
-  c.warps = spec.sparsity != Sparsity::dense && (spec.block_size <= 64 || causal_d64(spec)) ? 4 : 8;
   // The persistent kernel has one CTA an SM with 240 registers a math thread: 128-key tiles fit
-  // without spilling and halve the barriers a row of tiles costs.
-  if (path == AttentionPath::wgmma_ws) c.block_n = 128;
-  if (path == AttentionPath::wgmma && spec.sparsity == Sparsity::dense && spec.head_dim == 64) {
-    c.warps = 4;
-    c.block_n = 128;
-  }
+  // without spilling and halve the barriers a row of tiles costs. Dense d = 64 on wgmma: one
+  // warpgroup and 128-key tiles (above).
+  const bool sparse = spec.sparsity != Sparsity::dense;
+  const bool dense_d64 = path == AttentionPath::wgmma && !sparse && spec.head_dim == 64;
+  c.block_n = path == AttentionPath::wgmma_ws || dense_d64 ? 128 : 64;
+  c.warps = (sparse && (spec.block_size <= 64 || causal_d64(spec))) || dense_d64 ? 4 : 8;
   return c;
 }
 

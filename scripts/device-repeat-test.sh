@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# On the lent GPU machine: runs one E23 GPU test case (TEST, a Catch name pattern; commas escaped) ROUNDS
-# times, PARALLEL processes at a time (contention changes scheduling, not the inputs: each run draws its
-# own seed, printed on failure). Keeps the logs of failed runs in $OUT. Usage there (carrying .deps):
-#   TEST='E23 backward: 1\, 5 and 64 steps*' ROUNDS=5 PARALLEL=5 bash scripts/device-e23-flaky.sh
+# On the lent GPU machine, to chase a flaky GPU test: runs one test case (TEST, a Catch name pattern;
+# commas escaped) ROUNDS times, PARALLEL processes at a time (contention changes scheduling, not the
+# inputs: each run draws its own seed, printed on failure; SJIT_TEST_SEED replays one). Keeps the logs
+# of failed runs in $OUT. Usage there (carrying .deps):
+#   TEST='E23 backward: 1\, 5 and 64 steps*' ROUNDS=5 PARALLEL=5 bash scripts/device-repeat-test.sh
 set -uo pipefail
 source scripts/device-build.sh
 export SJIT_CACHE_DIR=$OUT/cache

@@ -1,12 +1,23 @@
 #include "support/test_support.h"
 
+#include <cerrno>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 
 namespace sjit::test {
 
 std::uint64_t fresh_seed() {
   // SJIT_TEST_SEED replays a failed draw: every failing check prints the seed it ran with.
-  if (const char* fixed = std::getenv("SJIT_TEST_SEED"); fixed && *fixed) return std::strtoull(fixed, nullptr, 0);
+  if (const char* fixed = std::getenv("SJIT_TEST_SEED"); fixed && *fixed) {
+    char* end = nullptr;
+    errno = 0;
+    const std::uint64_t seed = std::strtoull(fixed, &end, 0);
+    if (*end != '\0' || errno == ERANGE || *fixed == '-')
+      throw std::invalid_argument(std::string("SJIT_TEST_SEED = '") + fixed +
+                                  "': use the seed a failed check printed, decimal or 0x hexadecimal");
+    return seed;
+  }
   std::random_device rd;
   return (std::uint64_t(rd()) << 32) ^ rd();
 }

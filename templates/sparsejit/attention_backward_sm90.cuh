@@ -28,8 +28,8 @@
 //     whole accumulator back. The host switches them off (convert_lag = every group) where a CTA has
 //     too little work to hide its share, and dq_convert converts it all.
 // The math warps never wait on a copy they issued, a global load or a reduction: only on the slot's
-// full barrier, on the one barrier of the math warps a tile, and on the dQ warp having read their
-// previous dQ tile. Every tile in shared memory uses the 128-byte swizzle of wgmma.cuh.
+// full barrier, with atomic dQ on the one barrier of the math warps a tile and on the dQ warp having
+// read their previous dQ tile, and without it on their turn to issue S^T and dP^T (ping-pong). Every tile in shared memory uses the 128-byte swizzle of wgmma.cuh.
 #pragma once
 
 #include "sparsejit/attention_backward.cuh"
@@ -73,6 +73,13 @@ struct BackwardSm90Layout {
   static constexpr int kv_ready = 0, slot_full = 1, slot_empty = 1 + Cfg::stages, dq_full = 1 + 2 * Cfg::stages,
                        dq_empty = dq_full + 2, convert_full = dq_empty + 2, barrier_count = convert_full + 2;
   static constexpr int convert_barrier = 4;  // named: the two conversion warps
+  // Without atomic dQ the warpgroups share nothing within a tile (no dS tile, no dQ product), so they
+  // need not meet every tile; instead they take turns to issue S^T and dP^T (named barriers turn and
+  // turn + 1), so that one's element-wise steps run while the tensor cores do the other's products.
+  // H100, ncu: the dK/dV pass 2-3% faster at d = 128 and 1% at d = 64, dense and at density 0.1. With
+  // the math warps meeting once a tile (atomic dQ) there is nothing to alternate.
+  static constexpr bool ping_pong = !Cfg::atomic_dq;
+  static constexpr int turn = 5;
   static constexpr int barriers = delta_ring + Cfg::stages * cols * 4;
   // The walk and the tile each ring slot holds. Here rather than in static shared memory: the extern
   // array's 1 KB alignment would pad a static block to 1 KB.
@@ -261,6 +268,8 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[0][dt][e] = dv[0][dt][e] = 0.f;
   unsigned pa[C / 16][4], dsa[C / 16][4];  // P^T and dS^T as the A fragments of C / 16 k-steps
+  if constexpr (L::ping_pong)
+    if (group == 1) pass_turn<L::turn, L::math_threads>(group);  // warpgroup 0 takes the first turn
 
   for (int j = 0; j < count; ++j) {
     const int slot = j % stages;
@@ -274,6 +283,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
 
     // S^T and dP^T in two groups: P = exp2(..) runs while dP^T is still in the tensor cores.
     float s[1][Tr::n_tiles][4], ds[1][Tr::n_tiles][4];  // S^T and dP^T: this warp's keys x the tile's queries
+    if constexpr (L::ping_pong) take_turn<L::turn, L::math_threads>(group);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < Tr::k_steps; ++ks)
@@ -285,6 +295,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
     wgmma_commit();
     wgmma_wait<1>();
     wgmma_fence_operands(s[0]);
+    if constexpr (L::ping_pong) pass_turn<L::turn, L::math_threads>(group);  // S^T is done
 
     if (backward_tile_needs_mask<Cfg>(p, q0, C, own.key0, R, t.mask))
       mask_backward_tile<Cfg, true>(s, p, own.key0, q0, warp_row0, t.mask);
@@ -319,12 +330,11 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
           *reinterpret_cast<unsigned*>(smem + ds_tile + swizzled_offset(R, key, query)) = dsa[nt / 2][(nt % 2) * 2 + h];
         }
       fence_proxy_async();
-    }
-    // The one barrier of the math warps a tile: the dS tile is complete. Every math warp is past tile
-    // j - 1, so the other dS buffer is free for tile j + 1.
-    named_barrier(L::math_barrier, L::math_threads);
+      // The one barrier of the math warps a tile: the dS tile is complete. Every math warp is past
+      // tile j - 1, so the other dS buffer is free for tile j + 1. (Without atomic dQ the warpgroups
+      // share nothing within a tile, and take turns instead: see L::ping_pong.)
+      named_barrier(L::math_barrier, L::math_threads);
 
-    if constexpr (Cfg::atomic_dq) {
       // dQ = dS K for 64 queries x 64 dims: A = dS (M-major: stored by key), B = K (N-major).
       // At d = 128 warpgroup g takes dims 64g .. 64g + 63 over all 128 keys; at d = 64 all dims over
       // its own 64 keys.

@@ -114,6 +114,25 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Two warpgroups taking turns (ping-pong) on named barriers FIRST and FIRST + 1, counting THREADS:
+// warpgroup `group` waits for its turn on FIRST + group and hands it over on the other's. The ids are
+// immediates in both branches: an id in a register makes ptxas reserve all 16 named barriers of the
+// SM for the CTA, which would keep a second CTA off it.
+template <int FIRST, int THREADS>
+__device__ __forceinline__ void take_turn(int group) {
+  if (group == 0)
+    asm volatile("bar.sync %0, %1;\n" ::"n"(FIRST), "n"(THREADS) : "memory");
+  else
+    asm volatile("bar.sync %0, %1;\n" ::"n"(FIRST + 1), "n"(THREADS) : "memory");
+}
+template <int FIRST, int THREADS>
+__device__ __forceinline__ void pass_turn(int group) {
+  if (group == 0)
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(FIRST + 1), "n"(THREADS) : "memory");
+  else
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(FIRST), "n"(THREADS) : "memory");
+}
+
 // Warp specialization: a warpgroup that needs few registers (copies, bookkeeping) gives them back, and
 // the warpgroups that do the math take them (every warp of the warpgroup executes it). The kernel is
 // compiled for the launch's even share; these set each warpgroup's own limit from here on.

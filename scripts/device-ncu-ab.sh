@@ -26,10 +26,17 @@ if not rows: sys.exit(print("  no kernels profiled"))
 h = rows[0]; k, g, v = h.index("Kernel Name"), h.index("Grid Size"), h.index("Metric Value")
 times = {}
 for r in rows[1:]:
-    name = r[k].split("<")[0].replace("sjit_kernels::", "")
+    name = r[k].split("<")[0].split("::")[-1]
     times.setdefault((name, r[g]), []).append(float(r[v].replace(",", "")) / 1000)
+# A kernel of one grid serves every density of a bench line: split its launches where consecutive
+# sorted times jump by more than 1.5x (dense and sparse runs), and report each cluster.
 for (name, grid), t in times.items():
-    print(f"  {name:40s} grid {grid:18s} x{len(t):3d}  median {statistics.median(t):9.1f} us  min {min(t):9.1f}")
+    t.sort()
+    clusters = [[t[0]]]
+    for x in t[1:]:
+        (clusters[-1].append(x) if x < 1.5 * clusters[-1][-1] else clusters.append([x]))
+    for c in clusters:
+        print(f"  {name:32s} grid {grid:16s} x{len(c):3d}  median {statistics.median(c):9.1f} us  min {c[0]:9.1f}")
 PY
   done
 done <<<"${NCU_BENCH:-}" | tee "$OUT/ncu.log"

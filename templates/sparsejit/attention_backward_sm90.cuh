@@ -29,7 +29,8 @@
 //     too little work to hide its share, and dq_convert converts it all.
 // The math warps never wait on a copy they issued, a global load or a reduction: only on the slot's
 // full barrier, with atomic dQ on the one barrier of the math warps a tile and on the dQ warp having
-// read their previous dQ tile, and without it on their turn to issue S^T and dP^T (ping-pong). Every tile in shared memory uses the 128-byte swizzle of wgmma.cuh.
+// read their previous dQ tile, and without it on their turn to issue S^T and dP^T (ping-pong). Every
+// tile in shared memory uses the 128-byte swizzle of wgmma.cuh.
 #pragma once
 
 #include "sparsejit/attention_backward.cuh"

@@ -93,10 +93,10 @@ struct CopyThreadFeed {
   __device__ __forceinline__ void release_k(int s) const { mbarrier_arrive(barrier(L::k_empty + s)); }
   __device__ __forceinline__ void release_v(int s) const { mbarrier_arrive(barrier(L::v_empty + s)); }
   __device__ __forceinline__ void begin_turn() const {
-    if constexpr (L::ping_pong) named_barrier(L::turn + group, 256);
+    if constexpr (L::ping_pong) take_turn<L::turn, L::math_threads>(group);
   }
   __device__ __forceinline__ void end_turn() const {
-    if constexpr (L::ping_pong) named_barrier_arrive(L::turn + 1 - group, 256);
+    if constexpr (L::ping_pong) pass_turn<L::turn, L::math_threads>(group);
   }
 };
 
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
   if constexpr (L::move_registers) warpgroup_claim_registers<L::math_registers>();
   const int group = warp / 4;
   if constexpr (L::ping_pong)
-    if (group == 1) named_barrier_arrive(L::turn, 256);  // warpgroup 0 takes the first turn
+    if (group == 1) pass_turn<L::turn, L::math_threads>(group);  // warpgroup 0 takes the first turn
   // An item's output is written to shared memory once the next item's first S = Q K^T is issued (the
   // walk's on_first_scores), so the tensor cores run that product, and the other warpgroup's, while
   // this one stores. The walk leaves the item's last P V to this loop, which issues it at the top of the

@@ -12,10 +12,11 @@
 //      product is the A layout of four k-steps);
 //   3. dV += P^T dO and dK += dS^T Q: A from registers, dO and Q read transposed (N-major);
 //   4. atomic dQ: dS^T goes to shared memory ([keys][queries], two buffers) and dQ = dS K is one more
-//      product with A read transposed (M-major) and K read transposed. Each warpgroup writes its fp32
-//      dQ tile to shared memory for the dQ warp (below). At d = 128 warpgroup g takes head dims
-//      64g .. 64g + 63 over all 128 keys; at d = 64 it takes all dims over its own 64 keys (two adds
-//      per element).
+//      product with A read transposed (M-major) and K read transposed, issued a tile later (with the
+//      next tile's dV and dK), so that the warpgroups need not meet: at d = 128 warpgroup g takes head
+//      dims 64g .. 64g + 63 over all 128 keys, so it reads both warpgroups' dS; at d = 64 it takes all
+//      dims over its own 64 keys (two adds per element). Each warpgroup writes its fp32 dQ tile to
+//      shared memory for the dQ warp (below).
 // The third warpgroup gives most of its registers to the math warps (setmaxnreg) and splits into:
 //   - the copy warp: K and V, then for each tile of the walk Q and dO by bulk tensor copies (TMA) into
 //     a ring of `stages` slots, and the rows' lse2 and delta, counted into the slot's "full" mbarrier;
@@ -28,9 +29,10 @@
 //     whole accumulator back. The host switches them off (convert_lag = every group) where a CTA has
 //     too little work to hide its share, and dq_convert converts it all.
 // The math warps never wait on a copy they issued, a global load or a reduction: only on the slot's
-// full barrier, with atomic dQ on the one barrier of the math warps a tile and on the dQ warp having
-// read their previous dQ tile, and without it on their turn to issue S^T and dP^T (ping-pong). Every
-// tile in shared memory uses the 128-byte swizzle of wgmma.cuh.
+// full barrier, on their turn to issue S^T and dP^T (the two warpgroups take turns, ping-pong, so that
+// one's exponentials run under the other's products), and with atomic dQ on mbarriers that hand the
+// dS tiles between the warpgroups and the dQ tiles to the dQ warp. Every tile in shared memory uses
+// the 128-byte swizzle of wgmma.cuh.
 #pragma once
 
 #include "sparsejit/attention_backward.cuh"
@@ -70,16 +72,17 @@ struct BackwardSm90Layout {
   static constexpr int lse2_ring = convert_ring + (Cfg::atomic_dq ? 2 * convert_buffer_bytes : 0);
   static constexpr int delta_ring = lse2_ring + Cfg::stages * cols * 4;
   // mbarriers: K/V's; a full and an empty one per ring slot; each warpgroup's dQ tile full (written)
-  // and empty (read by the reductions); each conversion buffer's full one.
+  // and empty (read by the reductions); each conversion buffer's full one; each dS tile full (every
+  // math thread has written its part) and empty (both warpgroups' dQ products have read it).
   static constexpr int kv_ready = 0, slot_full = 1, slot_empty = 1 + Cfg::stages, dq_full = 1 + 2 * Cfg::stages,
-                       dq_empty = dq_full + 2, convert_full = dq_empty + 2, barrier_count = convert_full + 2;
+                       dq_empty = dq_full + 2, convert_full = dq_empty + 2, ds_full = convert_full + 2,
+                       ds_empty = ds_full + 2, barrier_count = ds_empty + 2;
   static constexpr int convert_barrier = 4;  // named: the two conversion warps
-  // Without atomic dQ the warpgroups share nothing within a tile (no dS tile, no dQ product), so they
-  // need not meet every tile; instead they take turns to issue S^T and dP^T (named barriers turn and
-  // turn + 1), so that one's element-wise steps run while the tensor cores do the other's products.
-  // H100, ncu: the dK/dV pass 2-3% faster at d = 128 and 1% at d = 64, dense and at density 0.1. With
-  // the math warps meeting once a tile (atomic dQ) there is nothing to alternate.
-  static constexpr bool ping_pong = !Cfg::atomic_dq;
+  // The warpgroups never meet inside the walk: they take turns to issue S^T and dP^T (named barriers
+  // turn and turn + 1), so that one's element-wise steps run while the tensor cores do the other's
+  // products. With atomic dQ, the dQ product of tile j (at d = 128 it needs both warpgroups' dS) is
+  // issued a tile later, once the dS tile's full mbarrier says both have written it; by then the
+  // other warpgroup, half a tile behind or ahead, has long done so, so the wait rarely blocks.
   static constexpr int turn = 5;
   static constexpr int barriers = delta_ring + Cfg::stages * cols * 4;
   // The walk and the tile each ring slot holds. Here rather than in static shared memory: the extern
@@ -194,6 +197,8 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
       mbarrier_init(barrier(L::dq_full + g), 1);
       mbarrier_init(barrier(L::dq_empty + g), 1);
       mbarrier_init(barrier(L::convert_full + g), 1);
+      mbarrier_init(barrier(L::ds_full + g), L::math_threads);
+      mbarrier_init(barrier(L::ds_empty + g), L::math_threads);
     }
     fence_barrier_init();
   }
@@ -269,8 +274,44 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[0][dt][e] = dv[0][dt][e] = 0.f;
   unsigned pa[C / 16][4], dsa[C / 16][4];  // P^T and dS^T as the A fragments of C / 16 k-steps
-  if constexpr (L::ping_pong)
-    if (group == 1) pass_turn<L::turn, L::math_threads>(group);  // warpgroup 0 takes the first turn
+  if (group == 1) pass_turn<L::turn, L::math_threads>(group);  // warpgroup 0 takes the first turn
+
+  // Atomic dQ of tile i, a tile late: dQ = dS K for 64 queries x 64 dims, A = dS (M-major: stored by
+  // key), B = K (N-major). At d = 128 warpgroup g takes dims 64g .. 64g + 63 over all 128 keys, so it
+  // waits for both warpgroups' dS (the tile's full mbarrier); at d = 64 it takes all dims over its own
+  // 64 keys. `until_done` waits for the product (with whatever else is in flight); the fp32 result then
+  // goes to shared memory for the dQ warp's reductions. (The accumulator is local to this lambda: one
+  // captured by reference would live in local memory.)
+  auto dq_product = [&](int i, auto&& until_done) {
+    constexpr int key_steps = D == 128 ? R / 16 : 64 / 16;
+    const unsigned ds_tile = L::ds_tiles + (i % 2) * L::ds_bytes;
+    const unsigned a_tile = base + ds_tile + (D == 128 ? 0 : group * 64 * 128);
+    const unsigned b_tile = base + L::k_tile + (D == 128 ? group * R * 128 : group * 64 * 128);
+    float dq[8][4];
+    mbarrier_wait(barrier(L::ds_full + i % 2), (i / 2) & 1);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < key_steps; ++kk)
+      wgmma_ss_transposed<T>(dq, nmajor_descriptor(a_tile, R, kk), nmajor_descriptor(b_tile, R, kk), kk > 0);
+    wgmma_commit();
+    until_done();
+    wgmma_fence_operands(dq);
+    mbarrier_arrive(barrier(L::ds_empty + i % 2));  // this thread's dQ product is done with the dS tile
+    // The warpgroup's dQ tile into shared memory, once the dQ warp has read the previous one.
+    if (i > 0) mbarrier_wait(barrier(L::dq_empty + group), (i - 1) & 1);
+    const unsigned dq_tile = L::dq_tiles + group * L::dq_bytes;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = (warp % 4) * 16 + lane / 4 + h * 8, col = nt * 8 + 2 * (lane % 4);
+        *reinterpret_cast<float2*>(smem + dq_tile + swizzled_offset<4>(64, row, col)) =
+            make_float2(dq[nt][2 * h], dq[nt][2 * h + 1]);
+      }
+    fence_proxy_async();
+    warpgroup_barrier(group);
+    if (threadIdx.x % 128 == 0) mbarrier_arrive(barrier(L::dq_full + group));
+  };
 
   for (int j = 0; j < count; ++j) {
     const int slot = j % stages;
@@ -282,9 +323,10 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
     const float* lse2 = lse2_ring + slot * C;
     const float* delta = delta_ring + slot * C;
 
-    // S^T and dP^T in two groups: P = exp2(..) runs while dP^T is still in the tensor cores.
+    // S^T and dP^T in two groups, in this warpgroup's turn: P = exp2(..) runs while dP^T is still in
+    // the tensor cores, and the turn passes once S^T is done.
     float s[1][Tr::n_tiles][4], ds[1][Tr::n_tiles][4];  // S^T and dP^T: this warp's keys x the tile's queries
-    if constexpr (L::ping_pong) take_turn<L::turn, L::math_threads>(group);
+    take_turn<L::turn, L::math_threads>(group);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < Tr::k_steps; ++ks)
@@ -296,7 +338,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
     wgmma_commit();
     wgmma_wait<1>();
     wgmma_fence_operands(s[0]);
-    if constexpr (L::ping_pong) pass_turn<L::turn, L::math_threads>(group);  // S^T is done
+    pass_turn<L::turn, L::math_threads>(group);  // S^T is done
 
     if (backward_tile_needs_mask<Cfg>(p, q0, C, own.key0, R, t.mask))
       mask_backward_tile<Cfg, true>(s, p, own.key0, q0, warp_row0, t.mask);
@@ -320,9 +362,12 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
     for (int kk = 0; kk < C / 16; ++kk) wgmma_rs<T, D>(dk[0], dsa[kk], nmajor_descriptor(q_slot, C, kk), 1);
     wgmma_commit();
 
-    const unsigned ds_tile = L::ds_tiles + (j % 2) * L::ds_bytes;
     if constexpr (Cfg::atomic_dq) {
-      // dS^T into this tile's [keys][queries] buffer: 64 queries are one 128-byte swizzled row a key.
+      // dS^T into tile j's [keys][queries] buffer (64 queries are one 128-byte swizzled row a key),
+      // once both warpgroups' dQ products of tile j - 2 are done with it; then the dQ product of the
+      // tile before, whose dS both warpgroups have written by now.
+      const unsigned ds_tile = L::ds_tiles + (j % 2) * L::ds_bytes;
+      if (j >= 2) mbarrier_wait(barrier(L::ds_empty + j % 2), ((j - 2) / 2) & 1);
 #pragma unroll
       for (int nt = 0; nt < Tr::n_tiles; ++nt)
 #pragma unroll
@@ -331,50 +376,23 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
           *reinterpret_cast<unsigned*>(smem + ds_tile + swizzled_offset(R, key, query)) = dsa[nt / 2][(nt % 2) * 2 + h];
         }
       fence_proxy_async();
-      // The one barrier of the math warps a tile: the dS tile is complete. Every math warp is past
-      // tile j - 1, so the other dS buffer is free for tile j + 1. (Without atomic dQ the warpgroups
-      // share nothing within a tile, and take turns instead: see L::ping_pong.)
-      named_barrier(L::math_barrier, L::math_threads);
-
-      // dQ = dS K for 64 queries x 64 dims: A = dS (M-major: stored by key), B = K (N-major).
-      // At d = 128 warpgroup g takes dims 64g .. 64g + 63 over all 128 keys; at d = 64 all dims over
-      // its own 64 keys.
-      constexpr int key_steps = D == 128 ? R / 16 : 64 / 16;
-      const unsigned a_tile = base + ds_tile + (D == 128 ? 0 : group * 64 * 128);
-      const unsigned b_tile = base + L::k_tile + (D == 128 ? group * R * 128 : group * 64 * 128);
-      float dq[8][4];
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < key_steps; ++kk)
-        wgmma_ss_transposed<T>(dq, nmajor_descriptor(a_tile, R, kk), nmajor_descriptor(b_tile, R, kk), kk > 0);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operands(dq);
-      // The warpgroup's dQ tile into shared memory, once the dQ warp has read the previous one.
-      if (j > 0) mbarrier_wait(barrier(L::dq_empty + group), (j - 1) & 1);
-      const unsigned dq_tile = L::dq_tiles + group * L::dq_bytes;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = (warp % 4) * 16 + lane / 4 + h * 8, col = nt * 8 + 2 * (lane % 4);
-          *reinterpret_cast<float2*>(smem + dq_tile + swizzled_offset<4>(64, row, col)) =
-              make_float2(dq[nt][2 * h], dq[nt][2 * h + 1]);
-        }
-      fence_proxy_async();
-      warpgroup_barrier(group);
-      if (threadIdx.x % 128 == 0) mbarrier_arrive(barrier(L::dq_full + group));
-    } else {
-      wgmma_wait<0>();
+      mbarrier_arrive(barrier(L::ds_full + j % 2));
     }
-    wgmma_fence_operands(dk[0]);
-    wgmma_fence_operands(dv[0]);
-    wgmma_fence_operands(pa);
-    wgmma_fence_operands(dsa);
-    // This warp's products that read tile j's Q and dO are complete: release the slot.
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(barrier(L::slot_empty + slot));
+    auto tile_done = [&] {
+      wgmma_wait<0>();
+      wgmma_fence_operands(dk[0]);
+      wgmma_fence_operands(dv[0]);
+      wgmma_fence_operands(pa);
+      wgmma_fence_operands(dsa);
+      // This warp's products that read tile j's Q and dO are complete: release the slot.
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(barrier(L::slot_empty + slot));
+    };
+    if (Cfg::atomic_dq && j > 0) dq_product(j - 1, tile_done);
+    else tile_done();
   }
+  if constexpr (Cfg::atomic_dq)
+    if (count > 0) dq_product(count - 1, [] { wgmma_wait<0>(); });  // the last tile's
 
   named_barrier(L::math_barrier, L::math_threads);  // every math warp is done with the tiles staged over
   T* staging = reinterpret_cast<T*>(smem);

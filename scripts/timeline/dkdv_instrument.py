@@ -75,10 +75,10 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)"""),
     mbarrier_wait(barrier(L::slot_full + slot), (j / stages) & 1);  // tile j's Q, dO and statistics
     if (j == 0) { if (threadIdx.x == 0) { TL(4, timeline_now()); TL(13, clock64()); } } else full_wait += clock64() - c0;
 """),
-("""      if (j > 0) mbarrier_wait(barrier(L::dq_empty + group), (j - 1) & 1);
-""","""      const long long c1 = clock64();
-      if (j > 0) mbarrier_wait(barrier(L::dq_empty + group), (j - 1) & 1);
-      dq_wait += clock64() - c1;
+("""    if (i > 0) mbarrier_wait(barrier(L::dq_empty + group), (i - 1) & 1);
+""","""    const long long c1 = clock64();
+    if (i > 0) mbarrier_wait(barrier(L::dq_empty + group), (i - 1) & 1);
+    dq_wait += clock64() - c1;
 """),
 ("""  named_barrier(L::math_barrier, L::math_threads);  // every math warp is done with the tiles staged over
 ""","""  if (threadIdx.x == 0) { TL(5, timeline_now()); TL(10, full_wait); TL(11, dq_wait); TL(15, clock64()); }

@@ -108,12 +108,6 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Arrives on named barrier `id` (counting `threads`) without waiting: the signal half of a barrier
-// that other warps wait on with named_barrier.
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 // Two warpgroups taking turns (ping-pong) on named barriers FIRST and FIRST + 1, counting THREADS:
 // warpgroup `group` waits for its turn on FIRST + group and hands it over on the other's. The ids are
 // immediates in both branches: an id in a register makes ptxas reserve all 16 named barriers of the

@@ -375,22 +375,36 @@ __device__ __forceinline__ void write_output(const PackedOutput<Tr>& out, Staged
                                              int warp_row0, int seq_q) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int mt = 0; mt < Tr::m_tiles; ++mt)
+  for (int mt = 0; mt < Tr::m_tiles; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row_local = warp_row0 + mt * 16 + lane / 4 + h * 8;
       if (lse_row0 != nullptr && lane % 4 == 0 && q_row0 + row_local < seq_q) lse_row0[row_local] = out.lse[mt][h];
+#if __CUDA_ARCH__ < 900
 #pragma unroll
       for (int dt = 0; dt < Tr::d_tiles; ++dt)
         *reinterpret_cast<unsigned*>(staged(row_local, dt * 8 + 2 * (lane % 4))) = out.o[mt][h][dt];
+#endif
     }
+#if __CUDA_ARCH__ >= 900
+    // Four 8 x 8 matrices a stmatrix, a quarter of the stores: rows 0-7 and 8-15 of the warp's 16 (h),
+    // columns of d-tiles dt and dt + 1. Lane 8j + r names row r of matrix j.
+    static_assert(Tr::d_tiles % 2 == 0, "stmatrix stores d-tiles in pairs");
+    const int row = warp_row0 + mt * 16 + (lane & 7) + (lane & 8);
+#pragma unroll
+    for (int dt = 0; dt < Tr::d_tiles; dt += 2)
+      stmatrix_x4(smem_address(staged(row, (dt + lane / 16) * 8)), out.o[mt][0][dt], out.o[mt][1][dt],
+                  out.o[mt][0][dt + 1], out.o[mt][1][dt + 1]);
+#endif
+  }
 }
 
 // Normalizes the warp's rows, writes their log-sum-exp, and writes O (rounded to T) into the warp's
 // own rows of a staging tile (write_output).
 template <class Tr, class Staged>
-__device__ __forceinline__ void stage_output(float (&o)[Tr::m_tiles][Tr::d_tiles][4], float (&row_max)[Tr::m_tiles][2],
-                                             float (&row_sum)[Tr::m_tiles][2], Staged staged, float* lse_row0,
+__device__ __forceinline__ void stage_output(const float (&o)[Tr::m_tiles][Tr::d_tiles][4],
+                                             const float (&row_max)[Tr::m_tiles][2],
+                                             const float (&row_sum)[Tr::m_tiles][2], Staged staged, float* lse_row0,
                                              int q_row0, int warp_row0, int seq_q) {
   write_output<Tr>(pack_output<Tr>(o, row_max, row_sum), staged, lse_row0, q_row0, warp_row0, seq_q);
 }

@@ -73,6 +73,16 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned add
                : "r"(address));
 }
 
+#if __CUDA_ARCH__ >= 900
+// The store counterpart of ldmatrix_x4 (sm_90): lane 8j + r gives the address of row r of matrix j,
+// and register j holds the lane's two elements of matrix j in the accumulator layout.
+__device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(address), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+#endif
+
 // 16 bytes from global to shared memory without passing through registers. When `valid` is false
 // the destination is zero-filled and nothing is read (src must still be a mapped address).
 __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src, bool valid) {

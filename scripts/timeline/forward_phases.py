@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Instruments a copy of the source tree for forward_phases_report.py: the persistent forward's
+(wgmma_ws) math warps, phase by phase, in SM clock cycles.
+
+  mkdir .snap-fph && git archive HEAD | tar -x -C .snap-fph
+  python3 scripts/timeline/forward_phases.py .snap-fph
+  # on the GPU machine, carrying .snap-fph:
+  cmake -S .snap-fph -B .snap-fph/build-gpu -DCMAKE_BUILD_TYPE=Release && cmake --build .snap-fph/build-gpu --target sjit
+  SJIT_FPHASES=$OUT/fph .snap-fph/build-gpu/sjit bench attention --iters 3 --density 1,0.1
+  python3 scripts/timeline/forward_phases_report.py $OUT/fph.dense $OUT/fph.sparse
+
+forward_instrument.py stamps a few moments of each item with the global timer; this one splits all of
+a math thread's time into eight phases, so that what an item costs beyond its tiles shows where it
+goes. Every math thread sums %clock64 laps into eight registers (no branch on the thread: a divergent
+branch near the wgmma would change the code under test, ptxas C7520) and the first thread of each
+warpgroup writes them at the end. The phases, an item's first:
+  0  the previous item's last P V: the wait for its V and for the turn, the issue
+  1  the item's Q and record, the wait for that P V, the previous output packed
+  2  the first tile's K, the wait for the turn
+  3  the first S = Q K^T issued, the previous output written to shared memory under it
+  4  the wait for that S, the turn handed over, the first softmax, P packed
+and each later tile's:
+  5  its K, the previous tile's V, the wait for the turn
+  6  S and the previous tile's P V issued, the wait for S, the turn handed over
+  7  the softmax, the wait for P V, the output rescaled and P packed
+Words a CTA: 16 a warpgroup (the eight sums, items, tiles, all cycles from the loop's start).
+Branch experiment/ws-boundary-one-turn has a version for the structure tried there.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import HOST_INCLUDES, host_dump, host_setup, patch  # noqa: E402
+
+WORDS = 32
+root = sys.argv[1]
+
+patch(root + '/templates/sparsejit/attention_params.cuh', [("""  int work_items;                           // (batch, head, query tile) items: one CTA each, or shared
+                                            // out among the persistent kernel's CTAs
+};""", """  int work_items;                           // (batch, head, query tile) items: one CTA each, or shared
+                                            // out among the persistent kernel's CTAs
+  unsigned long long* timeline;
+};""")])
+patch(root + '/src/attention/attention.cpp', [
+    ("""  void* params[] = {&p, &maps};
+  jit::launch(kernel, unsigned(grid), unsigned(forward_threads(config)), reinterpret_cast<CUstream>(stream), params);
+}""", host_setup('SJIT_FPHASES', 'grid', WORDS) + """  void* params[] = {&p, &maps};
+  jit::launch(kernel, unsigned(grid), unsigned(forward_threads(config)), reinterpret_cast<CUstream>(stream), params);
+""" + host_dump('grid', WORDS, 'spec.sparsity == Sparsity::dense ? "dense" : "sparse"') + "}"),
+    HOST_INCLUDES])
+patch(root + '/templates/sparsejit/attention_forward_sm90.cuh', [
+    ("""  unsigned pa[Tr::block_n / 16][4];  // P of one tile as the A fragments of block_n / 16 k-steps
+""", """  unsigned pa[Tr::block_n / 16][4];  // P of one tile as the A fragments of block_n / 16 k-steps
+  unsigned phase_cycles[8];
+  unsigned long long last_clock;
+  __device__ __forceinline__ void phase_start() {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) phase_cycles[k] = 0;
+    last_clock = clock64();
+  }
+  template <int k>
+  __device__ __forceinline__ void lap() {
+    const unsigned long long now = clock64();
+    phase_cycles[k] += unsigned(now - last_clock);
+    last_clock = now;
+  }
+"""),
+    ("""        feed.begin_turn();
+        wgmma_fence();
+        wgmma_fence_operands(o[0]);
+        issue_scores(q_rows, k_tile(slot));
+        if (j > 0) issue_values(v_tile(previous));
+        if (j > 0) {
+          wgmma_wait<1>();  // S of tile j is ready; O += P V of tile j - 1 still runs
+          wgmma_fence_operands(s[0]);
+          feed.end_turn();
+        } else {""", """        feed.begin_turn();
+        if (j > 0) lap<5>(); else lap<2>();
+        wgmma_fence();
+        wgmma_fence_operands(o[0]);
+        issue_scores(q_rows, k_tile(slot));
+        if (j > 0) issue_values(v_tile(previous));
+        if (j > 0) {
+          wgmma_wait<1>();  // S of tile j is ready; O += P V of tile j - 1 still runs
+          wgmma_fence_operands(s[0]);
+          feed.end_turn();
+          lap<6>();
+        } else {"""),
+    ("""          on_first_scores();
+          wgmma_wait<0>();""", """          on_first_scores();
+          lap<3>();
+          wgmma_wait<0>();"""),
+    ("""        rescale_and_pack();
+        previous = slot;""", """        rescale_and_pack();
+        if (j > 0) lap<7>(); else lap<4>();
+        previous = slot;"""),
+])
+patch(root + '/templates/sparsejit/attention_forward_sm90_ws.cuh', [
+    ("""  int tiles_seen = 0;
+  for (int n = 0;; ++n) {""", """  int tiles_seen = 0;
+  rows.phase_start();
+  const unsigned long long loop_start = rows.last_clock;
+  int items_seen = 0;
+  for (int n = 0;; ++n) {"""),
+    ("""    const int b = n % 2;
+    mbarrier_wait(barrier(L::q_full + b), (n / 2) & 1);""", """    rows.template lap<0>();
+    const int b = n % 2;
+    mbarrier_wait(barrier(L::q_full + b), (n / 2) & 1);"""),
+    ("""    if (pending >= 0) pack_pending();
+    if (count <= 0) {""", """    if (pending >= 0) pack_pending();
+    rows.template lap<1>();
+    if (count <= 0) {"""),
+    ("""    pending = b;
+    tiles_seen += count;
+  }
+}""", """    pending = b;
+    tiles_seen += count;
+    ++items_seen;
+  }
+  if (p.timeline && threadIdx.x % 128 == 0) {
+    unsigned long long* out = p.timeline + blockIdx.x * 32ull + group * 16;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) out[k] = rows.phase_cycles[k];
+    out[8] = items_seen;
+    out[9] = tiles_seen;
+    out[10] = clock64() - loop_start;
+  }
+}"""),
+])

@@ -8,8 +8,8 @@ and its boundary (phases 0-4), cycles a tile for the later tiles (5-7).
 import struct
 import sys
 
-NAMES = ['Q, record, last V', 'first K, turn', 'first S + last P V, S done',
-         'first softmax, P V done', 'output written',
+NAMES = ['last P V: V, turn, issue', 'next Q, P V done, output packed', 'first K, turn',
+         'first S issued, output written', 'first S done, softmax, pack',
          'K, V, turn', 'S + P V issued, S done', 'softmax, P V done, pack']
 
 

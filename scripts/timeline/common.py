@@ -56,3 +56,21 @@ def device_stamps(macro, words):
   do {{ if (p.timeline && (slot) < {words}) p.timeline[blockIdx.x * {words}ull + (slot)] = (value); }} while (0)
 
 """
+
+
+def patch_forward_launch(root, env, words):
+    """A timeline buffer for the forward: p.timeline in its parameters, filled and dumped around its launch
+    (to $env.dense or $env.sparse)."""
+    patch(root + '/templates/sparsejit/attention_params.cuh', [("""  int work_items;                           // (batch, head, query tile) items: one CTA each, or shared
+                                            // out among the persistent kernel's CTAs
+};""", """  int work_items;                           // (batch, head, query tile) items: one CTA each, or shared
+                                            // out among the persistent kernel's CTAs
+  unsigned long long* timeline;
+};""")])
+    patch(root + '/src/attention/attention.cpp', [
+        ("""  void* params[] = {&p, &maps};
+  jit::launch(kernel, unsigned(grid), unsigned(forward_threads(config)), reinterpret_cast<CUstream>(stream), params);
+}""", host_setup(env, 'grid', words) + """  void* params[] = {&p, &maps};
+  jit::launch(kernel, unsigned(grid), unsigned(forward_threads(config)), reinterpret_cast<CUstream>(stream), params);
+""" + host_dump('grid', words, 'spec.sparsity == Sparsity::dense ? "dense" : "sparse"') + "}"),
+        HOST_INCLUDES])

@@ -30,24 +30,12 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import HOST_INCLUDES, host_dump, host_setup, patch  # noqa: E402
+from common import patch, patch_forward_launch  # noqa: E402
 
 WORDS = 32
 root = sys.argv[1]
 
-patch(root + '/templates/sparsejit/attention_params.cuh', [("""  int work_items;                           // (batch, head, query tile) items: one CTA each, or shared
-                                            // out among the persistent kernel's CTAs
-};""", """  int work_items;                           // (batch, head, query tile) items: one CTA each, or shared
-                                            // out among the persistent kernel's CTAs
-  unsigned long long* timeline;
-};""")])
-patch(root + '/src/attention/attention.cpp', [
-    ("""  void* params[] = {&p, &maps};
-  jit::launch(kernel, unsigned(grid), unsigned(forward_threads(config)), reinterpret_cast<CUstream>(stream), params);
-}""", host_setup('SJIT_FPHASES', 'grid', WORDS) + """  void* params[] = {&p, &maps};
-  jit::launch(kernel, unsigned(grid), unsigned(forward_threads(config)), reinterpret_cast<CUstream>(stream), params);
-""" + host_dump('grid', WORDS, 'spec.sparsity == Sparsity::dense ? "dense" : "sparse"') + "}"),
-    HOST_INCLUDES])
+patch_forward_launch(root, 'SJIT_FPHASES', WORDS)
 patch(root + '/templates/sparsejit/attention_forward_sm90.cuh', [
     ("""  unsigned pa[Tr::block_n / 16][4];  // P of one tile as the A fragments of block_n / 16 k-steps
 """, """  unsigned pa[Tr::block_n / 16][4];  // P of one tile as the A fragments of block_n / 16 k-steps

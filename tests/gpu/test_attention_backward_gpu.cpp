@@ -369,6 +369,35 @@ TEST_CASE("dQ is converted right while the dK/dV pass runs, across problem sizes
   }
 }
 
+// Long walks at d = 128 with atomic dQ, at the benchmark's shape (B2 H16 S8192, dense: 2048 dK/dV CTAs
+// of 128 query tiles each, 32 groups against a conversion lag of 4, so the pass converts most of dQ
+// itself) and at a smaller block-sparse one (8 groups against a lag of 6). The other tests convert in
+// the pass only at d = 64, and their walks are short, so the math warps never run far ahead of the dQ
+// warp's reductions. The gradients must match those of the deterministic backward, which sums dQ in a
+// pass of its own.
+TEST_CASE("long dK/dV walks at d = 128 sum dQ atomically to what the dQ pass gives", "[gpu][attention][backward]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const DqMethodOverride atomic("atomic");
+  const Problem dense{spec_of(128, DType::bf16, Causal::none), 2, 16, 16, 8192, 8192},
+      sparse{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 128), 1, 8, 8, 4096, 4096, 0.5};
+  for (const Problem* c : {&dense, &sparse}) {
+    INFO(c->name());
+    const Inputs in = random_inputs(*c, rng);
+    std::optional<BlockPattern> pattern;
+    if (c == &sparse) pattern = patterns::random(128, c->seq_q, c->seq_k, c->density, rng(), 1);
+    const BlockPattern* p = pattern ? &*pattern : nullptr;
+    Attention atomic_attention(c->spec), pass_attention(deterministic(c->spec));
+    const Gradients got = run_gpu(*c, atomic_attention, in, p);
+    const Gradients want = run_gpu(*c, pass_attention, in, p);
+    auto wide = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
+    expect_close(*c, "dq", got.dq, wide(want.dq));
+    expect_close(*c, "dk", got.dk, wide(want.dk));
+    expect_close(*c, "dv", got.dv, wide(want.dv));
+  }
+}
+
 // A backward without `deterministic` sums dQ atomically or in the dQ pass, whichever is faster for the
 // call (on Hopper; elsewhere atomically). Both ways, forced, give the reference's gradients, on one
 // Attention that switches between them (each has kernels of its own; the accumulator stays zero for

@@ -53,25 +53,17 @@ patch(root + '/templates/sparsejit/attention_forward_sm90.cuh', [
     last_clock = now;
   }
 """),
+    # The overlapped walk's turn (the sequential walk has no begin_turn; issue_last_values issues P V).
     ("""        feed.begin_turn();
         wgmma_fence();
         wgmma_fence_operands(o[0]);
-        issue_scores(q_rows, k_tile(slot));
-        if (j > 0) issue_values(v_tile(previous));
-        if (j > 0) {
-          wgmma_wait<1>();  // S of tile j is ready; O += P V of tile j - 1 still runs
-          wgmma_fence_operands(s[0]);
-          feed.end_turn();
-        } else {""", """        feed.begin_turn();
+        issue_scores(""", """        feed.begin_turn();
         if (j > 0) lap<5>(); else lap<2>();
         wgmma_fence();
         wgmma_fence_operands(o[0]);
-        issue_scores(q_rows, k_tile(slot));
-        if (j > 0) issue_values(v_tile(previous));
-        if (j > 0) {
-          wgmma_wait<1>();  // S of tile j is ready; O += P V of tile j - 1 still runs
-          wgmma_fence_operands(s[0]);
-          feed.end_turn();
+        issue_scores("""),
+    ("""          feed.end_turn();
+        } else {""", """          feed.end_turn();
           lap<6>();
         } else {"""),
     ("""          on_first_scores();

@@ -67,9 +67,11 @@ struct TileRef {
 //                       S. The caller issues it before the next walk (in a loop over items: at the top
 //                       of the next iteration, so no product runs across the loop's back edge, where
 //                       ptxas would serialize every wgmma, C7514).
-// on_first_scores() runs once the first S = Q K^T is issued, before waiting for it; it must not touch
-// o (the caller reads an earlier walk's output before calling walk). With defer_last the walk resets
-// the output and statistics itself, after its first S.
+//   scores_cover_first  whether on_first_scores runs under the first S = Q K^T, in the warpgroup's
+//                       turn, or once the turn is handed over (see the walk).
+// on_first_scores() runs once the first S = Q K^T is issued; it must not touch o (the caller reads an
+// earlier walk's output before calling walk). With defer_last the walk resets the output and
+// statistics itself, after its first S.
 template <class Cfg>
 struct WarpgroupRows {
   using Tr = AttentionForwardTraits<Cfg>;
@@ -169,13 +171,16 @@ struct WarpgroupRows {
           wgmma_fence_operands(s[0]);
           feed.end_turn();
         } else {
-          // S of tile 0 runs under on_first_scores. Where o holds an earlier item's output, it is reset
-          // only now: ptxas serializes every wgmma (C7514, C7515) where ordinary instructions read or
-          // write an accumulator while one runs.
-          on_first_scores();
+          // S of tile 0 runs under on_first_scores, or the other warpgroup's products do once the
+          // turn is handed over: the first is 1-2% faster where items are a few tiles, the second 2%
+          // faster dense (Nsight Compute, docs/attention.md). Where o holds an earlier item's
+          // output, it is reset only now: ptxas serializes every wgmma (C7514, C7515) where ordinary
+          // instructions read or write an accumulator while one runs.
+          if constexpr (Feed::scores_cover_first) on_first_scores();
           wgmma_wait<0>();
           wgmma_fence_operands(s[0]);
           feed.end_turn();
+          if constexpr (!Feed::scores_cover_first) on_first_scores();
           if constexpr (Feed::defer_last) reset();
         }
         const TileRef t = feed.tile(j, slot);
@@ -219,7 +224,7 @@ struct WarpgroupRows {
 // when they like.
 template <class Cfg, class Acquire, class TileAt>
 struct CtaBarrierFeed {
-  static constexpr bool overlap = Cfg::stages >= 3, defer_last = false;
+  static constexpr bool overlap = Cfg::stages >= 3, defer_last = false, scores_cover_first = true;
   Acquire acquire;  // acquire(j): the CTA barrier, thread 0's refill, the wait for tile j; its slot
   TileAt tile_at;   // tile_at(j): the TileRef of tile j
   __device__ __forceinline__ int acquire_k(int j) { return acquire(j); }

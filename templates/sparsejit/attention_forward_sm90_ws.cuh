@@ -77,6 +77,9 @@ template <class Cfg>
 struct CopyThreadFeed {
   using L = AttentionWsLayout<Cfg>;
   static constexpr bool overlap = true, defer_last = true;
+  // The previous item's output is written under the first S of an item where items are a few tiles
+  // (block-sparse), and under the other warpgroup's products where they are long (dense).
+  static constexpr bool scores_cover_first = Cfg::sparsity != kDense;
   unsigned barriers;  // the shared address of barrier 0
   int first;          // tiles walked before this item (the ring's position)
   volatile TileRef* records;
@@ -214,8 +217,8 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
   if constexpr (L::ping_pong)
     if (group == 1) pass_turn<L::turn, L::math_threads>(group);  // warpgroup 0 takes the first turn
   // An item's output is written to shared memory once the next item's first S = Q K^T is issued (the
-  // walk's on_first_scores), so the tensor cores run that product, and the other warpgroup's, while
-  // this one stores. The walk leaves the item's last P V to this loop, which issues it at the top of the
+  // walk's on_first_scores: under that product, or under the other warpgroup's once the turn is handed
+  // over, CopyThreadFeed::scores_cover_first), so the tensor cores run while this one stores. The walk leaves the item's last P V to this loop, which issues it at the top of the
   // next iteration (no product runs across the loop's back edge) and packs the output before the next
   // walk (ptxas serializes every wgmma, C7514, where ordinary instructions read an accumulator while
   // one runs). The item is pending until written, its last tile's V slot held until packed; its record

@@ -13,7 +13,7 @@
 //   - Q has two buffers: the next item's Q loads during the whole current item;
 //   - the K/V ring runs across items: the next item's first tiles load as the current one's last
 //     slots free up;
-//   - an item's output is written out under the next item's first S = Q K^T (the math loop below),
+//   - an item's output is written out under the next item's first products (the math loop below),
 //     and stored by the Q thread, whose waits for that never hold up the K/V thread's loads.
 //
 // A CTA is Cfg::warps math warps (warps / 4 warpgroups of 64 query rows) plus one warpgroup that gives

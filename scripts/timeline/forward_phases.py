@@ -17,8 +17,9 @@ warpgroup writes them at the end. The phases, an item's first:
   0  the previous item's last P V: the wait for its V and for the turn, the issue
   1  the item's Q and record, the wait for that P V, the previous output packed
   2  the first tile's K, the wait for the turn
-  3  the first S = Q K^T issued, the previous output written to shared memory under it
-  4  the wait for that S, the turn handed over, the first softmax, P packed
+  3  the first S = Q K^T issued, the previous output written to shared memory under it (block-sparse)
+  4  the wait for that S, the turn handed over, the previous output written (dense), the first
+     softmax, P packed
 and each later tile's:
   5  its K, the previous tile's V, the wait for the turn
   6  S and the previous tile's P V issued, the wait for S, the turn handed over
@@ -66,8 +67,8 @@ patch(root + '/templates/sparsejit/attention_forward_sm90.cuh', [
         } else {""", """          feed.end_turn();
           lap<6>();
         } else {"""),
-    ("""          on_first_scores();
-          wgmma_wait<0>();""", """          on_first_scores();
+    ("""          if constexpr (Feed::scores_cover_first) on_first_scores();
+          wgmma_wait<0>();""", """          if constexpr (Feed::scores_cover_first) on_first_scores();
           lap<3>();
           wgmma_wait<0>();"""),
     ("""        rescale_and_pack();

@@ -218,11 +218,12 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
     if (group == 1) pass_turn<L::turn, L::math_threads>(group);  // warpgroup 0 takes the first turn
   // An item's output is written to shared memory once the next item's first S = Q K^T is issued (the
   // walk's on_first_scores: under that product, or under the other warpgroup's once the turn is handed
-  // over, CopyThreadFeed::scores_cover_first), so the tensor cores run while this one stores. The walk leaves the item's last P V to this loop, which issues it at the top of the
-  // next iteration (no product runs across the loop's back edge) and packs the output before the next
-  // walk (ptxas serializes every wgmma, C7514, where ordinary instructions read an accumulator while
-  // one runs). The item is pending until written, its last tile's V slot held until packed; its record
-  // stays valid until then (the Q thread rewrites a buffer's record only once its output is written).
+  // over, CopyThreadFeed::scores_cover_first), so the tensor cores run while this one stores. The walk
+  // leaves the item's last P V to this loop, which issues it at the top of the next iteration (no
+  // product runs across the loop's back edge) and packs the output before the next walk (ptxas
+  // serializes every wgmma, C7514, where ordinary instructions read an accumulator while one runs).
+  // The item is pending until written, its last tile's V slot held until packed; its record stays
+  // valid until then (the Q thread rewrites a buffer's record only once its output is written).
   WarpgroupRows<Cfg> rows;
   rows.reset();
   int pending = -1, pending_v_slot = -1;  // the pending item's Q buffer (-1: none), its last V slot

@@ -120,8 +120,7 @@ Gradients run_gpu(const Problem& c, Attention& attention, const Inputs& in, cons
 reference::AttentionGradients run_reference(const Problem& c, const Inputs& in, const BlockPattern* pattern) {
   const reference::AttentionProblem p =
       test::reference_problem(c.spec, c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_k, pattern);
-  auto d = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
-  return reference::attention_backward(p, d(in.q), d(in.k), d(in.v), d(in.d_o));
+  return reference::attention_backward(p, test::wide(in.q), test::wide(in.k), test::wide(in.v), test::wide(in.d_o));
 }
 
 // Each gradient within atol * (its largest reference entry) + rtol * |entry|: bf16 rounds P, dS and the
@@ -391,10 +390,9 @@ TEST_CASE("long dK/dV walks at d = 128 sum dQ atomically to what the dQ pass giv
     Attention atomic_attention(c->spec), pass_attention(deterministic(c->spec));
     const Gradients got = run_gpu(*c, atomic_attention, in, p);
     const Gradients want = run_gpu(*c, pass_attention, in, p);
-    auto wide = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
-    expect_close(*c, "dq", got.dq, wide(want.dq));
-    expect_close(*c, "dk", got.dk, wide(want.dk));
-    expect_close(*c, "dv", got.dv, wide(want.dv));
+    expect_close(*c, "dq", got.dq, test::wide(want.dq));
+    expect_close(*c, "dk", got.dk, test::wide(want.dk));
+    expect_close(*c, "dv", got.dv, test::wide(want.dv));
   }
 }
 

@@ -110,7 +110,7 @@ inline double forward_tolerance(const Case& c) {
   return 1e-2;
 }
 
-inline std::vector<double> wide(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+using test::wide;
 
 inline reference::E23Sequence reference_forward(const Case& c, const Inputs& in) {
   const auto w_h = wide(in.w_h), w_w = wide(in.w_w);

@@ -143,8 +143,7 @@ TEST_CASE("tuning an attention stores a winner no slower than the default, and a
   out.download(bytes.data(), bytes.size());
   const std::vector<float> got = test::from_bytes(spec.dtype, bytes);
   const reference::AttentionOutput want = reference::attention_forward(
-      test::reference_problem(spec, b, hq, hkv, sq, sk, nullptr), std::vector<double>(q.begin(), q.end()),
-      std::vector<double>(k.begin(), k.end()), std::vector<double>(v.begin(), v.end()));
+      test::reference_problem(spec, b, hq, hkv, sq, sk, nullptr), test::wide(q), test::wide(k), test::wide(v));
   // bf16 output: atol 2e-2, rtol 1e-2, as the attention suite.
   std::size_t bad = 0, first_bad = 0;
   for (std::size_t i = 0; i < want.o.size(); ++i)

@@ -16,6 +16,11 @@ std::uint64_t fresh_seed();
 // Row-major [rows, n] scores, N(0, scale^2).
 std::vector<float> random_rows(std::mt19937_64& rng, std::int64_t rows, int n, float scale);
 
+// float values as double, for the float64 references.
+inline std::vector<double> wide(const std::vector<float>& values) {
+  return std::vector<double>(values.begin(), values.end());
+}
+
 // Values as they are after a round trip through `dtype` (what the GPU actually reads).
 std::vector<float> quantized(DType dtype, const std::vector<float>& values);
 

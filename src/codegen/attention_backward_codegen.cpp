@@ -43,9 +43,10 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
     throw InvalidArgument(fmt::format("attention backward: path '{}' is unknown: use mma or wgmma", path));
   t.wgmma = path == "wgmma";
   spec::reject_leftovers(kt, "part, warps, cols, stages, path");
-  if (t.wgmma && ((t.part != BackwardPart::dkdv && t.part != BackwardPart::dq) || t.warps != 8 || t.block_cols != 64))
-    throw InvalidArgument(fmt::format("attention backward: path=wgmma exists for part=dkdv and part=dq with warps=8 "
-                                      "and cols=64 only, not '{}'", text));
+  if (t.wgmma && ((t.part != BackwardPart::dkdv && t.part != BackwardPart::dq) || t.warps != 8 ||
+                  (t.block_cols != 64 && !(t.part == BackwardPart::dq && t.block_cols == 128))))
+    throw InvalidArgument(fmt::format("attention backward: path=wgmma exists for part=dkdv with warps=8 and cols=64, and "
+                                      "for part=dq with warps=8 and cols=64 or 128, not '{}'", text));
   if (t.warps != 4 && t.warps != 8) throw InvalidArgument(fmt::format("attention backward: warps = {}: use 4 or 8", t.warps));
   if (t.block_cols != 32 && t.block_cols != 64 && t.block_cols != 128)
     throw InvalidArgument(fmt::format("attention backward: cols = {}: use 32, 64 or 128", t.block_cols));
@@ -67,6 +68,13 @@ BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart p
   t.warps = part == BackwardPart::dq && !hopper_head_dim ? 4 : 8;
   t.block_cols = spec.head_dim >= 256 ? 32 : 64;
   t.stages = 2;
+  // At d = 128 the Hopper dQ pass walks 128-key tiles where pattern blocks are that wide (or there is
+  // no pattern): S and dP read Q and dO from shared memory once for 128 keys instead of twice, and the
+  // CTA meets half as often (3-7% faster backward on the H100; at d = 64 it was 1-5% slower, see
+  // docs/attention.md). Narrower pattern blocks keep 64: a wider tile would cover more inactive blocks.
+  if (part == BackwardPart::dq && sm90 && spec.head_dim == 128 &&
+      (spec.sparsity == Sparsity::dense || spec.block_size >= 128))
+    t.block_cols = 128;
   // At d = 64 the wgmma dK/dV kernel splits dQ by keys (two adds per element). With per-element
   // atomics that made it slower than mma.sync (7.22 ms against 6.60, B4 H32 S4096 dense, H100); with
   // bulk reductions it is faster (4.71 ms against 6.55 dense, 0.79 against 0.94 at density 0.1).
@@ -135,6 +143,11 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
   out.source_name = fmt::format("attention_backward_{}{}.cu", part_name(t.part), t.wgmma ? "_sm90" : "");
   out.name_expression = fmt::format("sjit_kernels::attention_backward_{}{}<Cfg>", part_name(t.part), t.wgmma ? "_sm90" : "");
   out.dynamic_shared_bytes = attention_backward_shared_bytes(spec, t);
+  constexpr int kMaxSharedBytes = 227 * 1024;  // the opt-in limit of sm_80 .. sm_90
+  if (out.dynamic_shared_bytes > kMaxSharedBytes)
+    throw InvalidArgument(fmt::format("attention backward: '{}' at head_dim {} needs {} bytes of shared memory, more "
+                                      "than the {} a block may have: use fewer stages or narrower cols",
+                                      key(t), spec.head_dim, out.dynamic_shared_bytes, kMaxSharedBytes));
   return out;
 }
 

@@ -24,7 +24,8 @@ namespace sjit_kernels {
 template <class Cfg>
 struct BackwardDqSm90Layout {
   using Tr = BackwardTraits<Cfg>;
-  static_assert(Cfg::warps == 8 && Tr::block_n == 64, "wgmma dQ: 8 warps (128 queries) and 64-key tiles");
+  static_assert(Cfg::warps == 8 && (Tr::block_n == 64 || Tr::block_n == 128),
+                "wgmma dQ: 8 warps (128 queries) and 64- or 128-key tiles");
   static_assert(Tr::head_dim == 64 || Tr::head_dim == 128, "wgmma dQ: head_dim 64 or 128");
   static constexpr int rows = Tr::block_rows, cols = Tr::block_n;
   static constexpr int own_bytes = rows * Tr::head_dim * 2;    // the Q and dO tiles

@@ -125,8 +125,21 @@ TEST_CASE("the Hopper dK/dV and dQ tilings: key text, defaults, refusals", "[att
   // The deterministic dQ pass has a Hopper kernel of 8 warps; the per-row kernels have none.
   const codegen::BackwardTiling hopper_dq = codegen::default_backward_tiling(spec, BackwardPart::dq, true);
   CHECK(hopper_dq.wgmma);
-  CHECK(codegen::key(hopper_dq) == "part=dq,warps=8,cols=64,stages=2,path=wgmma");
+  CHECK(codegen::key(hopper_dq) == "part=dq,warps=8,cols=128,stages=2,path=wgmma");
   CHECK(hopper_dq.threads() == 256);  // no helper warpgroup
+  // 128-key tiles at d = 128, dense or with pattern blocks of 128; 64 at d = 64, with narrower
+  // pattern blocks, and off Hopper.
+  AttentionSpec narrow_blocks = spec;
+  narrow_blocks.sparsity = Sparsity::block_sparse;
+  for (const int block : {16, 32, 64, 128}) {
+    narrow_blocks.block_size = block;
+    CAPTURE(block);
+    CHECK(codegen::default_backward_tiling(narrow_blocks, BackwardPart::dq, true).block_cols == (block == 128 ? 128 : 64));
+  }
+  CHECK(codegen::default_backward_tiling(backward_spec(64, true), BackwardPart::dq, true).block_cols == 64);
+  CHECK(codegen::default_backward_tiling(spec, BackwardPart::dq, false).block_cols == 64);
+  CHECK(codegen::default_backward_tiling(spec, BackwardPart::dkdv, true).block_cols == 64);
+  CHECK(codegen::parse_backward_tiling("part=dq,warps=8,cols=64,stages=2,path=wgmma").block_cols == 64);
   CHECK(codegen::default_backward_tiling(spec, BackwardPart::dq, false).warps == 4);
   CHECK_FALSE(codegen::default_backward_tiling(spec, BackwardPart::dq, false).wgmma);
   CHECK_FALSE(codegen::default_backward_tiling(spec, BackwardPart::dq_convert, true).wgmma);
@@ -146,7 +159,15 @@ TEST_CASE("the Hopper dK/dV and dQ tilings: key text, defaults, refusals", "[att
   CHECK(codegen::attention_backward_source(spec, hopper).name_expression == "sjit_kernels::attention_backward_dkdv_sm90<Cfg>");
 
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dq,warps=4,cols=64,stages=2,path=wgmma"),
-                    Contains("part=dkdv and part=dq with warps=8 and cols=64"));
+                    Contains("part=dkdv with warps=8 and cols=64") && Contains("part=dq with warps=8 and cols=64 or 128"));
+  CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dkdv,warps=8,cols=128,stages=2,path=wgmma"),
+                    Contains("'part=dkdv,warps=8,cols=128,stages=2,path=wgmma'"));
+  CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dq,warps=8,cols=32,stages=2,path=wgmma"), Contains("cols=64 or 128"));
+  // 128-key tiles in three slots need more shared memory than a block has at d = 128, not at d = 64.
+  const codegen::BackwardTiling deep_dq = codegen::parse_backward_tiling("part=dq,warps=8,cols=128,stages=3,path=wgmma");
+  CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(128, true), deep_dq),
+                    Contains("head_dim 128 needs") && Contains("more than the 232448"));
+  CHECK_NOTHROW(codegen::attention_backward_source(backward_spec(64, true), deep_dq));
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=prep,path=wgmma"), Contains("part=prep"));
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dkdv,path=tma"), Contains("'tma'") && Contains("mma or wgmma"));
   CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(96, false), hopper), Contains("head_dim 64 or 128, not 96"));
@@ -160,6 +181,7 @@ TEST_CASE("the Hopper dK/dV and dQ kernels compile for sm_90a without spills", "
       "attention:d=64,dtype=f16,pass=bwd,det=1|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
       "attention:d=128,dtype=bf16,causal=br,sparsity=bsr,block=64,pass=bwd,det=1|part=dq,warps=8,cols=64,stages=2,path=wgmma",
       "attention:d=128,dtype=bf16,pass=bwd,det=1|part=dq,warps=8,cols=64,stages=3,path=wgmma",
+      "attention:d=128,dtype=bf16,causal=br,sparsity=bsr,block=128,pass=bwd,det=1|part=dq,warps=8,cols=128,stages=2,path=wgmma",
       "attention:d=64,dtype=f16,causal=tl,pass=bwd,det=1|part=dq,warps=8,cols=64,stages=3,path=wgmma",
   };
   std::vector<std::future<CompiledKernel>> compiled;

@@ -29,9 +29,14 @@ bool worth_converting_in_pass(double key_tiles_per_row) { return key_tiles_per_r
 // (docs/attention.md, "The dQ pass on wgmma"), the backward in ms, atomic / dQ pass:
 //   d = 128, B2 H16 S8192: 0.1 0.68-0.71 / 0.86-0.88, 0.05 0.54 / 0.56-0.57, 0.035 0.47 / 0.45,
 //     0.02 0.43 / 0.36; causal 0.05 0.49 / 0.51-0.52;
-//   d = 128 with 4 query heads a K/V head: dense 5.4 / 5.9-6.2, 0.25 1.70-1.71 / 1.75-1.87,
-//     0.15 1.31 / 1.19-1.24, 0.1 1.01 / 0.82, 0.05 0.68 / 0.53 (the dK/dV pass has a quarter of the
-//     CTAs, each with four heads' tiles);
+//   d = 128 with 4 query heads a K/V head, since the dQ pass's 128-key tiles (twenty-second session):
+//     dense 5.23-5.39 / 5.51-5.64, 0.75 3.82-4.12 / 4.38-4.55, 0.5 2.96-3.02 / 3.11-3.25,
+//     0.375 2.42-2.51 / 2.39-2.46, 0.25 1.85 / 1.61-1.62, 0.15 1.35 / 1.09, 0.1 0.74 / 0.71 (the dK/dV
+//     pass has a quarter of the CTAs, each with four heads' tiles);
+//   d = 128 with 2 query heads a K/V head (same session): dense 5.30-5.37 / 5.69-6.12,
+//     0.25 1.60 / 1.68-1.69, 0.1 0.80 / 0.75-0.76, 0.05 0.56 / 0.48;
+//   d = 128, one query head a K/V head (same session): 0.07 0.55-0.56 / 0.60-0.63, 0.05 0.51-0.52 /
+//     0.52, 0.035 0.46 / 0.43-0.48;
 //   d = 64, B2 H16 S8192: dense 3.78-3.81 / 3.41-3.45, 0.25 1.04 / 0.97-1.02, 0.1 0.49 / 0.49,
 //     0.02 0.26 / 0.21; causal dense 2.04-2.05 / 1.82-1.83, 0.1 0.38 / 0.38-0.39; at B4 H32 S4096
 //     (3 key tiles a row at 0.1) 0.1 0.72 in earlier closing runs / 0.60.
@@ -52,7 +57,10 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
   if (tuned) return *tuned;
   if (!sm90) return DqSummation::atomic;  // the mma.sync kernels' crossover is not measured: as before
   if (spec.head_dim == 64) return DqSummation::pass;  // a tie or better at every density measured
-  if (group >= 4) return key_tiles_per_row < 12 ? DqSummation::pass : DqSummation::atomic;
+  // Key tiles a row at S = 8192 are 64 x density: 24 at 0.375, where four heads a group tie, and
+  // about 10 between 0.1 and 0.25, where two heads a group do.
+  if (group >= 4) return key_tiles_per_row < 20 ? DqSummation::pass : DqSummation::atomic;
+  if (group >= 2) return key_tiles_per_row < 8 ? DqSummation::pass : DqSummation::atomic;
   return key_tiles_per_row < 2.5 ? DqSummation::pass : DqSummation::atomic;
 }
 

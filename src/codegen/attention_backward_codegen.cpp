@@ -57,8 +57,8 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
 
 // dK/dV: 8 warps own 128 keys (dK and dV accumulators are 2 x 64 floats a thread at d = 128) and walk
 // 64-query tiles; the deterministic dQ pass: on Hopper 8 warps own 128 queries (wgmma), elsewhere 4
-// warps own 64, two CTAs an SM; both walk 64-key tiles. d = 256 halves the column tiles to stay inside
-// shared memory.
+// warps own 64, two CTAs an SM; it walks 64-key tiles (128 on Hopper at d = 128, below). d = 256
+// halves the column tiles to stay inside shared memory.
 bool atomic_dq(const AttentionSpec& spec) { return !spec.deterministic && spec.head_dim < 256; }
 
 BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart part, bool sm90) {

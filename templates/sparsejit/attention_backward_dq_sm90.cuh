@@ -4,7 +4,9 @@
 //
 // A CTA owns 128 queries; warpgroup g takes rows 64g .. 64g + 63 (warp w rows 16w .. 16w + 15, as on
 // the mma.sync path, so masks and stores are shared). Q and dO stay in shared memory for the whole
-// walk, and each thread's two rows' lse2 and delta in registers. For each 64-key tile:
+// walk, and each thread's two rows' lse2 and delta in registers. For each key tile (Cfg::block_cols
+// keys: 128 at d = 128, where S and dP then read Q and dO once for 128 keys instead of twice; 64 at
+// d = 64 or with narrower pattern blocks):
 //   1. S = Q K^T and dP = dO V^T: Q and dO rows as A, the K and V tiles as B, all K-major, in two
 //      wgmma groups (P = exp2(..) runs while dP computes);
 //   2. in registers: the mask where the tile needs one, P = exp2(S scale log2 e - lse2) and

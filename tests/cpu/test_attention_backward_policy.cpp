@@ -52,11 +52,20 @@ TEST_CASE("on Hopper the dQ pass where rows see few key tiles, at d = 64, and fo
     CHECK(choose_dq_summation(spec_of(128, c), true, 3, 1, "") == DqSummation::atomic);
     CHECK(choose_dq_summation(spec_of(128, c), true, 64, 1, "") == DqSummation::atomic);
   }
-  // Two query heads a K/V head behave as one.
-  CHECK(choose_dq_summation(spec_of(128), true, 6, 2, "") == DqSummation::atomic);
-  // Four or more: the pass up to 0.15 (9.6 tiles a row at S = 8192), the atomic adds from 0.25 (16).
+  // Two or three query heads a K/V head: the pass up to 0.1 (6 tiles a row at S = 8192), the atomic
+  // adds from 0.25 (16).
+  for (const int group : {2, 3}) {
+    INFO("group " << group);
+    CHECK(choose_dq_summation(spec_of(128), true, 3, group, "") == DqSummation::pass);
+    CHECK(choose_dq_summation(spec_of(128), true, 6, group, "") == DqSummation::pass);
+    CHECK(choose_dq_summation(spec_of(128), true, 16, group, "") == DqSummation::atomic);
+  }
+  // Four or more: the pass up to 0.25 (16 tiles a row), the atomic adds from 0.5 (32); 0.375 (24)
+  // is a tie.
   CHECK(choose_dq_summation(spec_of(128), true, 9.6, 4, "") == DqSummation::pass);
-  CHECK(choose_dq_summation(spec_of(128), true, 16, 4, "") == DqSummation::atomic);
+  CHECK(choose_dq_summation(spec_of(128), true, 16, 4, "") == DqSummation::pass);
+  CHECK(choose_dq_summation(spec_of(128), true, 32, 4, "") == DqSummation::atomic);
+  CHECK(choose_dq_summation(spec_of(128), true, 16, 8, "") == DqSummation::pass);
   CHECK(choose_dq_summation(spec_of(128), true, 64, 8, "") == DqSummation::atomic);
   // d = 64: the pass at every density, causal or not.
   for (const double tiles : {1.0, 6.0, 64.0}) {

@@ -20,8 +20,8 @@ timeout 120 ./build-gpu/sjit bench attention --iters 10 --density 1,0.5,0.25,0.1
   timeout 90 ./build-gpu/sjit bench attention --iters 10 --deterministic --density 1,0.5,0.1,0.02 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --causal tl --deterministic --density 0.1 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --d 64 --batch 4 --heads 32 --seq 4096 --deterministic --density 1,0.1 --backward
-  # GQA, 4 query heads a K/V head: the backward chooses the dQ pass below 12 key tiles a query row.
-  timeout 60 ./build-gpu/sjit bench attention --iters 10 --heads-kv 4 --density 1,0.1 --backward
+  # GQA, 4 query heads a K/V head: the backward chooses the dQ pass below 20 key tiles a query row.
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --heads-kv 4 --density 1,0.25,0.1 --backward
   # A training step captured into a CUDA graph, timed alternately with the same calls made directly.
   timeout 90 ./build-gpu/sjit bench attention --iters 10 --backward --graph --density 1,0.1,0.02
   # Timed as a training loop would run them: every run enqueued before the first wait.

@@ -32,8 +32,8 @@ struct AttentionSpec {
   // atomics inside the dK/dV pass (one pass over the tiles; the summation order, and so the last bits
   // of dQ, vary from run to run), but on Hopper the dQ pass where query rows see few key tiles, at
   // head_dim 64, with 2 or 3 query heads a K/V head below 8 key tiles of 128 a query row, and with 4
-  // or more below 20 (docs/attention.md; AttentionBackwardArgs::dq_summation, SJIT_BACKWARD_DQ=atomic or pass, or a
-  // stored tune_dq_summation result override the choice).
+  // or more below 20 (docs/attention.md; AttentionBackwardArgs::dq_summation,
+  // SJIT_BACKWARD_DQ=atomic or pass, or a stored tune_dq_summation result override the choice).
   bool deterministic = false;
 
   friend bool operator==(const AttentionSpec&, const AttentionSpec&) = default;

@@ -196,10 +196,10 @@ AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c, int compute_
       refuse(fmt::format("a {} x {} tile holds {} pattern blocks of {}: at most 64 fit the tile mask", c.block_m(),
                          c.block_n, groups, bs));
   }
-  constexpr int kMaxSharedBytes = 227 * 1024;  // the opt-in limit of sm_80 .. sm_90
   const int shared = codegen::attention_forward_shared_bytes(spec, c);
-  if (shared > kMaxSharedBytes)
-    refuse(fmt::format("needs {} bytes of shared memory, more than the {} a block may have", shared, kMaxSharedBytes));
+  if (shared > codegen::kMaxDynamicSharedBytes)
+    refuse(fmt::format("needs {} bytes of shared memory, more than the {} a block may have", shared,
+                       codegen::kMaxDynamicSharedBytes));
   return c;
 }
 

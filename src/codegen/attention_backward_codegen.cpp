@@ -43,8 +43,10 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
     throw InvalidArgument(fmt::format("attention backward: path '{}' is unknown: use mma or wgmma", path));
   t.wgmma = path == "wgmma";
   spec::reject_leftovers(kt, "part, warps, cols, stages, path");
-  if (t.wgmma && ((t.part != BackwardPart::dkdv && t.part != BackwardPart::dq) || t.warps != 8 ||
-                  (t.block_cols != 64 && !(t.part == BackwardPart::dq && t.block_cols == 128))))
+  const bool dkdv_tile = t.part == BackwardPart::dkdv && t.block_cols == 64;
+  const bool dq_tile = t.part == BackwardPart::dq && (t.block_cols == 64 || t.block_cols == 128);
+  const bool wgmma_kernel_exists = t.warps == 8 && (dkdv_tile || dq_tile);
+  if (t.wgmma && !wgmma_kernel_exists)
     throw InvalidArgument(fmt::format("attention backward: path=wgmma exists for part=dkdv with warps=8 and cols=64, and "
                                       "for part=dq with warps=8 and cols=64 or 128, not '{}'", text));
   if (t.warps != 4 && t.warps != 8) throw InvalidArgument(fmt::format("attention backward: warps = {}: use 4 or 8", t.warps));
@@ -143,11 +145,10 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
   out.source_name = fmt::format("attention_backward_{}{}.cu", part_name(t.part), t.wgmma ? "_sm90" : "");
   out.name_expression = fmt::format("sjit_kernels::attention_backward_{}{}<Cfg>", part_name(t.part), t.wgmma ? "_sm90" : "");
   out.dynamic_shared_bytes = attention_backward_shared_bytes(spec, t);
-  constexpr int kMaxSharedBytes = 227 * 1024;  // the opt-in limit of sm_80 .. sm_90
-  if (out.dynamic_shared_bytes > kMaxSharedBytes)
+  if (out.dynamic_shared_bytes > kMaxDynamicSharedBytes)
     throw InvalidArgument(fmt::format("attention backward: '{}' at head_dim {} needs {} bytes of shared memory, more "
                                       "than the {} a block may have: use fewer stages or narrower cols",
-                                      key(t), spec.head_dim, out.dynamic_shared_bytes, kMaxSharedBytes));
+                                      key(t), spec.head_dim, out.dynamic_shared_bytes, kMaxDynamicSharedBytes));
   return out;
 }
 

@@ -5,6 +5,10 @@
 
 namespace sjit::codegen {
 
+// The most dynamic shared memory a block may opt into on sm_80 .. sm_90 (227 KB): configs that need
+// more are refused by name before any compile.
+inline constexpr int kMaxDynamicSharedBytes = 227 * 1024;
+
 struct KernelSource {
   std::string kernel_key;       // spec key text + "|" + config key text: names the binary
   std::string source;           // the generated unit: an #include, a config struct, nothing else

@@ -3,6 +3,7 @@
 
 #include <bit>
 
+#include "codegen/kernel_source.h"
 #include "sparsejit/error.h"
 #include "sparsejit/rownorm.h"
 #include "spec/key_text.h"
@@ -14,7 +15,6 @@ namespace {
 constexpr int kLongestRowInRegisters = 8192;
 // Most fp32 values one thread keeps per slice: beyond this the register file spills.
 constexpr int kMaxElementsPerThread = 64;
-constexpr int kSharedBytesLimit = 227 * 1024;  // Hopper's opt-in maximum per block
 // Block size for teams within a warp. In `sjit tune` sweeps on the H100, 128 threads won or tied
 // everywhere (general alpha at n = 1024: 88 us against 100 us with 256), but with 32 elements a
 // thread ptxas then caps registers for occupancy and spills; 512 threads times the same (88.5 us)
@@ -101,7 +101,7 @@ RowNormConfig resolve(const RowNormSpec& spec, RowNormConfig c) {
   if (c.row_in_smem != 0 && c.row_in_smem != 1) throw bad("smem must be 0 or 1");
   if (c.row_in_smem == 1) {
     if (c.threads_per_row != c.block_threads) throw bad("a row in shared memory needs block = tpr");
-    if (spec.n * 4 * slices(spec) > kSharedBytesLimit) throw bad("the row does not fit in shared memory");
+    if (spec.n * 4 * slices(spec) > codegen::kMaxDynamicSharedBytes) throw bad("the row does not fit in shared memory");
   } else {
     const int packets_per_thread = (spec.n / c.vec + c.threads_per_row - 1) / c.threads_per_row;
     if (packets_per_thread * c.vec > kMaxElementsPerThread)

@@ -208,6 +208,44 @@ TEST_CASE("dense attention: GQA, MQA, [B, S, H, D] strides, a single row, long s
   }
 }
 
+// Scores that climb along the keys, by less than 2^8 a key tile in the first tiles and by more in the
+// last, or fall: the mma.sync kernel at d >= 128 lets its exponent bases lag a row's maximum by up to
+// 2^8 (softmax_scores, kBaseLag) and moves them only on a larger rise. A base that failed to move
+// would overflow P; one that moved without the output rescaled would weigh the early keys wrongly.
+TEST_CASE("scores that rise or fall steeply along the keys match the reference (lagging softmax bases)",
+          "[gpu][attention]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  AttentionConfig mma;
+  mma.path = AttentionPath::mma;
+  for (const int d : {128, 256})
+    for (const bool rising : {true, false})
+      for (const AttentionConfig config : {AttentionConfig{}, mma}) {
+        Case c{spec_of(d, rising ? DType::bf16 : DType::f16, rising ? Causal::bottom_right : Causal::none), 1, 2, 1,
+               300, 700};
+        c.config = config;
+        // Along one direction e: q = noise + 4 sqrt(d) e and k_j = noise + 35 b_j e, so the scores climb by
+        // 202 b_j in the exp2 domain, with b_j = t^2 (t = j / (seq_k - 1)) rising: by 18.5 t over a tile
+        // of 32 keys, under 8 up to t = 0.43 and over 8 after; or b_j = 1 - t falling.
+        const int dim = d;
+        auto q = test::random_rows(rng, c.batch * c.heads_q * c.seq_q, dim, 1.0f);
+        auto k = test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, dim, 1.0f);
+        const auto v = test::quantized(c.spec.dtype, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, dim, 1.0f));
+        for (std::size_t row = 0; row < q.size() / dim; ++row) q[row * dim] += 4.f * std::sqrt(float(dim));
+        for (std::size_t row = 0; row < k.size() / dim; ++row) {
+          const double t = double(std::int64_t(row) % c.seq_k) / double(c.seq_k - 1);
+          k[row * dim] += float(35.0 * (rising ? t * t : 1.0 - t));
+        }
+        q = test::quantized(c.spec.dtype, q);
+        k = test::quantized(c.spec.dtype, k);
+        Attention attention(c.spec, c.config);
+        const Result got = run_gpu(c, attention, q, k, v, nullptr);
+        INFO(c.name());
+        expect_matches(c, got, run_reference(c, q, k, v, nullptr));
+      }
+}
+
 TEST_CASE("block-sparse attention matches the reference for every block size and density", "[gpu][attention]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);

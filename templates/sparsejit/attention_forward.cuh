@@ -285,8 +285,8 @@ constexpr float kBaseLag = 8.f;
 
 // Online softmax step (Milakov & Gimelshein 2018) for the warp's rows, scores only: raises the
 // exponent bases (the running maxima), rescales the running sums, turns S into P = exp2(S*c - base),
-// and returns in `correction` the factor exp2(old base - new base) the running outputs must still be
-// multiplied by, and whether any of the warp's corrections may differ from 1.
+// and returns whether the bases moved; where they did, `correction` holds the factor
+// exp2(old base - new base) the running outputs must still be multiplied by (else it is not written).
 // With kLagBase (FlashAttention-4's conditional rescaling) the bases move only where a row of the warp
 // rose more than kBaseLag above its base, and then all of the warp's at once: after a row's first
 // tiles few tiles move them, and the caller skips the rescale of the outputs (a multiply an element).
@@ -329,7 +329,6 @@ __device__ __forceinline__ bool softmax_scores(float (&s)[Tr::m_tiles][Tr::n_til
     for (int mt = 0; mt < Tr::m_tiles; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        correction[mt][h] = 1.f;
         const float base = move ? move_base(mt, h, tile_max[mt][h]) : exponent_base(row_max[mt][h]);
         exponentiate_row<Tr>(s, mt, h, base, row_sum[mt][h], scale_log2);
       }

@@ -98,8 +98,7 @@ reference::AttentionOutput run_reference(const Case& c, const std::vector<float>
                                          const std::vector<float>& v, const BlockPattern* pattern) {
   const reference::AttentionProblem p =
       test::reference_problem(c.spec, c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_k, pattern);
-  const std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end());
-  return reference::attention_forward(p, qd, kd, vd);
+  return reference::attention_forward(p, test::wide(q), test::wide(k), test::wide(v));
 }
 
 // bf16: atol 2e-2 / rtol 1e-2 (P and O are rounded to 8 bits of mantissa); f16: four times tighter.

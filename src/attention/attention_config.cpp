@@ -96,10 +96,15 @@ AttentionConfig wgmma_default_config(const AttentionSpec& spec, AttentionPath pa
 //   against 0.944, 0.162 at 0.1 against 0.239);
 // - pattern blocks of 64 (d = 64: 0.170 ms at 0.1 against 0.325, causal 0.138 against 0.231; d = 128
 //   causal: 0.199 against 0.345).
+// - d = 256 (B2 H16 S4096, session of 2026-11-24, twenty-fourth), on the one-item kernel with 64-key
+//   tiles: dense 0.902 ms (610 TFLOP/s) against 2.109, causal 0.621 against 1.055; blocks of 128 at
+//   density 0.1 0.152 against 0.267; blocks of 64 at 0.5 0.738 against 1.130, at 0.1 0.189 against
+//   0.269, causal 0.152 against 0.189.
 // Measured slower (mma.sync stays): blocks of 32 or 16 (1.55 ms against 1.20 at block 32, density 0.1:
-// the 64 x 64 tile visits more masked work), and d = 32, 96, 256 have no wgmma kernel.
+// the 64 x 64 tile visits more masked work; d = 256: 1.00 against 0.567), and d = 32 and 96 have no
+// wgmma kernel.
 bool wgmma_is_default(const AttentionSpec& spec) {
-  if (spec.head_dim != 64 && spec.head_dim != 128) return false;
+  if (spec.head_dim != 64 && spec.head_dim != 128 && spec.head_dim != 256) return false;
   return spec.sparsity == Sparsity::dense || spec.block_size >= 64;
 }
 
@@ -111,8 +116,10 @@ bool wgmma_is_default(const AttentionSpec& spec) {
 // - d = 64 (B4 H32 S4096), pattern blocks of 128: 0.166 ms at 0.1 against 0.178-0.181. Dense d = 64
 //   stays on wgmma (1.284-1.292 ms against 1.329).
 // Pattern blocks of 64 (one math warpgroup) measured slower: 0.353 ms at 0.1 against 0.343. A d = 64
-// causal spec with a pattern stays on wgmma (see causal_d64).
+// causal spec with a pattern stays on wgmma (see causal_d64), and so does d = 256 (the persistent
+// kernel's two Q buffers do not fit two math warpgroups there: see resolve).
 AttentionPath hopper_default_path(const AttentionSpec& spec) {
+  if (spec.head_dim == 256) return AttentionPath::wgmma;
   const bool sparse = spec.sparsity != Sparsity::dense;
   const bool ws = sparse ? spec.block_size >= 128 && !causal_d64(spec) : spec.head_dim == 128;
   return ws ? AttentionPath::wgmma_ws : AttentionPath::wgmma;
@@ -182,8 +189,12 @@ AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c, int compute_
   if (c.q_in_registers != 0 && c.q_in_registers != 1) refuse(fmt::format("qreg = {}: use 0 or 1", c.q_in_registers));
   if (on_wgmma(c.path)) {
     const std::string_view path = name(c.path);
-    if (spec.head_dim != 64 && spec.head_dim != 128)
-      refuse(fmt::format("path = {} takes head_dim 64 or 128, not {}", path, spec.head_dim));
+    // d = 256 on the one-item kernel only: the persistent kernel's two Q buffers leave it one math
+    // warpgroup, whose 240 registers a thread spill there (ptxas: 108 bytes).
+    if (c.path == AttentionPath::wgmma && spec.head_dim != 64 && spec.head_dim != 128 && spec.head_dim != 256)
+      refuse(fmt::format("path = {} takes head_dim 64, 128 or 256, not {}", path, spec.head_dim));
+    if (c.path == AttentionPath::wgmma_ws && spec.head_dim != 64 && spec.head_dim != 128)
+      refuse(fmt::format("path = {} takes head_dim 64 or 128, not {} (path = wgmma takes 256)", path, spec.head_dim));
     if (c.m_tiles != 1) refuse(fmt::format("mt = {}: path = {} needs 1 (a warpgroup owns 64 rows)", c.m_tiles, path));
     if (c.block_n != 64 && c.block_n != 128) refuse(fmt::format("bn = {}: path = {} takes 64 or 128", c.block_n, path));
     if (c.q_in_registers != 0)

@@ -29,7 +29,7 @@ struct AttentionSm90Layout {
   using Tr = AttentionForwardTraits<Cfg>;
   static_assert(Cfg::m_tiles == 1, "wgmma path: each warp owns one 16-row slice of its warpgroup's 64 rows");
   static_assert(Cfg::warps % 4 == 0, "wgmma path: whole warpgroups");
-  static_assert(Tr::head_dim == 64 || Tr::head_dim == 128, "wgmma path: head_dim 64 or 128");
+  static_assert(Tr::head_dim == 64 || Tr::head_dim == 128 || Tr::head_dim == 256, "wgmma path: head_dim 64, 128 or 256");
   static_assert(Tr::block_n == 64 || Tr::block_n == 128, "wgmma path: block_n 64 or 128");
   static constexpr int q_bytes = Tr::block_m * Tr::head_dim * 2;
   static constexpr int kv_bytes = Tr::block_n * Tr::head_dim * 2;

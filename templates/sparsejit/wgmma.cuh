@@ -139,7 +139,7 @@ __device__ __forceinline__ void warpgroup_claim_registers() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGISTERS));
 }
 
-// Generated operand lists: 64-row wgmma with N = 64 or 128 columns, fp32 accumulators.
+// Generated operand lists: 64-row wgmma with N = 64, 128 or 256 columns, fp32 accumulators.
 // clang-format off
 // The accumulator operands of one 64 x N tile: N / 8 chunks of 4 floats (see the layout above).
 #define SJIT_WGMMA_ACC_N64 \
@@ -161,9 +161,28 @@ __device__ __forceinline__ void warpgroup_claim_registers() {
       "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), \
       "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), \
       "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+#define SJIT_WGMMA_ACC_N256 \
+      SJIT_WGMMA_ACC_N128, \
+      "+f"(d[16][0]), "+f"(d[16][1]), "+f"(d[16][2]), "+f"(d[16][3]), \
+      "+f"(d[17][0]), "+f"(d[17][1]), "+f"(d[17][2]), "+f"(d[17][3]), \
+      "+f"(d[18][0]), "+f"(d[18][1]), "+f"(d[18][2]), "+f"(d[18][3]), \
+      "+f"(d[19][0]), "+f"(d[19][1]), "+f"(d[19][2]), "+f"(d[19][3]), \
+      "+f"(d[20][0]), "+f"(d[20][1]), "+f"(d[20][2]), "+f"(d[20][3]), \
+      "+f"(d[21][0]), "+f"(d[21][1]), "+f"(d[21][2]), "+f"(d[21][3]), \
+      "+f"(d[22][0]), "+f"(d[22][1]), "+f"(d[22][2]), "+f"(d[22][3]), \
+      "+f"(d[23][0]), "+f"(d[23][1]), "+f"(d[23][2]), "+f"(d[23][3]), \
+      "+f"(d[24][0]), "+f"(d[24][1]), "+f"(d[24][2]), "+f"(d[24][3]), \
+      "+f"(d[25][0]), "+f"(d[25][1]), "+f"(d[25][2]), "+f"(d[25][3]), \
+      "+f"(d[26][0]), "+f"(d[26][1]), "+f"(d[26][2]), "+f"(d[26][3]), \
+      "+f"(d[27][0]), "+f"(d[27][1]), "+f"(d[27][2]), "+f"(d[27][3]), \
+      "+f"(d[28][0]), "+f"(d[28][1]), "+f"(d[28][2]), "+f"(d[28][3]), \
+      "+f"(d[29][0]), "+f"(d[29][1]), "+f"(d[29][2]), "+f"(d[29][3]), \
+      "+f"(d[30][0]), "+f"(d[30][1]), "+f"(d[30][2]), "+f"(d[30][3]), \
+      "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]), "+f"(d[31][3])
 #define SJIT_WGMMA_REGS_N64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"
 #define SJIT_WGMMA_REGS_N128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},\n"
 
+#define SJIT_WGMMA_REGS_N256 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},\n"
 // D[64 x 64] (+)= A[64 x 16] B[16 x 64], A and B from shared memory. TRANS is "0, 0" (both K-major) or
 // "1, 1" (A M-major and B N-major: both transposed by the instruction).
 #define SJIT_WGMMA_SS_N64(TY, TRANS)                                                                \
@@ -204,6 +223,15 @@ __device__ __forceinline__ void warpgroup_claim_registers() {
       "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                                   \
       : SJIT_WGMMA_ACC_N128 \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+// D[64 x 256] += A[64 x 16] B[16 x 256], A from registers, B from shared memory (N-major: transposed).
+#define SJIT_WGMMA_RS_N256(TY)                                                                       \
+  asm volatile(                                                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"                                                \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY "\n"                                  \
+      SJIT_WGMMA_REGS_N256                                                    \
+      "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"                                               \
+      : SJIT_WGMMA_ACC_N256 \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
 // clang-format on
 
 // d (+)= A B for one k-step: A and B from shared memory (descriptors), both K-major. With
@@ -232,11 +260,13 @@ __device__ __forceinline__ void wgmma_ss_transposed(float (&d)[8][4], unsigned l
 template <class T, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const unsigned (&a)[4], unsigned long long desc_b,
                                          int accumulate) {
-  static_assert(N == 64 || N == 128, "wgmma_rs: N must be 64 or 128");
+  static_assert(N == 64 || N == 128 || N == 256, "wgmma_rs: N must be 64, 128 or 256");
   if constexpr (N == 64) {
     if constexpr (IsBf16<T>::value) SJIT_WGMMA_RS_N64("bf16"); else SJIT_WGMMA_RS_N64("f16");
-  } else {
+  } else if constexpr (N == 128) {
     if constexpr (IsBf16<T>::value) SJIT_WGMMA_RS_N128("bf16"); else SJIT_WGMMA_RS_N128("f16");
+  } else {
+    if constexpr (IsBf16<T>::value) SJIT_WGMMA_RS_N256("bf16"); else SJIT_WGMMA_RS_N256("f16");
   }
 }
 
@@ -244,9 +274,12 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const unsigned (&
 #undef SJIT_WGMMA_RS_N64
 #undef SJIT_WGMMA_SS_N128
 #undef SJIT_WGMMA_RS_N128
+#undef SJIT_WGMMA_RS_N256
 #undef SJIT_WGMMA_ACC_N64
 #undef SJIT_WGMMA_ACC_N128
+#undef SJIT_WGMMA_ACC_N256
 #undef SJIT_WGMMA_REGS_N64
 #undef SJIT_WGMMA_REGS_N128
+#undef SJIT_WGMMA_REGS_N256
 
 }  // namespace sjit_kernels

@@ -356,9 +356,12 @@ TEST_CASE("wgmma path: one tile of each head dim and dtype (descriptor layouts)"
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (const int d : {64, 128})
+  for (const int d : {64, 128, 256})
     for (const DType dt : {DType::bf16, DType::f16})
-      for (const AttentionConfig config : {wgmma(4, 64, 2), wgmma(8, 128, 2), hopper(AttentionPath::wgmma_ws, 8, 128, 2)}) {
+      for (const AttentionConfig config : {wgmma(4, 64, 2), wgmma(8, 128, 2), hopper(AttentionPath::wgmma_ws, 8, 128, 2),
+                                           wgmma(8, 64, 2)}) {
+        // d = 256: 64-key tiles on the one-item kernel (shared memory, see resolve).
+        if (d == 256 && (config.block_n == 128 || config.path == AttentionPath::wgmma_ws)) continue;
         // Exactly one query tile and one key tile: S = Q K^T and O = P V through one descriptor each.
         Case c{spec_of(d, dt, Causal::none), 1, 1, 1, config.block_m(), config.block_n};
         c.config = config;
@@ -372,9 +375,10 @@ TEST_CASE("wgmma path: dense for every dtype and head dim and causal mode with G
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   for (const AttentionPath path : kHopperPaths) {
-    for (const int d : {64, 128})
+    for (const int d : {64, 128, 256})
       for (const DType dt : {DType::bf16, DType::f16})
         for (const Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right}) {
+          if (d == 256 && path == AttentionPath::wgmma_ws) continue;  // d = 256: the one-item kernel only
           Case c{spec_of(d, dt, causal), 2, 4, 2, 197, 333};
           if (causal == Causal::bottom_right) std::swap(c.seq_q, c.seq_k);  // rows with no key
           c.config = hopper(path);
@@ -420,6 +424,18 @@ TEST_CASE("wgmma path: block-sparse and baked for every block size and density",
         check_case(c, rng);
       }
   }
+  // d = 256 (the one-item kernel): each block size once, its densities and causal modes rotating.
+  int variant = 0;
+  for (const int bs : {16, 32, 64, 128})
+    for (const double density : {1.0, 0.1, 0.0}) {
+      ++variant;
+      const Causal causal = std::array{Causal::none, Causal::top_left, Causal::bottom_right}[variant % 3];
+      const Sparsity sparsity = variant % 4 == 2 ? Sparsity::baked : Sparsity::block_sparse;
+      Case c{spec_of(256, variant % 2 ? DType::bf16 : DType::f16, causal, sparsity, bs), 1, 4, 2, 700, 650, density};
+      c.per_head_pattern = variant % 3 == 1;
+      c.config = wgmma();
+      check_case(c, rng);
+    }
 }
 
 TEST_CASE("wgmma path: every tiling it accepts computes the same attention", "[gpu][attention][sm90]") {
@@ -439,6 +455,12 @@ TEST_CASE("wgmma path: every tiling it accepts computes the same attention", "[g
       c.config = config;
       check_case(c, rng);
     }
+  // d = 256: the one-item kernel's 64-key tilings that fit (Q and two or three slots of K and V).
+  for (const AttentionConfig config : {wgmma(4, 64, 2), wgmma(4, 64, 3), wgmma(8, 64, 2)}) {
+    Case c{spec_of(256, DType::f16, Causal::bottom_right, Sparsity::block_sparse, 64), 1, 2, 1, 517, 600, 0.5};
+    c.config = config;
+    check_case(c, rng);
+  }
 }
 
 TEST_CASE("wgmma_ws path: CTAs that take many work items give bit for bit the output of one CTA an item",

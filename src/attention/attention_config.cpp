@@ -100,11 +100,14 @@ AttentionConfig wgmma_default_config(const AttentionSpec& spec, AttentionPath pa
 //   tiles: dense 0.902 ms (610 TFLOP/s) against 2.109, causal 0.621 against 1.055; blocks of 128 at
 //   density 0.1 0.152 against 0.267; blocks of 64 at 0.5 0.738 against 1.130, at 0.1 0.189 against
 //   0.269, causal 0.152 against 0.189.
+// - d = 96 (B2 H16 S8192, same session), its tiles in whole swizzle blocks: dense 1.485 ms (555
+//   TFLOP/s) on wgmma_ws against 2.751, causal 0.800 against 1.399; blocks of 128 at 0.1 0.171
+//   against 0.325; blocks of 64 at 0.1 0.282 against 0.398 (one warpgroup, as at d = 128).
 // Measured slower (mma.sync stays): blocks of 32 or 16 (1.55 ms against 1.20 at block 32, density 0.1:
-// the 64 x 64 tile visits more masked work; d = 256: 1.00 against 0.567), and d = 32 and 96 have no
-// wgmma kernel.
+// the 64 x 64 tile visits more masked work; d = 256: 1.00 against 0.567), and d = 32 has no wgmma
+// kernel.
 bool wgmma_is_default(const AttentionSpec& spec) {
-  if (spec.head_dim != 64 && spec.head_dim != 128 && spec.head_dim != 256) return false;
+  if (spec.head_dim != 64 && spec.head_dim != 96 && spec.head_dim != 128 && spec.head_dim != 256) return false;
   return spec.sparsity == Sparsity::dense || spec.block_size >= 64;
 }
 
@@ -114,14 +117,16 @@ bool wgmma_is_default(const AttentionSpec& spec) {
 //   1.864-1.891 (648 TFLOP/s), density 0.1 0.201 ms against 0.230-0.248, causal dense 0.981 against
 //   1.015-1.029, causal 0.1 0.159 against 0.173-0.184;
 // - d = 64 (B4 H32 S4096), pattern blocks of 128: 0.166 ms at 0.1 against 0.178-0.181. Dense d = 64
-//   stays on wgmma (1.284-1.292 ms against 1.329).
+//   stays on wgmma (1.284-1.292 ms against 1.329);
+// - d = 96 (twenty-fourth session), dense and blocks of 128: 1.485 ms against 1.514 for the one-item
+//   kernel, causal 0.800 against 0.847, 0.171 at density 0.1 against 0.202.
 // Pattern blocks of 64 (one math warpgroup) measured slower: 0.353 ms at 0.1 against 0.343. A d = 64
 // causal spec with a pattern stays on wgmma (see causal_d64), and so does d = 256 (the persistent
 // kernel's two Q buffers do not fit two math warpgroups there: see resolve).
 AttentionPath hopper_default_path(const AttentionSpec& spec) {
   if (spec.head_dim == 256) return AttentionPath::wgmma;
   const bool sparse = spec.sparsity != Sparsity::dense;
-  const bool ws = sparse ? spec.block_size >= 128 && !causal_d64(spec) : spec.head_dim == 128;
+  const bool ws = sparse ? spec.block_size >= 128 && !causal_d64(spec) : spec.head_dim >= 96;
   return ws ? AttentionPath::wgmma_ws : AttentionPath::wgmma;
 }
 
@@ -191,10 +196,11 @@ AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c, int compute_
     const std::string_view path = name(c.path);
     // d = 256 on the one-item kernel only: the persistent kernel's two Q buffers leave it one math
     // warpgroup, whose 240 registers a thread spill there (ptxas: 108 bytes).
-    if (c.path == AttentionPath::wgmma && spec.head_dim != 64 && spec.head_dim != 128 && spec.head_dim != 256)
-      refuse(fmt::format("path = {} takes head_dim 64, 128 or 256, not {}", path, spec.head_dim));
-    if (c.path == AttentionPath::wgmma_ws && spec.head_dim != 64 && spec.head_dim != 128)
-      refuse(fmt::format("path = {} takes head_dim 64 or 128, not {} (path = wgmma takes 256)", path, spec.head_dim));
+    const int d = spec.head_dim;
+    if (c.path == AttentionPath::wgmma && d != 64 && d != 96 && d != 128 && d != 256)
+      refuse(fmt::format("path = {} takes head_dim 64, 96, 128 or 256, not {}", path, d));
+    if (c.path == AttentionPath::wgmma_ws && d != 64 && d != 96 && d != 128)
+      refuse(fmt::format("path = {} takes head_dim 64, 96 or 128, not {} (path = wgmma takes 256)", path, d));
     if (c.m_tiles != 1) refuse(fmt::format("mt = {}: path = {} needs 1 (a warpgroup owns 64 rows)", c.m_tiles, path));
     if (c.block_n != 64 && c.block_n != 128) refuse(fmt::format("bn = {}: path = {} takes 64 or 128", c.block_n, path));
     if (c.q_in_registers != 0)

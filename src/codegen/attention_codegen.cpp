@@ -50,7 +50,9 @@ std::string attention_kernel_key(const AttentionSpec& spec, const AttentionConfi
 
 int attention_forward_shared_bytes(const AttentionSpec& spec, const AttentionConfig& config) {
   const int tile_rows = config.block_m() + 2 * config.stages * config.block_n;  // Q, and K and V of each slot
-  const int tiles_bytes = tile_rows * spec.head_dim * 2;
+  // The Hopper tiles are whole 64-column swizzle blocks (d = 96 takes two).
+  const int tile_dim = (spec.head_dim + 63) / 64 * 64;
+  const int tiles_bytes = tile_rows * tile_dim * 2;
   if (config.path == AttentionPath::wgmma) {
     // Unpadded 128-byte-swizzled tiles and the copies' mbarriers (Q's and one per ring slot), plus 1 KB
     // to align the base to a swizzle atom (AttentionSm90Layout in attention_forward_sm90.cuh).
@@ -60,7 +62,7 @@ int attention_forward_shared_bytes(const AttentionSpec& spec, const AttentionCon
     // The same tiles with a second Q buffer, the records of the two items and of the ring's tiles
     // (16 bytes each), and a full and an empty mbarrier for each Q buffer and for K and V of each ring
     // slot (AttentionWsLayout in attention_forward_sm90_ws.cuh).
-    return 1024 + tiles_bytes + config.block_m() * spec.head_dim * 2 + 16 * (2 + config.stages) +
+    return 1024 + tiles_bytes + config.block_m() * tile_dim * 2 + 16 * (2 + config.stages) +
            8 * (4 + 4 * config.stages);
   }
   const int row_bytes = (spec.head_dim + 8) * 2;  // padded rows of 16-bit elements

@@ -29,10 +29,15 @@ struct AttentionSm90Layout {
   using Tr = AttentionForwardTraits<Cfg>;
   static_assert(Cfg::m_tiles == 1, "wgmma path: each warp owns one 16-row slice of its warpgroup's 64 rows");
   static_assert(Cfg::warps % 4 == 0, "wgmma path: whole warpgroups");
-  static_assert(Tr::head_dim == 64 || Tr::head_dim == 128 || Tr::head_dim == 256, "wgmma path: head_dim 64, 128 or 256");
+  static_assert(Tr::head_dim == 64 || Tr::head_dim == 96 || Tr::head_dim == 128 || Tr::head_dim == 256,
+                "wgmma path: head_dim 64, 96, 128 or 256");
   static_assert(Tr::block_n == 64 || Tr::block_n == 128, "wgmma path: block_n 64 or 128");
-  static constexpr int q_bytes = Tr::block_m * Tr::head_dim * 2;
-  static constexpr int kv_bytes = Tr::block_n * Tr::head_dim * 2;
+  // Tiles are whole 64-column swizzle blocks: at d = 96 the second block's last 32 columns are zeros
+  // (the copies fill them), which S = Q K^T never reads (its k-steps stop at d) and O += P V does not
+  // write (its N is d).
+  static constexpr int tile_dim = (Tr::head_dim + 63) / 64 * 64;
+  static constexpr int q_bytes = Tr::block_m * tile_dim * 2;
+  static constexpr int kv_bytes = Tr::block_n * tile_dim * 2;
   static constexpr int k_ring = q_bytes;                           // offsets from the aligned base
   static constexpr int v_ring = q_bytes + Cfg::stages * kv_bytes;
   static constexpr int barriers = q_bytes + 2 * Cfg::stages * kv_bytes;  // Q's, then one per ring slot

@@ -128,19 +128,24 @@ __device__ __forceinline__ unsigned char* swizzle_aligned_shared(unsigned char* 
 }
 
 // Rows [row0, row0 + ROWS) of matrix (batch, head) of a [B, H, S, HEAD_DIM] tensor map whose box is
-// 64 columns x ROWS rows with the 128-byte swizzle: HEAD_DIM / 64 copies, one per swizzle atom
-// column block (the layout of wgmma.cuh). Rows past S arrive as zeros.
+// 64 columns x ROWS rows with the 128-byte swizzle: one copy per swizzle atom column block (the layout
+// of wgmma.cuh), HEAD_DIM / 64 of them rounded up. Rows past S arrive as zeros, and so do the columns
+// past HEAD_DIM of a last block that is not whole (d = 96: its second block is half zeros), since the
+// map's extent is HEAD_DIM; the copy still counts the whole box's bytes into the barrier.
 template <int HEAD_DIM, int ROWS>
 __device__ __forceinline__ void tma_load_tile(unsigned dst, const TensorMap& map, unsigned barrier, int batch, int head,
                                               int row0) {
 #pragma unroll
-  for (int block = 0; block < HEAD_DIM / 64; ++block) tma_load_4d(dst + block * ROWS * 128, map, barrier, block * 64, row0, head, batch);
+  for (int block = 0; block < (HEAD_DIM + 63) / 64; ++block)
+    tma_load_4d(dst + block * ROWS * 128, map, barrier, block * 64, row0, head, batch);
 }
-// The reverse: a tile in that layout at `src` to rows [row0, row0 + ROWS) (rows past S are dropped).
+// The reverse: a tile in that layout at `src` to rows [row0, row0 + ROWS) (rows past S, and columns
+// past HEAD_DIM, are dropped).
 template <int HEAD_DIM, int ROWS>
 __device__ __forceinline__ void tma_store_tile(const TensorMap& map, unsigned src, int batch, int head, int row0) {
 #pragma unroll
-  for (int block = 0; block < HEAD_DIM / 64; ++block) tma_store_4d(map, src + block * ROWS * 128, block * 64, row0, head, batch);
+  for (int block = 0; block < (HEAD_DIM + 63) / 64; ++block)
+    tma_store_4d(map, src + block * ROWS * 128, block * 64, row0, head, batch);
 }
 
 }  // namespace sjit_kernels

@@ -15,7 +15,8 @@
 //
 // Shared-memory layout: every operand tile here is stored in the 128-byte swizzle the descriptors
 // name (layout type 1). A tile of R rows and D 16-bit columns is cut into D / 64 column blocks
-// ("atoms" 128 bytes wide), each R rows of 128 bytes, one after the other. Inside a block, the
+// ("atoms" 128 bytes wide; rounded up, the last one partly unused, where D is not a multiple of 64),
+// each R rows of 128 bytes, one after the other. Inside a block, the
 // 16-byte chunk c of row r sits at chunk position c ^ (r % 8): the 8 rows of a core matrix then
 // hit 8 different bank groups. Blocks must start at 1024-byte boundaries (the swizzle is applied to
 // address bits 4-6 with bits 7-9).
@@ -139,7 +140,7 @@ __device__ __forceinline__ void warpgroup_claim_registers() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGISTERS));
 }
 
-// Generated operand lists: 64-row wgmma with N = 64, 128 or 256 columns, fp32 accumulators.
+// Generated operand lists: 64-row wgmma with N = 64, 96, 128 or 256 columns, fp32 accumulators.
 // clang-format off
 // The accumulator operands of one 64 x N tile: N / 8 chunks of 4 floats (see the layout above).
 #define SJIT_WGMMA_ACC_N64 \
@@ -151,6 +152,12 @@ __device__ __forceinline__ void warpgroup_claim_registers() {
       "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
       "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
       "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+#define SJIT_WGMMA_ACC_N96 \
+      SJIT_WGMMA_ACC_N64, \
+      "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), \
+      "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), \
+      "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), \
+      "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3])
 #define SJIT_WGMMA_ACC_N128 \
       SJIT_WGMMA_ACC_N64, \
       "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), \
@@ -180,6 +187,7 @@ __device__ __forceinline__ void warpgroup_claim_registers() {
       "+f"(d[30][0]), "+f"(d[30][1]), "+f"(d[30][2]), "+f"(d[30][3]), \
       "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]), "+f"(d[31][3])
 #define SJIT_WGMMA_REGS_N64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"
+#define SJIT_WGMMA_REGS_N96 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47},\n"
 #define SJIT_WGMMA_REGS_N128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},\n"
 
 #define SJIT_WGMMA_REGS_N256 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},\n"
@@ -202,6 +210,16 @@ __device__ __forceinline__ void warpgroup_claim_registers() {
       SJIT_WGMMA_REGS_N64                                                    \
       "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                                   \
       : SJIT_WGMMA_ACC_N64 \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+
+// D[64 x 96] += A[64 x 16] B[16 x 96], A from registers, B from shared memory (N-major: transposed).
+#define SJIT_WGMMA_RS_N96(TY)                                                                        \
+  asm volatile(                                                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"                                                 \
+      "wgmma.mma_async.sync.aligned.m64n96k16.f32." TY "." TY "\n"                                   \
+      SJIT_WGMMA_REGS_N96                                                    \
+      "{%48, %49, %50, %51}, %52, p, 1, 1, 1;\n}\n"                                                   \
+      : SJIT_WGMMA_ACC_N96 \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
 
 // D[64 x 128] (+)= A[64 x 16] B[16 x 128], A and B from shared memory (both K-major).
@@ -260,9 +278,11 @@ __device__ __forceinline__ void wgmma_ss_transposed(float (&d)[8][4], unsigned l
 template <class T, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const unsigned (&a)[4], unsigned long long desc_b,
                                          int accumulate) {
-  static_assert(N == 64 || N == 128 || N == 256, "wgmma_rs: N must be 64, 128 or 256");
+  static_assert(N == 64 || N == 96 || N == 128 || N == 256, "wgmma_rs: N must be 64, 96, 128 or 256");
   if constexpr (N == 64) {
     if constexpr (IsBf16<T>::value) SJIT_WGMMA_RS_N64("bf16"); else SJIT_WGMMA_RS_N64("f16");
+  } else if constexpr (N == 96) {
+    if constexpr (IsBf16<T>::value) SJIT_WGMMA_RS_N96("bf16"); else SJIT_WGMMA_RS_N96("f16");
   } else if constexpr (N == 128) {
     if constexpr (IsBf16<T>::value) SJIT_WGMMA_RS_N128("bf16"); else SJIT_WGMMA_RS_N128("f16");
   } else {
@@ -272,13 +292,16 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const unsigned (&
 
 #undef SJIT_WGMMA_SS_N64
 #undef SJIT_WGMMA_RS_N64
+#undef SJIT_WGMMA_RS_N96
 #undef SJIT_WGMMA_SS_N128
 #undef SJIT_WGMMA_RS_N128
 #undef SJIT_WGMMA_RS_N256
 #undef SJIT_WGMMA_ACC_N64
+#undef SJIT_WGMMA_ACC_N96
 #undef SJIT_WGMMA_ACC_N128
 #undef SJIT_WGMMA_ACC_N256
 #undef SJIT_WGMMA_REGS_N64
+#undef SJIT_WGMMA_REGS_N96
 #undef SJIT_WGMMA_REGS_N128
 #undef SJIT_WGMMA_REGS_N256
 

@@ -249,7 +249,7 @@ TEST_CASE("resolve() on the wgmma path: defaults, checks, and which path an unse
   bad = wgmma, bad.block_n = 32;
   CHECK_THROWS_WITH(resolve(d128, bad), Contains("bn = 32") && Contains("wgmma"));
   CHECK_THROWS_WITH(resolve(make_spec(32, DType::bf16, Causal::none, Sparsity::dense, 0), wgmma),
-                    Contains("head_dim 64, 128 or 256, not 32"));
+                    Contains("head_dim 64, 96, 128 or 256, not 32"));
   // d = 256: the one-item kernel with 64-key tiles (two warpgroups, Q and two slots: 193 KB); 128-key
   // tiles do not fit, and the persistent kernel refuses it.
   const AttentionSpec d256 = make_spec(256, DType::bf16, Causal::none, Sparsity::dense, 0);
@@ -260,7 +260,7 @@ TEST_CASE("resolve() on the wgmma path: defaults, checks, and which path an unse
   CHECK_THROWS_WITH(resolve(d256, bad), Contains("shared memory"));
   AttentionConfig ws256;
   ws256.path = AttentionPath::wgmma_ws;
-  CHECK_THROWS_WITH(resolve(d256, ws256), Contains("head_dim 64 or 128, not 256"));
+  CHECK_THROWS_WITH(resolve(d256, ws256), Contains("head_dim 64, 96 or 128, not 256"));
   bad = AttentionConfig{8, 1, 128, 3, 0}, bad.path = AttentionPath::wgmma;  // 225 KB: fits (barely)
   CHECK_NOTHROW(resolve(d128, bad));
   // The persistent kernel: the same checks naming its path, and its output staging rows on top.
@@ -299,7 +299,10 @@ TEST_CASE("resolve() on the wgmma path: defaults, checks, and which path an unse
   CHECK(path_on_h100(256, Causal::top_left, Sparsity::block_sparse, 128) == AttentionPath::wgmma);
   CHECK(resolve(make_spec(256, DType::bf16, Causal::none, Sparsity::block_sparse, 64), {}, 90).block_m() == 64);
   CHECK(path_on_h100(256, Causal::none, Sparsity::block_sparse, 32) == AttentionPath::mma);
-  CHECK(path_on_h100(96, Causal::none, Sparsity::dense, 0) == AttentionPath::mma);
+  CHECK(path_on_h100(96, Causal::none, Sparsity::dense, 0) == AttentionPath::wgmma_ws);
+  CHECK(path_on_h100(96, Causal::top_left, Sparsity::block_sparse, 128) == AttentionPath::wgmma_ws);
+  CHECK(path_on_h100(96, Causal::none, Sparsity::block_sparse, 64) == AttentionPath::wgmma);
+  CHECK(path_on_h100(32, Causal::none, Sparsity::dense, 0) == AttentionPath::mma);
 }
 
 TEST_CASE("resolve() fills every unset field and the result is a valid tiling for every spec", "[attention][config]") {

@@ -203,14 +203,16 @@ TEST_CASE("the grid holds both kernel paths, and the default is the device's", "
       CAPTURE(key(c.config));
       CHECK_THAT(c.rejected, Contains("wgmma"));
     }
-  // At d = 256 the one-item kernel takes 64-key tiles and the persistent kernel nothing; d = 96 has no
-  // wgmma kernel.
+  // At d = 256 the one-item kernel takes 64-key tiles and the persistent kernel nothing; d = 96 takes
+  // both kernels (in whole swizzle blocks, as d = 128) and d = 32 neither.
   const std::vector<AttentionTuneCandidate> d256 = attention_candidates(dense_spec(256));
   CHECK(on_path(d256, AttentionPath::wgmma, true) > 0);
   CHECK(on_path(d256, AttentionPath::wgmma_ws, true) == 0);
   for (const AttentionTuneCandidate& c : d256)
     if (c.config.path == AttentionPath::wgmma && c.rejected.empty()) CHECK(c.config.block_n == 64);
-  CHECK(on_path(attention_candidates(dense_spec(96)), AttentionPath::wgmma, true) == 0);
+  CHECK(on_path(attention_candidates(dense_spec(96)), AttentionPath::wgmma, true) > 0);
+  CHECK(on_path(attention_candidates(dense_spec(96)), AttentionPath::wgmma_ws, true) > 0);
+  CHECK(on_path(attention_candidates(dense_spec(32)), AttentionPath::wgmma, true) == 0);
   // On compute capability 9.0 the default is resolve's for that device, and it comes first.
   for (const AttentionSpec& spec : {dense_spec(128), dense_spec(64), dense_spec(256), bsr_spec(128, 128), bsr_spec(64, 16)}) {
     CAPTURE(key(spec));

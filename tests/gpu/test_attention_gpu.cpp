@@ -356,11 +356,12 @@ TEST_CASE("wgmma path: one tile of each head dim and dtype (descriptor layouts)"
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (const int d : {64, 128, 256})
+  for (const int d : {64, 96, 128, 256})
     for (const DType dt : {DType::bf16, DType::f16})
       for (const AttentionConfig config : {wgmma(4, 64, 2), wgmma(8, 128, 2), hopper(AttentionPath::wgmma_ws, 8, 128, 2),
                                            wgmma(8, 64, 2)}) {
-        // d = 256: 64-key tiles on the one-item kernel (shared memory, see resolve).
+        // d = 96: two swizzle blocks, the second half zeros. d = 256: 64-key tiles on the one-item
+        // kernel (shared memory, see resolve).
         if (d == 256 && (config.block_n == 128 || config.path == AttentionPath::wgmma_ws)) continue;
         // Exactly one query tile and one key tile: S = Q K^T and O = P V through one descriptor each.
         Case c{spec_of(d, dt, Causal::none), 1, 1, 1, config.block_m(), config.block_n};
@@ -375,7 +376,7 @@ TEST_CASE("wgmma path: dense for every dtype and head dim and causal mode with G
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   for (const AttentionPath path : kHopperPaths) {
-    for (const int d : {64, 128, 256})
+    for (const int d : {64, 96, 128, 256})
       for (const DType dt : {DType::bf16, DType::f16})
         for (const Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right}) {
           if (d == 256 && path == AttentionPath::wgmma_ws) continue;  // d = 256: the one-item kernel only
@@ -424,17 +425,22 @@ TEST_CASE("wgmma path: block-sparse and baked for every block size and density",
         check_case(c, rng);
       }
   }
-  // d = 256 (the one-item kernel): each block size once, its densities and causal modes rotating.
-  int variant = 0;
-  for (const int bs : {16, 32, 64, 128})
-    for (const double density : {1.0, 0.1, 0.0}) {
-      ++variant;
-      const Causal causal = std::array{Causal::none, Causal::top_left, Causal::bottom_right}[variant % 3];
-      const Sparsity sparsity = variant % 4 == 2 ? Sparsity::baked : Sparsity::block_sparse;
-      Case c{spec_of(256, variant % 2 ? DType::bf16 : DType::f16, causal, sparsity, bs), 1, 4, 2, 700, 650, density};
-      c.per_head_pattern = variant % 3 == 1;
-      c.config = wgmma();
-      check_case(c, rng);
+  // d = 96 (both kernels) and 256 (the one-item kernel): each block size, densities and causal modes
+  // rotating.
+  for (const int d : {96, 256})
+    for (const AttentionPath path : kHopperPaths) {
+      if (d == 256 && path == AttentionPath::wgmma_ws) continue;
+      int variant = 0;
+      for (const int bs : {16, 32, 64, 128})
+        for (const double density : {1.0, 0.1, 0.0}) {
+          ++variant;
+          const Causal causal = std::array{Causal::none, Causal::top_left, Causal::bottom_right}[variant % 3];
+          const Sparsity sparsity = variant % 4 == 2 ? Sparsity::baked : Sparsity::block_sparse;
+          Case c{spec_of(d, variant % 2 ? DType::bf16 : DType::f16, causal, sparsity, bs), 1, 4, 2, 700, 650, density};
+          c.per_head_pattern = variant % 3 == 1;
+          c.config = hopper(path);
+          check_case(c, rng);
+        }
     }
 }
 
@@ -444,13 +450,13 @@ TEST_CASE("wgmma path: every tiling it accepts computes the same attention", "[g
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   constexpr AttentionPath ws = AttentionPath::wgmma_ws;
-  for (const int d : {64, 128})
+  for (const int d : {64, 96, 128})
     for (const AttentionConfig config :
          {wgmma(4, 64, 2), wgmma(4, 128, 3), wgmma(8, 64, 2), wgmma(8, 64, 3), wgmma(8, 128, 2), hopper(ws, 4, 64, 2),
           hopper(ws, 4, 64, 3), hopper(ws, 4, 128, 2), hopper(ws, 4, 128, 3), hopper(ws, 8, 64, 2), hopper(ws, 8, 64, 3),
           hopper(ws, 8, 128, 2), hopper(ws, 8, 128, 3)}) {
-      if (config.path == ws && config.warps == 8 && config.block_n == 128 && config.stages == 3 && d == 128)
-        continue;  // 2 x 32 KB of Q and 6 x 32 KB of K/V: more shared memory than a CTA may have
+      if (config.path == ws && config.warps == 8 && config.block_n == 128 && config.stages == 3 && d >= 96)
+        continue;  // 2 x 32 KB of Q and 6 x 32 KB of K/V (d = 96 in whole swizzle blocks): more than a CTA may have
       Case c{spec_of(d, DType::bf16, Causal::top_left, Sparsity::block_sparse, 64), 1, 2, 1, 517, 517, 0.5};
       c.config = config;
       check_case(c, rng);

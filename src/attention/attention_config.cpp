@@ -194,8 +194,8 @@ AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c, int compute_
   if (c.q_in_registers != 0 && c.q_in_registers != 1) refuse(fmt::format("qreg = {}: use 0 or 1", c.q_in_registers));
   if (on_wgmma(c.path)) {
     const std::string_view path = name(c.path);
-    // d = 256 on the one-item kernel only: the persistent kernel's two Q buffers leave it one math
-    // warpgroup, whose 240 registers a thread spill there (ptxas: 108 bytes).
+    // d = 256 on the one-item kernel only: the persistent kernel's two Q buffers leave room for one
+    // math warpgroup (warps = 4), which spills there even with 255 registers a thread (ptxas: 108 bytes).
     const int d = spec.head_dim;
     if (c.path == AttentionPath::wgmma && d != 64 && d != 96 && d != 128 && d != 256)
       refuse(fmt::format("path = {} takes head_dim 64, 96, 128 or 256, not {}", path, d));

@@ -49,6 +49,16 @@ AttentionConfig parse_attention_config(std::string_view text) {
 
 namespace {
 
+// The head dims each Hopper kernel takes (AttentionSm90Layout), and their list for a refusal. d = 256
+// runs on the one-item kernel only: the persistent kernel's two Q buffers leave room for one math
+// warpgroup (warps = 4), which spills there even with 255 registers a thread (ptxas: 108 bytes).
+bool kernel_takes_head_dim(AttentionPath path, int d) {
+  return d == 64 || d == 96 || d == 128 || (d == 256 && path == AttentionPath::wgmma);
+}
+std::string_view head_dims_taken(AttentionPath path) {
+  return path == AttentionPath::wgmma ? "64, 96, 128 or 256" : "64, 96 or 128";
+}
+
 // A d = 64 causal spec with a pattern: one warpgroup of 64 rows and 64-key tiles on the wgmma path,
 // the tuner's winner at B4 H32 S4096, blocks of 128, density 0.1 (sixteenth session, docs/tuning.md:
 // 0.141 ms against 0.161 for wgmma_ws, whose 128-row items visit more of the causal edge's masked work).
@@ -107,7 +117,7 @@ AttentionConfig wgmma_default_config(const AttentionSpec& spec, AttentionPath pa
 // the 64 x 64 tile visits more masked work; d = 256: 1.00 against 0.567), and d = 32 has no wgmma
 // kernel.
 bool wgmma_is_default(const AttentionSpec& spec) {
-  if (spec.head_dim != 64 && spec.head_dim != 96 && spec.head_dim != 128 && spec.head_dim != 256) return false;
+  if (!kernel_takes_head_dim(AttentionPath::wgmma, spec.head_dim)) return false;
   return spec.sparsity == Sparsity::dense || spec.block_size >= 64;
 }
 
@@ -121,10 +131,10 @@ bool wgmma_is_default(const AttentionSpec& spec) {
 // - d = 96 (twenty-fourth session), dense and blocks of 128: 1.485 ms against 1.514 for the one-item
 //   kernel, causal 0.800 against 0.847, 0.171 at density 0.1 against 0.202.
 // Pattern blocks of 64 (one math warpgroup) measured slower: 0.353 ms at 0.1 against 0.343. A d = 64
-// causal spec with a pattern stays on wgmma (see causal_d64), and so does d = 256 (the persistent
-// kernel's two Q buffers do not fit two math warpgroups there: see resolve).
+// causal spec with a pattern stays on wgmma (see causal_d64), and so does a head dim the persistent
+// kernel does not take (256: see kernel_takes_head_dim).
 AttentionPath hopper_default_path(const AttentionSpec& spec) {
-  if (spec.head_dim == 256) return AttentionPath::wgmma;
+  if (!kernel_takes_head_dim(AttentionPath::wgmma_ws, spec.head_dim)) return AttentionPath::wgmma;
   const bool sparse = spec.sparsity != Sparsity::dense;
   const bool ws = sparse ? spec.block_size >= 128 && !causal_d64(spec) : spec.head_dim >= 96;
   return ws ? AttentionPath::wgmma_ws : AttentionPath::wgmma;
@@ -194,13 +204,9 @@ AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c, int compute_
   if (c.q_in_registers != 0 && c.q_in_registers != 1) refuse(fmt::format("qreg = {}: use 0 or 1", c.q_in_registers));
   if (on_wgmma(c.path)) {
     const std::string_view path = name(c.path);
-    // d = 256 on the one-item kernel only: the persistent kernel's two Q buffers leave room for one
-    // math warpgroup (warps = 4), which spills there even with 255 registers a thread (ptxas: 108 bytes).
-    const int d = spec.head_dim;
-    if (c.path == AttentionPath::wgmma && d != 64 && d != 96 && d != 128 && d != 256)
-      refuse(fmt::format("path = {} takes head_dim 64, 96, 128 or 256, not {}", path, d));
-    if (c.path == AttentionPath::wgmma_ws && d != 64 && d != 96 && d != 128)
-      refuse(fmt::format("path = {} takes head_dim 64, 96 or 128, not {} (path = wgmma takes 256)", path, d));
+    if (!kernel_takes_head_dim(c.path, spec.head_dim))
+      refuse(fmt::format("path = {} takes head_dim {}, not {}{}", path, head_dims_taken(c.path), spec.head_dim,
+                         c.path == AttentionPath::wgmma_ws ? " (path = wgmma takes 256)" : ""));
     if (c.m_tiles != 1) refuse(fmt::format("mt = {}: path = {} needs 1 (a warpgroup owns 64 rows)", c.m_tiles, path));
     if (c.block_n != 64 && c.block_n != 128) refuse(fmt::format("bn = {}: path = {} takes 64 or 128", c.block_n, path));
     if (c.q_in_registers != 0)

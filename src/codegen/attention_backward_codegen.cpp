@@ -63,18 +63,23 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
 // halves the column tiles to stay inside shared memory.
 bool atomic_dq(const AttentionSpec& spec) { return !spec.deterministic && spec.head_dim < 256; }
 
+// The Hopper backward kernels take d = 64, 96 and 128 (d = 256's dK and dV accumulators would not fit
+// one warpgroup's registers, and d = 32 has no wgmma tiling).
+bool wgmma_backward_takes_head_dim(int head_dim) { return head_dim == 64 || head_dim == 96 || head_dim == 128; }
+
 BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart part, bool sm90) {
   BackwardTiling t;
   t.part = part;
-  const bool hopper_head_dim = sm90 && (spec.head_dim == 128 || spec.head_dim == 64);
+  const bool hopper_head_dim = sm90 && wgmma_backward_takes_head_dim(spec.head_dim);
   t.warps = part == BackwardPart::dq && !hopper_head_dim ? 4 : 8;
   t.block_cols = spec.head_dim >= 256 ? 32 : 64;
   t.stages = 2;
-  // At d = 128 the Hopper dQ pass walks 128-key tiles where pattern blocks are that wide (or there is
-  // no pattern): S and dP read Q and dO from shared memory once for 128 keys instead of twice, and the
-  // CTA meets half as often (3-7% faster backward on the H100; at d = 64 it was 1-5% slower, see
-  // docs/attention.md). Narrower pattern blocks keep 64: a wider tile would cover more inactive blocks.
-  if (part == BackwardPart::dq && sm90 && spec.head_dim == 128 &&
+  // At d = 128 (and 96, whose tiles take as much shared memory) the Hopper dQ pass walks 128-key tiles
+  // where pattern blocks are that wide (or there is no pattern): S and dP read Q and dO from shared
+  // memory once for 128 keys instead of twice, and the CTA meets half as often (3-7% faster backward on
+  // the H100; at d = 64 it was 1-5% slower, see docs/attention.md). Narrower pattern blocks keep 64: a
+  // wider tile would cover more inactive blocks.
+  if (part == BackwardPart::dq && sm90 && (spec.head_dim == 128 || spec.head_dim == 96) &&
       (spec.sparsity == Sparsity::dense || spec.block_size >= 128))
     t.block_cols = 128;
   // At d = 64 the wgmma dK/dV kernel splits dQ by keys (two adds per element). With per-element
@@ -91,7 +96,7 @@ int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTil
   if (t.part == BackwardPart::dq && t.wgmma) {
     // BackwardDqSm90Layout: unpadded swizzled Q and dO, the K and V rings, the rows' lse2 and delta,
     // the mbarriers (Q and dO's, one per slot); plus 1 KB to align the base to a swizzle atom.
-    const int d = spec.head_dim, rows = t.block_rows(), cols = t.block_cols;
+    const int d = wgmma_tile_dim(spec.head_dim), rows = t.block_rows(), cols = t.block_cols;
     return 1024 + 2 * rows * d * 2 + 2 * t.stages * cols * d * 2 + 2 * rows * 4 + 8 * (t.stages + 1);
   }
   if (t.part == BackwardPart::dq) return tiles + t.block_rows() * 8;
@@ -101,7 +106,7 @@ int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTil
     // rings, the mbarriers (K/V's, a full and an empty one per slot, a full and an empty one per dQ
     // tile, one per conversion buffer, a full and an empty one per dS tile), and 1 KB for the walk and the slots' tiles
     // (BackwardSm90Layout::Indices); plus 1 KB to align the base to a swizzle atom.
-    const int d = spec.head_dim, rows = t.block_rows(), cols = t.block_cols;
+    const int d = wgmma_tile_dim(spec.head_dim), rows = t.block_rows(), cols = t.block_cols;
     const int dq_tiles = atomic_dq(spec) ? 2 * 64 * 64 * 4 + 2 * 8192 : 0;
     return 1024 + 2 * rows * d * 2 + 2 * t.stages * cols * d * 2 + 2 * rows * cols * 2 + dq_tiles +
            2 * t.stages * cols * 4 + 8 * (2 * t.stages + 11) + 1024;
@@ -118,8 +123,8 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
   if (atomic_dq(spec) && t.part == BackwardPart::dkdv && t.warps % (t.block_cols / 16) != 0)
     throw InvalidArgument(fmt::format("attention backward: atomic dQ needs warps ({}) to be a multiple of cols / 16 ({})",
                                       t.warps, t.block_cols / 16));
-  if (t.wgmma && spec.head_dim != 64 && spec.head_dim != 128)
-    throw InvalidArgument(fmt::format("attention backward: path=wgmma takes head_dim 64 or 128, not {}", spec.head_dim));
+  if (t.wgmma && !wgmma_backward_takes_head_dim(spec.head_dim))
+    throw InvalidArgument(fmt::format("attention backward: path=wgmma takes head_dim 64, 96 or 128, not {}", spec.head_dim));
   const int causal = spec.causal == Causal::none ? 0 : spec.causal == Causal::top_left ? 1 : 2;
   const std::string_view header = !t.wgmma                      ? "attention_backward"
                                   : t.part == BackwardPart::dq ? "attention_backward_dq_sm90"

@@ -50,8 +50,7 @@ std::string attention_kernel_key(const AttentionSpec& spec, const AttentionConfi
 
 int attention_forward_shared_bytes(const AttentionSpec& spec, const AttentionConfig& config) {
   const int tile_rows = config.block_m() + 2 * config.stages * config.block_n;  // Q, and K and V of each slot
-  // The Hopper tiles are whole 64-column swizzle blocks (d = 96 takes two).
-  const int tile_dim = (spec.head_dim + 63) / 64 * 64;
+  const int tile_dim = wgmma_tile_dim(spec.head_dim);
   const int tiles_bytes = tile_rows * tile_dim * 2;
   if (config.path == AttentionPath::wgmma) {
     // Unpadded 128-byte-swizzled tiles and the copies' mbarriers (Q's and one per ring slot), plus 1 KB

@@ -21,6 +21,10 @@ int attention_forward_shared_bytes(const AttentionSpec& spec, const AttentionCon
 
 namespace sjit::codegen {
 
+// Columns of the Hopper kernels' 128-byte-swizzled tiles: whole 64-column blocks (d = 96 takes two,
+// the columns past it zero-filled by the copies and read by no product).
+inline int wgmma_tile_dim(int head_dim) { return (head_dim + 63) / 64 * 64; }
+
 // The backward runs three kernels (see templates/sparsejit/attention_backward.cuh): prep, dkdv, and
 // dq (deterministic specs) or dq_convert (atomic dQ).
 enum class BackwardPart { prep, dkdv, dq, dq_convert };
@@ -29,6 +33,9 @@ enum class BackwardPart { prep, dkdv, dq, dq_convert };
 // determinism, and never at head_dim 256, where the dK and dV accumulators (256 floats a thread)
 // leave no registers for the dQ product (it spills kilobytes a thread).
 bool atomic_dq(const AttentionSpec& spec);
+
+// Whether the Hopper backward kernels (BackwardTiling::wgmma) take `head_dim`: 64, 96 and 128.
+bool wgmma_backward_takes_head_dim(int head_dim);
 
 struct BackwardTiling {
   BackwardPart part = BackwardPart::prep;

@@ -28,10 +28,13 @@ struct BackwardDqSm90Layout {
   using Tr = BackwardTraits<Cfg>;
   static_assert(Cfg::warps == 8 && (Tr::block_n == 64 || Tr::block_n == 128),
                 "wgmma dQ: 8 warps (128 queries) and 64- or 128-key tiles");
-  static_assert(Tr::head_dim == 64 || Tr::head_dim == 128, "wgmma dQ: head_dim 64 or 128");
+  static_assert(Tr::head_dim == 64 || Tr::head_dim == 96 || Tr::head_dim == 128, "wgmma dQ: head_dim 64, 96 or 128");
   static constexpr int rows = Tr::block_rows, cols = Tr::block_n;
-  static constexpr int own_bytes = rows * Tr::head_dim * 2;    // the Q and dO tiles
-  static constexpr int other_bytes = cols * Tr::head_dim * 2;  // one K or V slot
+  // Tiles in whole 64-column swizzle blocks: at d = 96 as at 128, columns 96 .. 127 zero-filled by the
+  // copies and read by no product (S and dP take 6 k-steps, dQ += dS K is 64 x 96).
+  static constexpr int tile_dim = (Tr::head_dim + 63) / 64 * 64;
+  static constexpr int own_bytes = rows * tile_dim * 2;    // the Q and dO tiles
+  static constexpr int other_bytes = cols * tile_dim * 2;  // one K or V slot
   static constexpr int q_tile = 0, do_tile = own_bytes;        // offsets from the 1024-aligned base
   static constexpr int k_ring = 2 * own_bytes;
   static constexpr int v_ring = k_ring + Cfg::stages * other_bytes;

@@ -14,9 +14,12 @@
 //   4. atomic dQ: dS^T goes to shared memory ([keys][queries], two buffers) and dQ = dS K is one more
 //      product with A read transposed (M-major) and K read transposed, issued a tile later (with the
 //      next tile's dV and dK), so that the warpgroups need not meet: at d = 128 warpgroup g takes head
-//      dims 64g .. 64g + 63 over all 128 keys, so it reads both warpgroups' dS; at d = 64 it takes all
-//      dims over its own 64 keys (two adds per element). Each warpgroup writes its fp32 dQ tile to
-//      shared memory for the dQ warp (below).
+//      dims 64g .. 64g + 63 over all 128 keys, so it reads both warpgroups' dS (at d = 96 the second
+//      takes dims 64 .. 95); at d = 64 it takes all dims over its own 64 keys (two adds per element).
+//      Each warpgroup writes its fp32 dQ tile to shared memory for the dQ warp (below).
+// At d = 96 the K, V, Q and dO tiles are stored as at d = 128, in two 64-column swizzle blocks. The
+// tensor maps' extent is 96, so the copies fill columns 96 .. 127 with zeros, and no product reads
+// them: S^T and dP^T take 6 k-steps, dV and dK are 64 x 96 products, the second warpgroup's dQ 64 x 32.
 // The third warpgroup gives most of its registers to the math warps (setmaxnreg) and splits into:
 //   - the copy warp: K and V, then for each tile of the walk Q and dO by bulk tensor copies (TMA) into
 //     a ring of `stages` slots, and the rows' lse2 and delta, counted into the slot's "full" mbarrier;
@@ -45,7 +48,7 @@ template <class Cfg>
 struct BackwardSm90Layout {
   using Tr = BackwardTraits<Cfg>;
   static_assert(Cfg::warps == 8 && Tr::block_n == 64, "wgmma dK/dV: 8 math warps (128 keys) and 64-query tiles");
-  static_assert(Tr::head_dim == 64 || Tr::head_dim == 128, "wgmma dK/dV: head_dim 64 or 128");
+  static_assert(Tr::head_dim == 64 || Tr::head_dim == 96 || Tr::head_dim == 128, "wgmma dK/dV: head_dim 64, 96 or 128");
   static constexpr int math_threads = 32 * Cfg::warps, threads = math_threads + 128;
   // 2 x 128 x 232 + 128 x 40: the 384 x 168 registers the launch gives the CTA (setmaxnreg.inc would
   // wait forever for more).
@@ -54,8 +57,9 @@ struct BackwardSm90Layout {
   static constexpr int math_barrier = 3;  // named (0 is __syncthreads', 1 and 2 warpgroup_barrier's)
 
   static constexpr int rows = Tr::block_rows, cols = Tr::block_n;
-  static constexpr int own_bytes = rows * Tr::head_dim * 2;    // the K and V tiles
-  static constexpr int other_bytes = cols * Tr::head_dim * 2;  // one Q or dO slot
+  static constexpr int tile_dim = (Tr::head_dim + 63) / 64 * 64;  // whole swizzle blocks (d = 96: 128)
+  static constexpr int own_bytes = rows * tile_dim * 2;           // the K and V tiles
+  static constexpr int other_bytes = cols * tile_dim * 2;         // one Q or dO slot
   static constexpr int ds_bytes = rows * cols * 2;             // one dS^T tile: [keys][64 queries], 128-byte rows
   static constexpr int k_tile = 0, v_tile = own_bytes;         // offsets from the 1024-aligned base
   static constexpr int q_ring = 2 * own_bytes;
@@ -121,6 +125,7 @@ __device__ __forceinline__ void count_group_done(unsigned* done) {
 template <class Cfg, class L = BackwardSm90Layout<Cfg>>
 __device__ __forceinline__ void convert_earlier_group(const AttentionBackwardParams& p, int group, int rank, int ranks,
                                                       int thread, unsigned char* smem, unsigned base) {
+  // d = 96: 12 chunks a row, 5 rows a pass, threads 60 .. 63 idle.
   constexpr int D = Cfg::head_dim, chunks = D / 8, rows_per_pass = 64 / chunks;
   constexpr int buffer_rows = L::convert_buffer_bytes / (4 * D);
   const long long group_rows = static_cast<long long>(p.heads_q / p.heads_kv) * p.seq_q;
@@ -144,12 +149,13 @@ __device__ __forceinline__ void convert_earlier_group(const AttentionBackwardPar
   }
   // A thread per 8 elements of a row, stepping through the rows (a 64-bit division is a call here).
   const int chunk = thread % chunks;
+  const bool idle = thread >= rows_per_pass * chunks;
   QueryRow r = query_row(p, begin + thread / chunks);
   for (int b = 0; b < buffers; ++b) {
     mbarrier_wait(full(b % 2), (b / 2) & 1);
     const float* rows = reinterpret_cast<const float*>(smem + L::convert_ring + (b % 2) * L::convert_buffer_bytes);
     const long long row_end = min(end, begin + static_cast<long long>(b + 1) * buffer_rows);
-    for (; r.row < row_end; r.row += rows_per_pass) {
+    for (; !idle && r.row < row_end; r.row += rows_per_pass) {
       const float4* at = reinterpret_cast<const float4*>(rows + (r.row - begin) % buffer_rows * D + chunk * 8);
       store_dq_chunk<typename Cfg::T, D>(p, r, chunk, {at[0], at[1]});
       for (r.i += rows_per_pass; r.i >= p.seq_q; r.i -= p.seq_q) ++r.head;
@@ -235,17 +241,19 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
         mbarrier_arrive(full);
       }
     } else if (Cfg::atomic_dq && warp == L::dq_warp) {
-      // The dQ warp: adds each warpgroup's dQ tile of tile j to the accumulator (two bulk reductions of
-      // 32 dims each) and hands the buffer back once they have read it.
+      // The dQ warp: adds each warpgroup's dQ tile of tile j to the accumulator (bulk reductions of 32
+      // dims each: two a warpgroup, one for the second at d = 96) and hands the buffer back once they
+      // have read it.
       if (lane != 0) return;
       for (int j = 0; j < count; ++j) {
         const QueryTile t = walk.locate(p, own, j);
         for (int g = 0; g < 2; ++g) {
           mbarrier_wait(barrier(L::dq_full + g), j & 1);
           const unsigned tile = base + L::dq_tiles + g * L::dq_bytes;
-          const int dim0 = D == 128 ? g * 64 : 0;
+          const int dim0 = D > 64 ? g * 64 : 0;
           tma_reduce_add_4d(maps.dq_accum, tile, dim0, t.q_tile * C, t.head_q, own.batch);
-          tma_reduce_add_4d(maps.dq_accum, tile + L::dq_box_bytes, dim0 + 32, t.q_tile * C, t.head_q, own.batch);
+          if (dim0 + 32 < D)
+            tma_reduce_add_4d(maps.dq_accum, tile + L::dq_box_bytes, dim0 + 32, t.q_tile * C, t.head_q, own.batch);
           bulk_commit();
         }
         bulk_wait_read();
@@ -278,21 +286,32 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
 
   // Atomic dQ of tile i, a tile late: dQ = dS K for 64 queries x 64 dims, A = dS (M-major: stored by
   // key), B = K (N-major). At d = 128 warpgroup g takes dims 64g .. 64g + 63 over all 128 keys, so it
-  // waits for both warpgroups' dS (the tile's full mbarrier); at d = 64 it takes all dims over its own
-  // 64 keys. `until_done` waits for the product (with whatever else is in flight); the fp32 result then
-  // goes to shared memory for the dQ warp's reductions. (The accumulator is local to this lambda: one
-  // captured by reference would live in local memory.)
+  // waits for both warpgroups' dS (the tile's full mbarrier); at d = 96 the second takes dims 64 .. 95
+  // only (a 64 x 32 product, dq[0..3]); at d = 64 each takes all dims over its own 64 keys. `until_done`
+  // waits for the product (with whatever else is in flight); the fp32 result then goes to shared memory
+  // for the dQ warp's reductions. (The accumulator is local to this lambda: one captured by reference
+  // would live in local memory.)
   auto dq_product = [&](int i, auto&& until_done) {
-    constexpr int key_steps = D == 128 ? R / 16 : 64 / 16;
+    constexpr bool by_dims = D > 64;
+    constexpr int key_steps = by_dims ? R / 16 : 64 / 16;
+    const bool narrow = D == 96 && group == 1;
     const unsigned ds_tile = L::ds_tiles + (i % 2) * L::ds_bytes;
-    const unsigned a_tile = base + ds_tile + (D == 128 ? 0 : group * 64 * 128);
-    const unsigned b_tile = base + L::k_tile + (D == 128 ? group * R * 128 : group * 64 * 128);
+    const unsigned a_tile = base + ds_tile + (by_dims ? 0 : group * 64 * 128);
+    const unsigned b_tile = base + L::k_tile + (by_dims ? group * R * 128 : group * 64 * 128);
     float dq[8][4];
     mbarrier_wait(barrier(L::ds_full + i % 2), (i / 2) & 1);
     wgmma_fence();
+    if (narrow) {
+      float(&dq_narrow)[4][4] = *reinterpret_cast<float(*)[4][4]>(&dq);
 #pragma unroll
-    for (int kk = 0; kk < key_steps; ++kk)
-      wgmma_ss_transposed<T>(dq, nmajor_descriptor(a_tile, R, kk), nmajor_descriptor(b_tile, R, kk), kk > 0);
+      for (int kk = 0; kk < key_steps; ++kk)
+        wgmma_ss_transposed<T, 32>(dq_narrow, nmajor_descriptor(a_tile, R, kk), nmajor_descriptor(b_tile, R, kk),
+                                   kk > 0);
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < key_steps; ++kk)
+        wgmma_ss_transposed<T, 64>(dq, nmajor_descriptor(a_tile, R, kk), nmajor_descriptor(b_tile, R, kk), kk > 0);
+    }
     wgmma_commit();
     until_done();
     wgmma_fence_operands(dq);
@@ -304,6 +323,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
+        if (narrow && nt >= 4) continue;  // nothing reads the second box
         const int row = (warp % 4) * 16 + lane / 4 + h * 8, col = nt * 8 + 2 * (lane % 4);
         *reinterpret_cast<float2*>(smem + dq_tile + swizzled_offset<4>(64, row, col)) =
             make_float2(dq[nt][2 * h], dq[nt][2 * h + 1]);

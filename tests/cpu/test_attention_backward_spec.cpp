@@ -1,6 +1,7 @@
 // Attention backward on the host side: the deterministic option in the spec's key text, which dQ
 // summation each spec gets, the generated units of the backward parts, and their NVRTC compiles.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <future>
 #include <string>
@@ -137,6 +138,7 @@ TEST_CASE("the Hopper dK/dV and dQ tilings: key text, defaults, refusals", "[att
     CHECK(codegen::default_backward_tiling(narrow_blocks, BackwardPart::dq, true).block_cols == (block == 128 ? 128 : 64));
   }
   CHECK(codegen::default_backward_tiling(backward_spec(64, true), BackwardPart::dq, true).block_cols == 64);
+  CHECK(codegen::default_backward_tiling(backward_spec(96, true), BackwardPart::dq, true).block_cols == 128);
   CHECK(codegen::default_backward_tiling(spec, BackwardPart::dq, false).block_cols == 64);
   CHECK(codegen::default_backward_tiling(spec, BackwardPart::dkdv, true).block_cols == 64);
   CHECK(codegen::parse_backward_tiling("part=dq,warps=8,cols=64,stages=2,path=wgmma").block_cols == 64);
@@ -149,11 +151,18 @@ TEST_CASE("the Hopper dK/dV and dQ tilings: key text, defaults, refusals", "[att
              Contains("attention_backward_dq_sm90.cuh"));
   CHECK(codegen::attention_backward_source(backward_spec(128, true), hopper_dq).name_expression ==
         "sjit_kernels::attention_backward_dq_sm90<Cfg>");
-  // d = 64 takes the wgmma kernel too (measured faster since dQ goes out by bulk reductions); the
-  // other head dims have none.
-  CHECK(codegen::default_backward_tiling(backward_spec(64, false), BackwardPart::dkdv, true).wgmma);
-  for (const int d : {32, 96, 256})
+  // d = 64 takes the wgmma kernel too (measured faster since dQ goes out by bulk reductions), and
+  // d = 96 (its tiles padded to 128 columns); 32 and 256 have none.
+  for (const int d : {64, 96}) {
+    CAPTURE(d);
+    CHECK(codegen::default_backward_tiling(backward_spec(d, false), BackwardPart::dkdv, true).wgmma);
+    CHECK(codegen::default_backward_tiling(backward_spec(d, true), BackwardPart::dq, true).wgmma);
+  }
+  for (const int d : {32, 256}) {
+    CAPTURE(d);
     CHECK_FALSE(codegen::default_backward_tiling(backward_spec(d, false), BackwardPart::dkdv, true).wgmma);
+    CHECK_FALSE(codegen::default_backward_tiling(backward_spec(d, true), BackwardPart::dq, true).wgmma);
+  }
   CHECK(codegen::default_backward_tiling(backward_spec(128, true), BackwardPart::dkdv, true).wgmma);
   CHECK_THAT(codegen::attention_backward_source(spec, hopper).source, Contains("attention_backward_sm90.cuh"));
   CHECK(codegen::attention_backward_source(spec, hopper).name_expression == "sjit_kernels::attention_backward_dkdv_sm90<Cfg>");
@@ -170,7 +179,14 @@ TEST_CASE("the Hopper dK/dV and dQ tilings: key text, defaults, refusals", "[att
   CHECK_NOTHROW(codegen::attention_backward_source(backward_spec(64, true), deep_dq));
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=prep,path=wgmma"), Contains("part=prep"));
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dkdv,path=tma"), Contains("'tma'") && Contains("mma or wgmma"));
-  CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(96, false), hopper), Contains("head_dim 64 or 128, not 96"));
+  for (const int d : {32, 256})
+    CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(d, false), hopper),
+                      Contains(fmt::format("head_dim 64, 96 or 128, not {}", d)));
+  // d = 96's swizzled tiles take the shared memory of d = 128's.
+  CHECK(codegen::attention_backward_source(backward_spec(96, false), hopper).dynamic_shared_bytes ==
+        codegen::attention_backward_source(backward_spec(128, false), hopper).dynamic_shared_bytes);
+  CHECK(codegen::attention_backward_source(backward_spec(96, true), hopper_dq).dynamic_shared_bytes ==
+        codegen::attention_backward_source(backward_spec(128, true), hopper_dq).dynamic_shared_bytes);
 }
 
 TEST_CASE("the Hopper dK/dV and dQ kernels compile for sm_90a without spills", "[attention][backward][codegen][nvrtc]") {
@@ -183,6 +199,8 @@ TEST_CASE("the Hopper dK/dV and dQ kernels compile for sm_90a without spills", "
       "attention:d=128,dtype=bf16,pass=bwd,det=1|part=dq,warps=8,cols=64,stages=3,path=wgmma",
       "attention:d=128,dtype=bf16,causal=br,sparsity=bsr,block=128,pass=bwd,det=1|part=dq,warps=8,cols=128,stages=2,path=wgmma",
       "attention:d=64,dtype=f16,causal=tl,pass=bwd,det=1|part=dq,warps=8,cols=64,stages=3,path=wgmma",
+      "attention:d=96,dtype=bf16,causal=br,pass=bwd|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
+      "attention:d=96,dtype=f16,sparsity=bsr,block=128,pass=bwd,det=1|part=dq,warps=8,cols=128,stages=2,path=wgmma",
   };
   std::vector<std::future<CompiledKernel>> compiled;
   for (const std::string& k : keys)

@@ -195,14 +195,14 @@ TEST_CASE("dense attention gradients match the float64 reference", "[gpu][attent
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (const int d : {64, 128})
+  for (const int d : {64, 96, 128})  // the head dims of the Hopper kernels
     for (const DType dt : {DType::bf16, DType::f16})
       for (const Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right}) {
         Problem c{spec_of(d, dt, causal), 2, 4, 2, 197, 333};
         if (causal == Causal::bottom_right) std::swap(c.seq_q, c.seq_k);  // leaves rows with no key
         check_problem(c, rng);
       }
-  for (const int d : {32, 96, 256}) check_problem({spec_of(d, DType::bf16, Causal::top_left), 1, 2, 1, 150, 150}, rng);
+  for (const int d : {32, 256}) check_problem({spec_of(d, DType::bf16, Causal::top_left), 1, 2, 1, 150, 150}, rng);
   check_problem({spec_of(128, DType::bf16, Causal::none), 1, 1, 1, 1, 1}, rng);
 }
 
@@ -212,7 +212,7 @@ TEST_CASE("the mma.sync backward (path=mma) matches the reference on every devic
   std::mt19937_64 rng(seed);
   AttentionConfig mma;
   mma.path = AttentionPath::mma;
-  for (const int d : {64, 128})
+  for (const int d : {64, 96, 128})
     for (const bool det : {false, true}) {
       Problem c{spec_of(d, DType::bf16, Causal::top_left), 2, 4, 2, 333, 197};
       c.spec.deterministic = det;
@@ -225,7 +225,7 @@ TEST_CASE("deterministic-mode gradients match the float64 reference", "[gpu][att
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (const int d : {32, 64, 128, 256})
+  for (const int d : {32, 64, 96, 128, 256})
     for (const Causal causal : {Causal::none, Causal::bottom_right}) {
       Problem c{deterministic(spec_of(d, d == 64 ? DType::f16 : DType::bf16, causal)), 2, 4, 2, 333, 197};
       check_problem(c, rng);
@@ -252,6 +252,15 @@ TEST_CASE("block-sparse attention gradients match the reference for every block 
         c.spec.deterministic = variant % 5 == 0;
         check_problem(c, rng);
       }
+  // d = 96: padded tiles on the Hopper kernels, atomic dQ and the dQ pass, a pattern per head.
+  for (const int bs : {64, 128})
+    for (const bool det : {false, true}) {
+      Problem c{spec_of(96, det ? DType::f16 : DType::bf16, Causal::top_left, Sparsity::block_sparse, bs), 1, 4, 2, 523,
+                517, 0.3};
+      c.per_head_pattern = bs == 64;
+      c.spec.deterministic = det;
+      check_problem(c, rng);
+    }
   // A baked pattern's backward.
   check_problem({spec_of(64, DType::bf16, Causal::top_left, Sparsity::baked, 32), 1, 2, 2, 300, 300, 0.4}, rng);
 }
@@ -370,22 +379,25 @@ TEST_CASE("dQ is converted right while the dK/dV pass runs, across problem sizes
 
 // Long walks at d = 128 with atomic dQ, at the benchmark's shape (B2 H16 S8192, dense: 2048 dK/dV CTAs
 // of 128 query tiles each, 32 groups against a conversion lag of 4, so the pass converts most of dQ
-// itself) and at a smaller block-sparse one (8 groups against a lag of 6). The other tests convert in
-// the pass only at d = 64, and their walks are short, so the math warps never run far ahead of the dQ
-// warp's reductions. The gradients must match those of the deterministic backward, which sums dQ in a
-// pass of its own.
-TEST_CASE("long dK/dV walks at d = 128 sum dQ atomically to what the dQ pass gives", "[gpu][attention][backward]") {
+// itself) and at a smaller block-sparse one (8 groups against a lag of 6); and at d = 96, whose
+// conversion leaves 4 of its 64 threads idle (12 chunks a row) and whose second warpgroup adds 32
+// dims. The other tests convert in the pass only at d = 64, and their walks are short, so the math
+// warps never run far ahead of the dQ warp's reductions. The gradients must match those of the
+// deterministic backward, which sums dQ in a pass of its own.
+TEST_CASE("long dK/dV walks at d = 128 and 96 sum dQ atomically to what the dQ pass gives", "[gpu][attention][backward]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   const DqMethodOverride atomic("atomic");
   const Problem dense{spec_of(128, DType::bf16, Causal::none), 2, 16, 16, 8192, 8192},
-      sparse{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 128), 1, 8, 8, 4096, 4096, 0.5};
-  for (const Problem* c : {&dense, &sparse}) {
+      sparse{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 128), 1, 8, 8, 4096, 4096, 0.5},
+      dense_96{spec_of(96, DType::f16, Causal::bottom_right), 1, 16, 8, 4096, 4133},
+      sparse_96{spec_of(96, DType::bf16, Causal::none, Sparsity::block_sparse, 128), 1, 8, 8, 4096, 4096, 0.5};
+  for (const Problem* c : {&dense, &sparse, &dense_96, &sparse_96}) {
     INFO(c->name());
     const Inputs in = random_inputs(*c, rng);
     std::optional<BlockPattern> pattern;
-    if (c == &sparse) pattern = patterns::random(128, c->seq_q, c->seq_k, c->density, rng(), 1);
+    if (c->spec.sparsity != Sparsity::dense) pattern = patterns::random(128, c->seq_q, c->seq_k, c->density, rng(), 1);
     const BlockPattern* p = pattern ? &*pattern : nullptr;
     Attention atomic_attention(c->spec), pass_attention(deterministic(c->spec));
     const Gradients got = run_gpu(*c, atomic_attention, in, p);

@@ -15,11 +15,12 @@
 //      product with A read transposed (M-major) and K read transposed, issued a tile later (with the
 //      next tile's dV and dK), so that the warpgroups need not meet: at d = 128 warpgroup g takes head
 //      dims 64g .. 64g + 63 over all 128 keys, so it reads both warpgroups' dS (at d = 96 the second
-//      takes dims 64 .. 95); at d = 64 it takes all dims over its own 64 keys (two adds per element).
+//      adds dims 64 .. 95 only); at d = 64 it takes all dims over its own 64 keys (two adds per element).
 //      Each warpgroup writes its fp32 dQ tile to shared memory for the dQ warp (below).
 // At d = 96 the K, V, Q and dO tiles are stored as at d = 128, in two 64-column swizzle blocks. The
 // tensor maps' extent is 96, so the copies fill columns 96 .. 127 with zeros, and no product reads
-// them: S^T and dP^T take 6 k-steps, dV and dK are 64 x 96 products, the second warpgroup's dQ 64 x 32.
+// them but the second warpgroup's dQ product (its dims 96 .. 127 are dropped): S^T and dP^T take 6
+// k-steps, dV and dK are 64 x 96 products.
 // The third warpgroup gives most of its registers to the math warps (setmaxnreg) and splits into:
 //   - the copy warp: K and V, then for each tile of the walk Q and dO by bulk tensor copies (TMA) into
 //     a ring of `stages` slots, and the rows' lse2 and delta, counted into the slot's "full" mbarrier;
@@ -286,8 +287,10 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
 
   // Atomic dQ of tile i, a tile late: dQ = dS K for 64 queries x 64 dims, A = dS (M-major: stored by
   // key), B = K (N-major). At d = 128 warpgroup g takes dims 64g .. 64g + 63 over all 128 keys, so it
-  // waits for both warpgroups' dS (the tile's full mbarrier); at d = 96 the second takes dims 64 .. 95
-  // only (a 64 x 32 product, dq[0..3]); at d = 64 each takes all dims over its own 64 keys. `until_done`
+  // waits for both warpgroups' dS (the tile's full mbarrier); at d = 96 the second's dims 96 .. 127 are
+  // K's zero padding, computed and dropped (a 64 x 32 product instead, in a branch on the warpgroup,
+  // made ptxas serialize every wgmma of the kernel: 5.5 ms dense on the H100 against 4.7 for the
+  // deterministic backward); at d = 64 each takes all dims over its own 64 keys. `until_done`
   // waits for the product (with whatever else is in flight); the fp32 result then goes to shared memory
   // for the dQ warp's reductions. (The accumulator is local to this lambda: one captured by reference
   // would live in local memory.)
@@ -301,17 +304,9 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
     float dq[8][4];
     mbarrier_wait(barrier(L::ds_full + i % 2), (i / 2) & 1);
     wgmma_fence();
-    if (narrow) {
-      float(&dq_narrow)[4][4] = *reinterpret_cast<float(*)[4][4]>(&dq);
 #pragma unroll
-      for (int kk = 0; kk < key_steps; ++kk)
-        wgmma_ss_transposed<T, 32>(dq_narrow, nmajor_descriptor(a_tile, R, kk), nmajor_descriptor(b_tile, R, kk),
-                                   kk > 0);
-    } else {
-#pragma unroll
-      for (int kk = 0; kk < key_steps; ++kk)
-        wgmma_ss_transposed<T, 64>(dq, nmajor_descriptor(a_tile, R, kk), nmajor_descriptor(b_tile, R, kk), kk > 0);
-    }
+    for (int kk = 0; kk < key_steps; ++kk)
+      wgmma_ss_transposed<T>(dq, nmajor_descriptor(a_tile, R, kk), nmajor_descriptor(b_tile, R, kk), kk > 0);
     wgmma_commit();
     until_done();
     wgmma_fence_operands(dq);
@@ -323,7 +318,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (narrow && nt >= 4) continue;  // nothing reads the second box
+        if (narrow && nt >= 4) continue;  // dims 96 .. 127: nothing reads them
         const int row = (warp % 4) * 16 + lane / 4 + h * 8, col = nt * 8 + 2 * (lane % 4);
         *reinterpret_cast<float2*>(smem + dq_tile + swizzled_offset<4>(64, row, col)) =
             make_float2(dq[nt][2 * h], dq[nt][2 * h + 1]);

@@ -140,16 +140,14 @@ __device__ __forceinline__ void warpgroup_claim_registers() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGISTERS));
 }
 
-// Generated operand lists: 64-row wgmma with N = 32, 64, 96, 128 or 256 columns, fp32 accumulators.
+// Generated operand lists: 64-row wgmma with N = 64, 96, 128 or 256 columns, fp32 accumulators.
 // clang-format off
 // The accumulator operands of one 64 x N tile: N / 8 chunks of 4 floats (see the layout above).
-#define SJIT_WGMMA_ACC_N32 \
+#define SJIT_WGMMA_ACC_N64 \
       "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
       "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
       "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
-      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
-#define SJIT_WGMMA_ACC_N64 \
-      SJIT_WGMMA_ACC_N32, \
+      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
       "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
       "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
       "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
@@ -188,7 +186,6 @@ __device__ __forceinline__ void warpgroup_claim_registers() {
       "+f"(d[29][0]), "+f"(d[29][1]), "+f"(d[29][2]), "+f"(d[29][3]), \
       "+f"(d[30][0]), "+f"(d[30][1]), "+f"(d[30][2]), "+f"(d[30][3]), \
       "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]), "+f"(d[31][3])
-#define SJIT_WGMMA_REGS_N32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},\n"
 #define SJIT_WGMMA_REGS_N64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"
 #define SJIT_WGMMA_REGS_N96 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47},\n"
 #define SJIT_WGMMA_REGS_N128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},\n"
@@ -203,17 +200,6 @@ __device__ __forceinline__ void warpgroup_claim_registers() {
       SJIT_WGMMA_REGS_N64                                                    \
       "%32, %33, p, 1, 1, " TRANS ";\n}\n"                                                          \
       : SJIT_WGMMA_ACC_N64 \
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
-
-// D[64 x 32] (+)= A[64 x 16] B[16 x 32], A and B from shared memory, both transposed (as TRANS "1, 1"
-// above): the second warpgroup's dQ product at d = 96.
-#define SJIT_WGMMA_SS_N32_TRANSPOSED(TY)                                                            \
-  asm volatile(                                                                                    \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                                 \
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY "\n"                                  \
-      SJIT_WGMMA_REGS_N32                                                    \
-      "%16, %17, p, 1, 1, 1, 1;\n}\n"                                                              \
-      : SJIT_WGMMA_ACC_N32 \
       : "l"(desc_a), "l"(desc_b), "r"(accumulate))
 
 // D[64 x 64] += A[64 x 16] B[16 x 64], A from registers, B from shared memory (N-major: transposed).
@@ -279,18 +265,12 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], unsigned long lon
   }
 }
 
-// d (+)= A B for one k-step, N = 64 or 32, both operands from shared memory and read transposed: A
-// M-major (stored [k][m]), B N-major (stored [k][n]); the attention backward's dQ = dS K with dS stored
-// by key.
-template <class T, int N>
-__device__ __forceinline__ void wgmma_ss_transposed(float (&d)[N / 8][4], unsigned long long desc_a,
+// d (+)= A B for one k-step, N = 64, both operands from shared memory and read transposed: A M-major
+// (stored [k][m]), B N-major (stored [k][n]); the attention backward's dQ = dS K with dS stored by key.
+template <class T>
+__device__ __forceinline__ void wgmma_ss_transposed(float (&d)[8][4], unsigned long long desc_a,
                                                     unsigned long long desc_b, int accumulate) {
-  static_assert(N == 32 || N == 64, "wgmma_ss_transposed: N must be 32 or 64");
-  if constexpr (N == 64) {
-    if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N64("bf16", "1, 1"); else SJIT_WGMMA_SS_N64("f16", "1, 1");
-  } else {
-    if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N32_TRANSPOSED("bf16"); else SJIT_WGMMA_SS_N32_TRANSPOSED("f16");
-  }
+  if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N64("bf16", "1, 1"); else SJIT_WGMMA_SS_N64("f16", "1, 1");
 }
 
 // d (+)= A B for one k-step: A from registers (the mma.m16n8k16 A layout, rows of this warp), B from
@@ -310,19 +290,16 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const unsigned (&
   }
 }
 
-#undef SJIT_WGMMA_SS_N32_TRANSPOSED
 #undef SJIT_WGMMA_SS_N64
 #undef SJIT_WGMMA_RS_N64
 #undef SJIT_WGMMA_RS_N96
 #undef SJIT_WGMMA_SS_N128
 #undef SJIT_WGMMA_RS_N128
 #undef SJIT_WGMMA_RS_N256
-#undef SJIT_WGMMA_ACC_N32
 #undef SJIT_WGMMA_ACC_N64
 #undef SJIT_WGMMA_ACC_N96
 #undef SJIT_WGMMA_ACC_N128
 #undef SJIT_WGMMA_ACC_N256
-#undef SJIT_WGMMA_REGS_N32
 #undef SJIT_WGMMA_REGS_N64
 #undef SJIT_WGMMA_REGS_N96
 #undef SJIT_WGMMA_REGS_N128

@@ -938,6 +938,9 @@ TEST_CASE("attention kernels compile with NVRTC for sm_90a and sm_80", "[attenti
        "sm_90a"},
       {"attention:d=128,dtype=bf16,sparsity=bsr,block=128|warps=8,mt=1,bn=128,stages=2,qreg=0,path=wgmma_ws", "sm_90a"},
       {"attention:d=64,dtype=f16,causal=tl|warps=4,mt=1,bn=64,stages=3,qreg=0,path=wgmma_ws", "sm_90a"},
+      // d = 96 (tiles in whole swizzle blocks) and d = 256 (64 x 256 products) on their default kernels.
+      {"attention:d=96,dtype=bf16,causal=tl|warps=8,mt=1,bn=128,stages=2,qreg=0,path=wgmma_ws", "sm_90a"},
+      {"attention:d=256,dtype=f16,sparsity=bsr,block=128|warps=8,mt=1,bn=64,stages=2,qreg=0,path=wgmma", "sm_90a"},
   };
   // Two at a time: CI has two cores.
   for (std::size_t first = 0; first < jobs.size(); first += 2) {
@@ -955,6 +958,11 @@ TEST_CASE("attention kernels compile with NVRTC for sm_90a and sm_80", "[attenti
       CHECK(k.usage.registers > 0);
       if (job.key.find("d=64") != std::string::npos || job.key.find("wgmma") != std::string::npos)
         CHECK(k.usage.spill_store_bytes == 0);
+      // No wgmma of the Hopper kernels serialized by ptxas (its C7520 note), but in the persistent
+      // kernel with one math warpgroup (warps=4, never the default), which is as it stands
+      // (docs/attention.md, "What is left").
+      if (job.key.find("warps=4") == std::string::npos || job.key.find("wgmma_ws") == std::string::npos)
+        CHECK_THAT(k.log, !Contains("are serialized"));
       // The persistent kernel's two math warpgroups take registers from the copy warpgroup
       // (setmaxnreg): that needs the launch's full share of 65536 / 384 (168) a thread.
       if (job.key.find("warps=8,mt=1,bn=128,stages=2,qreg=0,path=wgmma_ws") != std::string::npos)

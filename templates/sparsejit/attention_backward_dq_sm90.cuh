@@ -100,10 +100,9 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads, 1)
 #pragma unroll
   for (int dt = 0; dt < Tr::d_tiles; ++dt) dq[0][dt][0] = dq[0][dt][1] = dq[0][dt][2] = dq[0][dt][3] = 0.f;
   unsigned dsa[C / 16][4];  // dS as the A fragments of C / 16 k-steps
-  auto issue_dq = [&](int slot) {  // dQ += dS K of the K tile in `slot`
+  auto issue_dq = [&](int slot) {  // dQ += dS K of the K tile in `slot`, not yet committed
 #pragma unroll
     for (int kk = 0; kk < C / 16; ++kk) wgmma_rs<T, D>(dq[0], dsa[kk], nmajor_descriptor(k_tile(slot), C, kk), 1);
-    wgmma_commit();
   };
 
   if (count > 0) mbarrier_wait(own_ready, 0);
@@ -124,10 +123,13 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads, 1)
     for (int ks = 0; ks < Tr::k_steps; ++ks)
       wgmma_ss<T, C>(ds[0], kmajor_descriptor(do_rows, R, ks), kmajor_descriptor(v_tile(slot), C, ks), ks > 0);
     wgmma_commit();
-    const bool dq_pending = overlap && j > 0;  // tile j - 1's dQ += dS K, behind this tile's products
-    if (dq_pending) {
+    // With overlap, tile j - 1's dQ += dS K behind this tile's products: a third group, empty at
+    // j = 0, so that every tile waits for the same counts. (Waits that depended on j made ptxas
+    // serialize every wgmma of the kernel: it could not tell which group a wait completes.)
+    if constexpr (overlap) {
       wgmma_fence_operands(dq[0]);
-      issue_dq(previous);
+      if (j > 0) issue_dq(previous);
+      wgmma_commit();
       wgmma_wait<2>();
     } else {
       wgmma_wait<1>();
@@ -142,7 +144,7 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads, 1)
     for (int nt = 0; nt < Tr::n_tiles; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[0][nt][e] = fast_exp2(fmaf(s[0][nt][e], p.scale_log2, -lse2[e / 2]));
-    if (dq_pending) {
+    if constexpr (overlap) {
       wgmma_wait<1>();
     } else {
       wgmma_wait<0>();
@@ -152,7 +154,7 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads, 1)
     for (int nt = 0; nt < Tr::n_tiles; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) ds[0][nt][e] = s[0][nt][e] * (ds[0][nt][e] - delta[e / 2]);
-    if (dq_pending) {  // tile j - 1's product has read dsa: it may be overwritten
+    if constexpr (overlap) {  // tile j - 1's product has read dsa: it may be overwritten
       wgmma_wait<0>();
       wgmma_fence_operands(dq[0]);
       wgmma_fence_operands(dsa);
@@ -163,6 +165,7 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads, 1)
       wgmma_fence();
       wgmma_fence_operands(dq[0]);
       issue_dq(slot);
+      wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_operands(dq[0]);
       wgmma_fence_operands(dsa);
@@ -173,6 +176,7 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads, 1)
     wgmma_fence();
     wgmma_fence_operands(dq[0]);
     issue_dq(previous);
+    wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operands(dq[0]);
   }

@@ -210,12 +210,10 @@ TEST_CASE("the Hopper dK/dV and dQ kernels compile for sm_90a without spills", "
     const CompiledKernel k = compiled[n].get();
     CHECK(k.usage.registers > 0);
     CHECK(k.usage.spill_store_bytes == 0);
-    // ptxas serializes every wgmma of a kernel where, say, one waits in a branch it deems divergent
-    // (C7520): a 64 x 32 dQ product for d = 96's second warpgroup alone did, 17% slower. The dQ pass
-    // with three slots (dQ of tile j - 1 under tile j's element-wise steps; never the default) is
-    // serialized as it stands (docs/attention.md, "What is left").
-    const bool dq_overlap = keys[n].find("part=dq,") != std::string::npos && keys[n].find("stages=3") != std::string::npos;
-    if (!dq_overlap) CHECK_THAT(k.log, !Contains("are serialized"));
+    // ptxas serializes every wgmma of a kernel where one waits in a branch it deems divergent (C7520:
+    // a 64 x 32 dQ product for d = 96's second warpgroup alone did, 17% slower), or where the waits'
+    // counts depend on the loop (C7514: the dQ pass with three slots did).
+    CHECK_THAT(k.log, !Contains("are serialized"));
   }
   set_cache_settings(saved);
 }

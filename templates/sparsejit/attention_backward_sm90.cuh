@@ -115,6 +115,43 @@ __device__ __forceinline__ void count_group_done(unsigned* done) {
   add_release_gpu(done);
 }
 
+template <bool ACTIVE>
+struct KeysActive {  // the dK/dV loop's two copies of a tile's work (below)
+  static constexpr bool value = ACTIVE;
+};
+
+// The bits of a tile's pattern mask that cover warpgroup `group`'s 64 keys (where pattern blocks are
+// 64 keys or fewer; with larger blocks all of them).
+template <class Cfg, int ROWS_PER_GROUP = 64>
+__device__ __forceinline__ unsigned long long warpgroup_mask_bits(int group) {
+  using Tr = BackwardTraits<Cfg>;
+  if constexpr (Tr::group_rows <= ROWS_PER_GROUP) {
+    constexpr int bits = ROWS_PER_GROUP / Tr::group_rows * Tr::groups_per_tile_row;
+    return ((1ull << bits) - 1) << (group * bits);
+  } else {
+    return kWholeTile;
+  }
+}
+
+// Whether warpgroup `group`'s 64 keys of a tile may see any of its `cols` queries from q0: one of their
+// pattern blocks is active (a tile's bits split by warpgroup where blocks are 64 keys or fewer; with
+// larger blocks the walk only lists tiles that are), they start before the key sequence's end, and
+// (causal) the first of them is not past the tile's last query.
+template <class Cfg, int ROWS_PER_GROUP = 64>
+__device__ __forceinline__ bool warpgroup_keys_active(const AttentionBackwardParams& p, int group, int key0, int q0,
+                                                      int cols, unsigned long long pattern_mask) {
+  using Tr = BackwardTraits<Cfg>;
+  const int first_key = key0 + group * ROWS_PER_GROUP;
+  if (first_key >= p.seq_k) return false;
+  if constexpr (Cfg::causal != kNotCausal) {
+    const int offset = Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0;
+    if (first_key > q0 + cols - 1 + offset) return false;
+  }
+  if constexpr (Tr::group_rows <= ROWS_PER_GROUP)
+    if (pattern_mask != kWholeTile && (pattern_mask & warpgroup_mask_bits<Cfg, ROWS_PER_GROUP>(group)) == 0) return false;
+  return true;
+}
+
 // Atomic dQ's conversion inside the pass, by the helper warpgroup's two spare warps (64 threads,
 // `thread` 0 .. 63): the CTA of rank r converts the r-th share of `group`'s rows (its query heads,
 // contiguous in the accumulator) once all `ranks` CTAs of that group have counted themselves done.
@@ -219,7 +256,13 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
   }
   const int count = has_keys ? walk.build(p, own) : 0;  // build() ends with a __syncthreads
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // Where a pattern splits tiles between the warpgroups, the math warps branch on their warpgroup
+  // (below): the warp index is then read from lane 0, so that ptxas knows it is the same in every
+  // lane of the warp and does not serialize the wgmma (C7520). (`& 15`: it is not negative. Elsewhere
+  // the plain index, whose code measured 3-5% faster dense.)
+  constexpr bool may_skip = Tr::group_rows <= 64;
+  const int warp = may_skip ? __shfl_sync(0xffffffffu, threadIdx.x / 32, 0) : threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
   if (warp >= Cfg::warps) {
     warpgroup_release_registers<L::helper_registers>();
     if (warp == L::copy_warp) {
@@ -282,7 +325,6 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
   for (int dt = 0; dt < Tr::d_tiles; ++dt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[0][dt][e] = dv[0][dt][e] = 0.f;
-  unsigned pa[C / 16][4], dsa[C / 16][4];  // P^T and dS^T as the A fragments of C / 16 k-steps
   if (group == 1) pass_turn<L::turn, L::math_threads>(group);  // warpgroup 0 takes the first turn
 
   // Atomic dQ of tile i, a tile late: dQ = dS K for 64 queries x 64 dims, A = dS (M-major: stored by
@@ -338,73 +380,98 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
     const float* lse2 = lse2_ring + slot * C;
     const float* delta = delta_ring + slot * C;
 
-    // S^T and dP^T in two groups, in this warpgroup's turn: P = exp2(..) runs while dP^T is still in
-    // the tensor cores, and the turn passes once S^T is done.
-    float s[1][Tr::n_tiles][4], ds[1][Tr::n_tiles][4];  // S^T and dP^T: this warp's keys x the tile's queries
-    take_turn<L::turn, L::math_threads>(group);
-    wgmma_fence();
+    // Where this warpgroup's keys see none of the tile's queries (pattern blocks of 64 keys or fewer
+    // split a tile between the warpgroups: at density 0.1 nearly every tile of blocks of 64 is active
+    // for one of them only), it skips the tile's products but the dQ one, and its dS^T is zero. The
+    // rest of the tile comes in two copies, active or not, chosen once: ptxas serializes every wgmma
+    // where one still runs as two ways meet again (C7515), or around a branch it deems divergent
+    // (C7520: `group` comes from a shuffle, so it knows the branch is the same for a whole warp).
+    auto walk_tile = [&](auto keys) {
+      constexpr bool active = decltype(keys)::value;
+      // S^T and dP^T in two groups, in this warpgroup's turn: P = exp2(..) runs while dP^T is still in
+      // the tensor cores, and the turn passes once S^T is done.
+      float s[1][Tr::n_tiles][4], ds[1][Tr::n_tiles][4];  // S^T and dP^T: this warp's keys x the tile's queries
+      unsigned pa[C / 16][4], dsa[C / 16][4];  // P^T and dS^T as the A fragments of C / 16 k-steps
+      take_turn<L::turn, L::math_threads>(group);
+      if constexpr (active) {
+        wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < Tr::k_steps; ++ks)
-      wgmma_ss<T, C>(s[0], kmajor_descriptor(k_rows, R, ks), kmajor_descriptor(q_slot, C, ks), ks > 0);
-    wgmma_commit();
+        for (int ks = 0; ks < Tr::k_steps; ++ks)
+          wgmma_ss<T, C>(s[0], kmajor_descriptor(k_rows, R, ks), kmajor_descriptor(q_slot, C, ks), ks > 0);
+        wgmma_commit();
 #pragma unroll
-    for (int ks = 0; ks < Tr::k_steps; ++ks)
-      wgmma_ss<T, C>(ds[0], kmajor_descriptor(v_rows, R, ks), kmajor_descriptor(do_slot, C, ks), ks > 0);
-    wgmma_commit();
-    wgmma_wait<1>();
-    wgmma_fence_operands(s[0]);
-    pass_turn<L::turn, L::math_threads>(group);  // S^T is done
+        for (int ks = 0; ks < Tr::k_steps; ++ks)
+          wgmma_ss<T, C>(ds[0], kmajor_descriptor(v_rows, R, ks), kmajor_descriptor(do_slot, C, ks), ks > 0);
+        wgmma_commit();
+        wgmma_wait<1>();
+        wgmma_fence_operands(s[0]);
+      }
+      pass_turn<L::turn, L::math_threads>(group);  // S^T is done
 
-    if (backward_tile_needs_mask<Cfg>(p, q0, C, own.key0, R, t.mask))
-      mask_backward_tile<Cfg, true>(s, p, own.key0, q0, warp_row0, t.mask);
-    probabilities_from_scores<Tr>(s, lse2, p.scale_log2);
-    wgmma_wait<0>();
-    wgmma_fence_operands(ds[0]);
-    score_gradients<Tr>(ds, s, delta);
+      if constexpr (active) {
+        // The pattern masks nothing of this warpgroup's keys where all their blocks are active.
+        const unsigned long long own_bits = warpgroup_mask_bits<Cfg>(group);
+        const unsigned long long mask = (t.mask & own_bits) == own_bits ? kWholeTile : t.mask;
+        if (backward_tile_needs_mask<Cfg>(p, q0, C, own.key0, R, mask))
+          mask_backward_tile<Cfg, true>(s, p, own.key0, q0, warp_row0, mask);
+        probabilities_from_scores<Tr>(s, lse2, p.scale_log2);
+        wgmma_wait<0>();
+        wgmma_fence_operands(ds[0]);
+        score_gradients<Tr>(ds, s, delta);
 #pragma unroll
-    for (int kk = 0; kk < C / 16; ++kk) {
-      pack_a_fragment<T>(s[0], kk, pa[kk]);
-      pack_a_fragment<T>(ds[0], kk, dsa[kk]);
-    }
-
-    // dV += P^T dO and dK += dS^T Q (scaled at the end), dO and Q read transposed.
-    wgmma_fence();  // pa and dsa written by ordinary instructions
-    wgmma_fence_operands(dk[0]);
-    wgmma_fence_operands(dv[0]);
-#pragma unroll
-    for (int kk = 0; kk < C / 16; ++kk) wgmma_rs<T, D>(dv[0], pa[kk], nmajor_descriptor(do_slot, C, kk), 1);
-#pragma unroll
-    for (int kk = 0; kk < C / 16; ++kk) wgmma_rs<T, D>(dk[0], dsa[kk], nmajor_descriptor(q_slot, C, kk), 1);
-    wgmma_commit();
-
-    if constexpr (Cfg::atomic_dq) {
-      // dS^T into tile j's [keys][queries] buffer (64 queries are one 128-byte swizzled row a key),
-      // once both warpgroups' dQ products of tile j - 2 are done with it; then the dQ product of the
-      // tile before, whose dS both warpgroups have written by now.
-      const unsigned ds_tile = L::ds_tiles + (j % 2) * L::ds_bytes;
-      if (j >= 2) mbarrier_wait(barrier(L::ds_empty + j % 2), ((j - 2) / 2) & 1);
-#pragma unroll
-      for (int nt = 0; nt < Tr::n_tiles; ++nt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int key = warp_row0 + lane / 4 + h * 8, query = nt * 8 + 2 * (lane % 4);
-          *reinterpret_cast<unsigned*>(smem + ds_tile + swizzled_offset(R, key, query)) = dsa[nt / 2][(nt % 2) * 2 + h];
+        for (int kk = 0; kk < C / 16; ++kk) {
+          pack_a_fragment<T>(s[0], kk, pa[kk]);
+          pack_a_fragment<T>(ds[0], kk, dsa[kk]);
         }
-      fence_proxy_async();
-      mbarrier_arrive(barrier(L::ds_full + j % 2));
-    }
-    auto tile_done = [&] {
-      wgmma_wait<0>();
-      wgmma_fence_operands(dk[0]);
-      wgmma_fence_operands(dv[0]);
-      wgmma_fence_operands(pa);
-      wgmma_fence_operands(dsa);
-      // This warp's products that read tile j's Q and dO are complete: release the slot.
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(barrier(L::slot_empty + slot));
+
+        // dV += P^T dO and dK += dS^T Q (scaled at the end), dO and Q read transposed.
+        wgmma_fence();  // pa and dsa written by ordinary instructions
+        wgmma_fence_operands(dk[0]);
+        wgmma_fence_operands(dv[0]);
+#pragma unroll
+        for (int kk = 0; kk < C / 16; ++kk) wgmma_rs<T, D>(dv[0], pa[kk], nmajor_descriptor(do_slot, C, kk), 1);
+#pragma unroll
+        for (int kk = 0; kk < C / 16; ++kk) wgmma_rs<T, D>(dk[0], dsa[kk], nmajor_descriptor(q_slot, C, kk), 1);
+        wgmma_commit();
+      }
+
+      if constexpr (Cfg::atomic_dq) {
+        // dS^T into tile j's [keys][queries] buffer (64 queries are one 128-byte swizzled row a key),
+        // once both warpgroups' dQ products of tile j - 2 are done with it; then the dQ product of the
+        // tile before, whose dS both warpgroups have written by now.
+        const unsigned ds_tile = L::ds_tiles + (j % 2) * L::ds_bytes;
+        if (j >= 2) mbarrier_wait(barrier(L::ds_empty + j % 2), ((j - 2) / 2) & 1);
+#pragma unroll
+        for (int nt = 0; nt < Tr::n_tiles; ++nt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int key = warp_row0 + lane / 4 + h * 8, query = nt * 8 + 2 * (lane % 4);
+            *reinterpret_cast<unsigned*>(smem + ds_tile + swizzled_offset(R, key, query)) =
+                active ? dsa[nt / 2][(nt % 2) * 2 + h] : 0u;
+          }
+        fence_proxy_async();
+        mbarrier_arrive(barrier(L::ds_full + j % 2));
+      }
+      auto tile_done = [&] {
+        wgmma_wait<0>();
+        if constexpr (active) {
+          wgmma_fence_operands(dk[0]);
+          wgmma_fence_operands(dv[0]);
+          wgmma_fence_operands(pa);
+          wgmma_fence_operands(dsa);
+        }
+        // This warp's products that read tile j's Q and dO are complete: release the slot.
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(barrier(L::slot_empty + slot));
+      };
+      if (Cfg::atomic_dq && j > 0) dq_product(j - 1, tile_done);
+      else tile_done();
     };
-    if (Cfg::atomic_dq && j > 0) dq_product(j - 1, tile_done);
-    else tile_done();
+    // Without a pattern that splits tiles (may_skip) only the causal edge (a tile a key tile) and the
+    // key sequence's end make a warpgroup's keys inactive, and their masks handle that: one copy (the
+    // second made ptxas spill at d = 128).
+    if (!may_skip || warpgroup_keys_active<Cfg>(p, group, own.key0, q0, C, t.mask)) walk_tile(KeysActive<true>{});
+    else walk_tile(KeysActive<false>{});
   }
   if constexpr (Cfg::atomic_dq)
     if (count > 0) dq_product(count - 1, [] { wgmma_wait<0>(); });  // the last tile's

@@ -122,11 +122,11 @@ struct KeysActive {  // the dK/dV loop's two copies of a tile's work (below)
 
 // The bits of a tile's pattern mask that cover warpgroup `group`'s 64 keys (where pattern blocks are
 // 64 keys or fewer; with larger blocks all of them).
-template <class Cfg, int ROWS_PER_GROUP = 64>
+template <class Cfg>
 __device__ __forceinline__ unsigned long long warpgroup_mask_bits(int group) {
   using Tr = BackwardTraits<Cfg>;
-  if constexpr (Tr::group_rows <= ROWS_PER_GROUP) {
-    constexpr int bits = ROWS_PER_GROUP / Tr::group_rows * Tr::groups_per_tile_row;
+  if constexpr (Tr::group_rows <= 64) {
+    constexpr int bits = 64 / Tr::group_rows * Tr::groups_per_tile_row;
     return ((1ull << bits) - 1) << (group * bits);
   } else {
     return kWholeTile;
@@ -137,18 +137,18 @@ __device__ __forceinline__ unsigned long long warpgroup_mask_bits(int group) {
 // pattern blocks is active (a tile's bits split by warpgroup where blocks are 64 keys or fewer; with
 // larger blocks the walk only lists tiles that are), they start before the key sequence's end, and
 // (causal) the first of them is not past the tile's last query.
-template <class Cfg, int ROWS_PER_GROUP = 64>
+template <class Cfg>
 __device__ __forceinline__ bool warpgroup_keys_active(const AttentionBackwardParams& p, int group, int key0, int q0,
                                                       int cols, unsigned long long pattern_mask) {
   using Tr = BackwardTraits<Cfg>;
-  const int first_key = key0 + group * ROWS_PER_GROUP;
+  const int first_key = key0 + group * 64;
   if (first_key >= p.seq_k) return false;
   if constexpr (Cfg::causal != kNotCausal) {
     const int offset = Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0;
     if (first_key > q0 + cols - 1 + offset) return false;
   }
-  if constexpr (Tr::group_rows <= ROWS_PER_GROUP)
-    if (pattern_mask != kWholeTile && (pattern_mask & warpgroup_mask_bits<Cfg, ROWS_PER_GROUP>(group)) == 0) return false;
+  if constexpr (Tr::group_rows <= 64)
+    if (pattern_mask != kWholeTile && (pattern_mask & warpgroup_mask_bits<Cfg>(group)) == 0) return false;
   return true;
 }
 

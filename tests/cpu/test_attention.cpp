@@ -958,9 +958,9 @@ TEST_CASE("attention kernels compile with NVRTC for sm_90a and sm_80", "[attenti
       CHECK(k.usage.registers > 0);
       if (job.key.find("d=64") != std::string::npos || job.key.find("wgmma") != std::string::npos)
         CHECK(k.usage.spill_store_bytes == 0);
-      // No wgmma of the Hopper kernels serialized by ptxas (its C7520 note), but in the persistent
-      // kernel with one math warpgroup (warps=4, never the default), which is as it stands
-      // (docs/attention.md, "What is left").
+      // No wgmma of the Hopper kernels serialized by ptxas (its "are serialized" notes, C7514-C7520),
+      // but in the persistent kernel with one math warpgroup (warps=4, never the default), which is as
+      // it stands (docs/attention.md, "What is left").
       if (job.key.find("warps=4") == std::string::npos || job.key.find("wgmma_ws") == std::string::npos)
         CHECK_THAT(k.log, !Contains("are serialized"));
       // The persistent kernel's two math warpgroups take registers from the copy warpgroup

@@ -81,6 +81,27 @@ __device__ __forceinline__ void mask_backward_tile(float (&s)[1][Tr::n_tiles][4]
     }
 }
 
+// The Hopper kernels' two copies of a tile's work, for a warpgroup whose rows are active in the tile
+// and for one whose are not (attention_backward_sm90.cuh, attention_backward_dq_sm90.cuh).
+template <bool ACTIVE>
+struct WarpgroupActive {
+  static constexpr bool value = ACTIVE;
+};
+
+// The bits of a tile's pattern mask that cover the 64 rows of the Hopper kernels' warpgroup `group`
+// (keys in the dK/dV pass, queries in the dQ pass), where pattern blocks are 64 rows or fewer; with
+// larger blocks all of them.
+template <class Cfg>
+__device__ __forceinline__ unsigned long long warpgroup_mask_bits(int group) {
+  using Tr = BackwardTraits<Cfg>;
+  if constexpr (Tr::group_rows <= 64) {
+    constexpr int bits = 64 / Tr::group_rows * Tr::groups_per_tile_row;
+    return ((1ull << bits) - 1) << (group * bits);
+  } else {
+    return kWholeTile;
+  }
+}
+
 // The dK/dV pass's element-wise steps on the warp's S^T fragments (its keys x the tile's queries, whose
 // lse2 and delta are indexed by column): P^T = exp2(S^T scale log2(e) - lse2) in place, and then
 // dS^T = P^T (dP^T - delta) in place over dP^T.

@@ -45,6 +45,25 @@ struct BackwardDqSm90Layout {
   static_assert(rows * Tr::row_elems * 2 <= k_ring, "the dQ staging tile must fit over Q and dO");
 };
 
+// Whether warpgroup `group`'s 64 queries of a tile may see any of its keys from key0: one of
+// their pattern blocks is active (a tile's bits split by warpgroup where blocks are 64 rows or fewer),
+// they start before the query sequence's end, and (causal) the tile's first key is not past their
+// last query.
+template <class Cfg>
+__device__ __forceinline__ bool warpgroup_queries_active(const AttentionBackwardParams& p, int group, int q0, int key0,
+                                                         unsigned long long pattern_mask) {
+  using Tr = BackwardTraits<Cfg>;
+  const int first_query = q0 + group * 64;
+  if (first_query >= p.seq_q) return false;
+  if constexpr (Cfg::causal != kNotCausal) {
+    const int offset = Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0;
+    if (key0 > first_query + 63 + offset) return false;
+  }
+  if constexpr (Tr::group_rows <= 64)
+    if (pattern_mask != kWholeTile && (pattern_mask & warpgroup_mask_bits<Cfg>(group)) == 0) return false;
+  return true;
+}
+
 template <class Cfg>
 __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads, 1)
     attention_backward_dq_sm90(const AttentionBackwardParams p, const __grid_constant__ AttentionBackwardTensorMaps maps) {
@@ -90,7 +109,11 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads, 1)
   load_row_stats<R, Tr::threads>(lse2_rows, delta_rows, p, work.batch, work.head_q, work.q0);
   __syncthreads();  // the barriers are initialized and the statistics written before anyone reads them
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warp_row0 = warp * 16;
+  // Where a pattern splits tiles between the warpgroups, the warp index is read from lane 0, so that
+  // ptxas knows the branch on the warpgroup (below) is the same in every lane (C7520).
+  constexpr bool may_skip = Tr::group_rows <= 64 && !overlap;
+  const int warp = may_skip ? __shfl_sync(0xffffffffu, threadIdx.x / 32, 0) : threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, warp_row0 = warp * 16;
   // A thread's accumulator elements lie on two rows: lane / 4 and lane / 4 + 8 of its warp's 16.
   const float lse2[2] = {lse2_rows[warp_row0 + lane / 4], lse2_rows[warp_row0 + lane / 4 + 8]};
   const float delta[2] = {delta_rows[warp_row0 + lane / 4], delta_rows[warp_row0 + lane / 4 + 8]};
@@ -113,63 +136,73 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads, 1)
     const int slot = j % stages;
     mbarrier_wait(slot_ready(slot), (j / stages) & 1);
 
-    float s[1][Tr::n_tiles][4], ds[1][Tr::n_tiles][4];  // S, and dP then dS: this warp's queries x the tile's keys
-    wgmma_fence();  // dsa and dq written by ordinary instructions
-#pragma unroll
-    for (int ks = 0; ks < Tr::k_steps; ++ks)
-      wgmma_ss<T, C>(s[0], kmajor_descriptor(q_rows, R, ks), kmajor_descriptor(k_tile(slot), C, ks), ks > 0);
-    wgmma_commit();
-#pragma unroll
-    for (int ks = 0; ks < Tr::k_steps; ++ks)
-      wgmma_ss<T, C>(ds[0], kmajor_descriptor(do_rows, R, ks), kmajor_descriptor(v_tile(slot), C, ks), ks > 0);
-    wgmma_commit();
-    // With overlap, tile j - 1's dQ += dS K behind this tile's products: a third group, empty at
-    // j = 0, so that every tile waits for the same counts. (Waits that depended on j made ptxas
-    // serialize every wgmma of the kernel: it could not tell which group a wait completes.)
-    if constexpr (overlap) {
-      wgmma_fence_operands(dq[0]);
-      if (j > 0) issue_dq(previous);
-      wgmma_commit();
-      wgmma_wait<2>();
-    } else {
-      wgmma_wait<1>();
-    }
-    wgmma_fence_operands(s[0]);
-
     const int key0 = work.key_tile(j) * C;
     const unsigned long long mask = work.mask(j);
-    if (backward_tile_needs_mask<Cfg>(p, work.q0, R, key0, C, mask))
-      mask_backward_tile<Cfg, false>(s, p, work.q0, key0, warp_row0, mask);
+    // Where this warpgroup's 64 queries see none of the tile's keys (pattern blocks of 64 rows or
+    // fewer split a tile between the warpgroups), it skips the tile. The tile's work comes in two
+    // copies, chosen once, as in the dK/dV pass (attention_backward_sm90.cuh: so that ptxas serializes
+    // no wgmma), only where blocks split tiles and without the overlap's products across tiles.
+    auto walk_tile = [&](auto queries) {
+      if constexpr (decltype(queries)::value) {
+        float s[1][Tr::n_tiles][4], ds[1][Tr::n_tiles][4];  // S, and dP then dS: this warp's queries x the tile's keys
+        wgmma_fence();  // dsa and dq written by ordinary instructions
 #pragma unroll
-    for (int nt = 0; nt < Tr::n_tiles; ++nt)
+        for (int ks = 0; ks < Tr::k_steps; ++ks)
+          wgmma_ss<T, C>(s[0], kmajor_descriptor(q_rows, R, ks), kmajor_descriptor(k_tile(slot), C, ks), ks > 0);
+        wgmma_commit();
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[0][nt][e] = fast_exp2(fmaf(s[0][nt][e], p.scale_log2, -lse2[e / 2]));
-    if constexpr (overlap) {
-      wgmma_wait<1>();
-    } else {
-      wgmma_wait<0>();
-    }
-    wgmma_fence_operands(ds[0]);
+        for (int ks = 0; ks < Tr::k_steps; ++ks)
+          wgmma_ss<T, C>(ds[0], kmajor_descriptor(do_rows, R, ks), kmajor_descriptor(v_tile(slot), C, ks), ks > 0);
+        wgmma_commit();
+        // With overlap, tile j - 1's dQ += dS K behind this tile's products: a third group, empty at
+        // j = 0, so that every tile waits for the same counts. (Waits that depended on j made ptxas
+        // serialize every wgmma of the kernel: it could not tell which group a wait completes.)
+        if constexpr (overlap) {
+          wgmma_fence_operands(dq[0]);
+          if (j > 0) issue_dq(previous);
+          wgmma_commit();
+          wgmma_wait<2>();
+        } else {
+          wgmma_wait<1>();
+        }
+        wgmma_fence_operands(s[0]);
+
+        if (backward_tile_needs_mask<Cfg>(p, work.q0, R, key0, C, mask))
+          mask_backward_tile<Cfg, false>(s, p, work.q0, key0, warp_row0, mask);
 #pragma unroll
-    for (int nt = 0; nt < Tr::n_tiles; ++nt)
+        for (int nt = 0; nt < Tr::n_tiles; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) ds[0][nt][e] = s[0][nt][e] * (ds[0][nt][e] - delta[e / 2]);
-    if constexpr (overlap) {  // tile j - 1's product has read dsa: it may be overwritten
-      wgmma_wait<0>();
-      wgmma_fence_operands(dq[0]);
-      wgmma_fence_operands(dsa);
-    }
+          for (int e = 0; e < 4; ++e) s[0][nt][e] = fast_exp2(fmaf(s[0][nt][e], p.scale_log2, -lse2[e / 2]));
+        if constexpr (overlap) {
+          wgmma_wait<1>();
+        } else {
+          wgmma_wait<0>();
+        }
+        wgmma_fence_operands(ds[0]);
 #pragma unroll
-    for (int kk = 0; kk < C / 16; ++kk) pack_a_fragment<T>(ds[0], kk, dsa[kk]);
-    if constexpr (!overlap) {
-      wgmma_fence();
-      wgmma_fence_operands(dq[0]);
-      issue_dq(slot);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operands(dq[0]);
-      wgmma_fence_operands(dsa);
-    }
+        for (int nt = 0; nt < Tr::n_tiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) ds[0][nt][e] = s[0][nt][e] * (ds[0][nt][e] - delta[e / 2]);
+        if constexpr (overlap) {  // tile j - 1's product has read dsa: it may be overwritten
+          wgmma_wait<0>();
+          wgmma_fence_operands(dq[0]);
+          wgmma_fence_operands(dsa);
+        }
+#pragma unroll
+        for (int kk = 0; kk < C / 16; ++kk) pack_a_fragment<T>(ds[0], kk, dsa[kk]);
+        if constexpr (!overlap) {
+          wgmma_fence();
+          wgmma_fence_operands(dq[0]);
+          issue_dq(slot);
+          wgmma_commit();
+          wgmma_wait<0>();
+          wgmma_fence_operands(dq[0]);
+          wgmma_fence_operands(dsa);
+        }
+      }
+    };
+    if (!may_skip || warpgroup_queries_active<Cfg>(p, warp / 4, work.q0, key0, mask)) walk_tile(WarpgroupActive<true>{});
+    else walk_tile(WarpgroupActive<false>{});
     previous = slot;
   }
   if (overlap && count > 0) {

@@ -115,24 +115,6 @@ __device__ __forceinline__ void count_group_done(unsigned* done) {
   add_release_gpu(done);
 }
 
-template <bool ACTIVE>
-struct KeysActive {  // the dK/dV loop's two copies of a tile's work (below)
-  static constexpr bool value = ACTIVE;
-};
-
-// The bits of a tile's pattern mask that cover warpgroup `group`'s 64 keys (where pattern blocks are
-// 64 keys or fewer; with larger blocks all of them).
-template <class Cfg>
-__device__ __forceinline__ unsigned long long warpgroup_mask_bits(int group) {
-  using Tr = BackwardTraits<Cfg>;
-  if constexpr (Tr::group_rows <= 64) {
-    constexpr int bits = 64 / Tr::group_rows * Tr::groups_per_tile_row;
-    return ((1ull << bits) - 1) << (group * bits);
-  } else {
-    return kWholeTile;
-  }
-}
-
 // Whether warpgroup `group`'s 64 keys of a tile may see any of its `cols` queries from q0: one of their
 // pattern blocks is active (a tile's bits split by warpgroup where blocks are 64 keys or fewer; with
 // larger blocks the walk only lists tiles that are), they start before the key sequence's end, and
@@ -470,8 +452,8 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
     // Without a pattern that splits tiles (may_skip) only the causal edge (a tile a key tile) and the
     // key sequence's end make a warpgroup's keys inactive, and their masks handle that: one copy (the
     // second made ptxas spill at d = 128).
-    if (!may_skip || warpgroup_keys_active<Cfg>(p, group, own.key0, q0, C, t.mask)) walk_tile(KeysActive<true>{});
-    else walk_tile(KeysActive<false>{});
+    if (!may_skip || warpgroup_keys_active<Cfg>(p, group, own.key0, q0, C, t.mask)) walk_tile(WarpgroupActive<true>{});
+    else walk_tile(WarpgroupActive<false>{});
   }
   if constexpr (Cfg::atomic_dq)
     if (count > 0) dq_product(count - 1, [] { wgmma_wait<0>(); });  // the last tile's

@@ -22,7 +22,8 @@ int attention_forward_shared_bytes(const AttentionSpec& spec, const AttentionCon
 namespace sjit::codegen {
 
 // Columns of the Hopper kernels' 128-byte-swizzled tiles: whole 64-column blocks (d = 96 takes two,
-// the columns past it zero-filled by the copies and read by no product).
+// the columns past it zero-filled by the copies and read by no product); swizzled_tile_cols in
+// templates/sparsejit/wgmma.cuh on the device side.
 inline int wgmma_tile_dim(int head_dim) { return (head_dim + 63) / 64 * 64; }
 
 // The backward runs three kernels (see templates/sparsejit/attention_backward.cuh): prep, dkdv, and

@@ -32,7 +32,7 @@ struct BackwardDqSm90Layout {
   static constexpr int rows = Tr::block_rows, cols = Tr::block_n;
   // Tiles in whole 64-column swizzle blocks: at d = 96 as at 128, columns 96 .. 127 zero-filled by the
   // copies and read by no product (S and dP take 6 k-steps, dQ += dS K is 64 x 96).
-  static constexpr int tile_dim = (Tr::head_dim + 63) / 64 * 64;
+  static constexpr int tile_dim = swizzled_tile_cols(Tr::head_dim);
   static constexpr int own_bytes = rows * tile_dim * 2;    // the Q and dO tiles
   static constexpr int other_bytes = cols * tile_dim * 2;  // one K or V slot
   static constexpr int q_tile = 0, do_tile = own_bytes;        // offsets from the 1024-aligned base

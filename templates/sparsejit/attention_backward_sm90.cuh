@@ -58,7 +58,7 @@ struct BackwardSm90Layout {
   static constexpr int math_barrier = 3;  // named (0 is __syncthreads', 1 and 2 warpgroup_barrier's)
 
   static constexpr int rows = Tr::block_rows, cols = Tr::block_n;
-  static constexpr int tile_dim = (Tr::head_dim + 63) / 64 * 64;  // whole swizzle blocks (d = 96: 128)
+  static constexpr int tile_dim = swizzled_tile_cols(Tr::head_dim);  // d = 96: 128
   static constexpr int own_bytes = rows * tile_dim * 2;           // the K and V tiles
   static constexpr int other_bytes = cols * tile_dim * 2;         // one Q or dO slot
   static constexpr int ds_bytes = rows * cols * 2;             // one dS^T tile: [keys][64 queries], 128-byte rows

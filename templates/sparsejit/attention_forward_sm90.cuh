@@ -35,7 +35,7 @@ struct AttentionSm90Layout {
   // Tiles are whole 64-column swizzle blocks: at d = 96 the second block's last 32 columns are zeros
   // (the copies fill them), which S = Q K^T never reads (its k-steps stop at d) and O += P V does not
   // write (its N is d).
-  static constexpr int tile_dim = (Tr::head_dim + 63) / 64 * 64;
+  static constexpr int tile_dim = swizzled_tile_cols(Tr::head_dim);
   static constexpr int q_bytes = Tr::block_m * tile_dim * 2;
   static constexpr int kv_bytes = Tr::block_n * tile_dim * 2;
   static constexpr int k_ring = q_bytes;                           // offsets from the aligned base

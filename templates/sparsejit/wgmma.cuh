@@ -36,6 +36,10 @@
 
 namespace sjit_kernels {
 
+// Columns of a tile stored in whole 64-column swizzle blocks (128 bytes of 16-bit elements a row): at
+// d = 96 two blocks, the copies filling the last 32 columns with zeros (the host's wgmma_tile_dim).
+constexpr int swizzled_tile_cols(int head_dim) { return (head_dim + 63) / 64 * 64; }
+
 // The byte offset of element (row, col) in a 128-byte-swizzled tile of `rows` rows: column blocks of
 // 128 bytes, one after the other, each row's 16-byte chunks permuted by the row (bf16/f16 operands,
 // ELEMENT_BYTES = 2, or the fp32 dQ tiles of the backward, 4).

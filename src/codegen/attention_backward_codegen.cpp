@@ -45,10 +45,11 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
   spec::reject_leftovers(kt, "part, warps, cols, stages, path");
   const bool dkdv_tile = t.part == BackwardPart::dkdv && t.block_cols == 64;
   const bool dq_tile = t.part == BackwardPart::dq && (t.block_cols == 64 || t.block_cols == 128);
-  const bool wgmma_kernel_exists = t.warps == 8 && (dkdv_tile || dq_tile);
+  const bool wgmma_kernel_exists = (t.warps == 8 && (dkdv_tile || dq_tile)) || (t.warps == 4 && dkdv_tile);
   if (t.wgmma && !wgmma_kernel_exists)
-    throw InvalidArgument(fmt::format("attention backward: path=wgmma exists for part=dkdv with warps=8 and cols=64, and "
-                                      "for part=dq with warps=8 and cols=64 or 128, not '{}'", text));
+    throw InvalidArgument(fmt::format("attention backward: path=wgmma exists for part=dkdv with warps=8 (or 4 at "
+                                      "head_dim 256) and cols=64, and for part=dq with warps=8 and cols=64 or 128, "
+                                      "not '{}'", text));
   if (t.warps != 4 && t.warps != 8) throw InvalidArgument(fmt::format("attention backward: warps = {}: use 4 or 8", t.warps));
   if (t.block_cols != 32 && t.block_cols != 64 && t.block_cols != 128)
     throw InvalidArgument(fmt::format("attention backward: cols = {}: use 32, 64 or 128", t.block_cols));
@@ -58,21 +59,27 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
 }
 
 // dK/dV: 8 warps own 128 keys (dK and dV accumulators are 2 x 64 floats a thread at d = 128) and walk
-// 64-query tiles; the deterministic dQ pass: on Hopper 8 warps own 128 queries (wgmma), elsewhere 4
-// warps own 64, two CTAs an SM; it walks 64-key tiles (128 on Hopper at d = 128, below). d = 256
-// halves the column tiles to stay inside shared memory.
+// 64-query tiles (on Hopper at d = 256, 4 warps of keys: 64 keys a CTA); the deterministic dQ pass: on
+// Hopper 8 warps own 128 queries (wgmma), elsewhere 4 warps own 64, two CTAs an SM; it walks 64-key
+// tiles (128 on Hopper at d = 128, below). d = 256 on mma.sync halves the column tiles to stay inside
+// shared memory.
 bool atomic_dq(const AttentionSpec& spec) { return !spec.deterministic && spec.head_dim < 256; }
 
-// The Hopper backward kernels take d = 64, 96 and 128 (d = 256's dK and dV accumulators would not fit
-// one warpgroup's registers, and d = 32 has no wgmma tiling).
-bool wgmma_backward_takes_head_dim(int head_dim) { return head_dim == 64 || head_dim == 96 || head_dim == 128; }
+// The Hopper backward kernels take d = 64, 96 and 128, and the dK/dV pass d = 256 with its warpgroups
+// on half the dims each (a warpgroup's dQ accumulators at d = 256, 128 a thread, would leave the dQ
+// pass's S and dP too few registers; d = 32 has no wgmma tiling).
+bool wgmma_backward_takes_head_dim(BackwardPart part, int head_dim) {
+  return head_dim == 64 || head_dim == 96 || head_dim == 128 || (part == BackwardPart::dkdv && head_dim == 256);
+}
 
 BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart part, bool sm90) {
   BackwardTiling t;
   t.part = part;
-  const bool hopper_head_dim = sm90 && wgmma_backward_takes_head_dim(spec.head_dim);
+  const bool hopper_head_dim = sm90 && wgmma_backward_takes_head_dim(part, spec.head_dim);
   t.warps = part == BackwardPart::dq && !hopper_head_dim ? 4 : 8;
-  t.block_cols = spec.head_dim >= 256 ? 32 : 64;
+  // The Hopper dK/dV pass at d = 256: 64 keys a CTA (above).
+  if (part == BackwardPart::dkdv && hopper_head_dim && spec.head_dim == 256) t.warps = 4;
+  t.block_cols = spec.head_dim >= 256 && !(hopper_head_dim && part == BackwardPart::dkdv) ? 32 : 64;
   t.stages = 2;
   // At d = 128 (and 96, whose tiles take as much shared memory) the Hopper dQ pass walks 128-key tiles
   // where pattern blocks are that wide (or there is no pattern): S and dP read Q and dO from shared
@@ -123,8 +130,13 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
   if (atomic_dq(spec) && t.part == BackwardPart::dkdv && t.warps % (t.block_cols / 16) != 0)
     throw InvalidArgument(fmt::format("attention backward: atomic dQ needs warps ({}) to be a multiple of cols / 16 ({})",
                                       t.warps, t.block_cols / 16));
-  if (t.wgmma && !wgmma_backward_takes_head_dim(spec.head_dim))
-    throw InvalidArgument(fmt::format("attention backward: path=wgmma takes head_dim 64, 96 or 128, not {}", spec.head_dim));
+  if (t.wgmma && !wgmma_backward_takes_head_dim(t.part, spec.head_dim))
+    throw InvalidArgument(fmt::format("attention backward: path=wgmma takes head_dim {}, not {}",
+                                      t.part == BackwardPart::dkdv ? "64, 96, 128 or 256" : "64, 96 or 128",
+                                      spec.head_dim));
+  if (t.wgmma && t.part == BackwardPart::dkdv && (t.warps == 4) != (spec.head_dim == 256))
+    throw InvalidArgument(fmt::format("attention backward: part=dkdv,path=wgmma takes warps={} at head_dim {}, not {}",
+                                      spec.head_dim == 256 ? 4 : 8, spec.head_dim, t.warps));
   const int causal = spec.causal == Causal::none ? 0 : spec.causal == Causal::top_left ? 1 : 2;
   const std::string_view header = !t.wgmma                      ? "attention_backward"
                                   : t.part == BackwardPart::dq ? "attention_backward_dq_sm90"

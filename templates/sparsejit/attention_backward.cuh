@@ -124,10 +124,12 @@ __device__ __forceinline__ void score_gradients(float (&dp)[1][Tr::n_tiles][4], 
     for (int e = 0; e < 4; ++e) dp[0][nt][e] = p[0][nt][e] * (dp[0][nt][e] - delta[nt * 8 + 2 * (lane % 4) + e % 2]);
 }
 
-// Writes the warp's rows of a [rows, head_dim] fp32 accumulator times `factor` as T, staged through
-// the warp's own rows of `staging` (a tile only this warp reads) for 16-byte coalesced stores.
-template <class Tr>
-__device__ __forceinline__ void store_rows(float (&acc)[1][Tr::d_tiles][4], float factor, typename Tr::T* staging,
+// Writes the warp's rows of a [rows, DIMS] fp32 accumulator times `factor` as T, staged through the
+// warp's own rows of `staging` (a tile only this warp reads) for 16-byte coalesced stores. DIMS is the
+// head dim, or where warps split the dims (the Hopper dK/dV pass at d = 256) the warp's columns, which
+// `staging` and `out` then point to.
+template <class Tr, int DIMS = Tr::head_dim>
+__device__ __forceinline__ void store_rows(float (&acc)[1][DIMS / 8][4], float factor, typename Tr::T* staging,
                                            typename Tr::T* out, long long row_stride, int row0, int rows_total,
                                            int warp_row0) {
   using T = typename Tr::T;
@@ -135,13 +137,13 @@ __device__ __forceinline__ void store_rows(float (&acc)[1][Tr::d_tiles][4], floa
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int dt = 0; dt < Tr::d_tiles; ++dt) {
+    for (int dt = 0; dt < DIMS / 8; ++dt) {
       const int r = warp_row0 + lane / 4 + h * 8;
       *reinterpret_cast<unsigned*>(staging + r * Tr::row_elems + dt * 8 + 2 * (lane % 4)) =
           pack2<T>(acc[0][dt][2 * h] * factor, acc[0][dt][2 * h + 1] * factor);
     }
   __syncwarp();
-  constexpr int chunks = Tr::head_dim / 8;
+  constexpr int chunks = DIMS / 8;
   for (int i = lane; i < 16 * chunks; i += 32) {
     const int r = warp_row0 + i / chunks, c = i % chunks;
     if (row0 + r < rows_total)

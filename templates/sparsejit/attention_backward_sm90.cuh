@@ -17,6 +17,11 @@
 //      dims 64g .. 64g + 63 over all 128 keys, so it reads both warpgroups' dS (at d = 96 the second
 //      adds dims 64 .. 95 only); at d = 64 it takes all dims over its own 64 keys (two adds per element).
 //      Each warpgroup writes its fp32 dQ tile to shared memory for the dQ warp (below).
+// At d = 256 (Cfg::warps = 4: 64 keys a CTA, the dQ pass's dQ) the two math warpgroups take the same
+// 64 keys and half the head dims each: dK and dV of 64 keys x 256 dims would need 256 registers a
+// thread of one warpgroup. S^T and dP^T need every dim, so both warpgroups compute them (two of the
+// tile's four products done twice); each then adds its 128 dims of dV and dK (64 x 128 products reading
+// its half of dO and Q), holding as many accumulators as a warpgroup at d = 128.
 // At d = 96 the K, V, Q and dO tiles are stored as at d = 128, in two 64-column swizzle blocks. The
 // tensor maps' extent is 96, so the copies fill columns 96 .. 127 with zeros, and no product reads
 // them but the second warpgroup's dQ product (its dims 96 .. 127 are dropped): S^T and dP^T take 6
@@ -48,13 +53,18 @@ namespace sjit_kernels {
 template <class Cfg>
 struct BackwardSm90Layout {
   using Tr = BackwardTraits<Cfg>;
-  static_assert(Cfg::warps == 8 && Tr::block_n == 64, "wgmma dK/dV: 8 math warps (128 keys) and 64-query tiles");
-  static_assert(Tr::head_dim == 64 || Tr::head_dim == 96 || Tr::head_dim == 128, "wgmma dK/dV: head_dim 64, 96 or 128");
-  static constexpr int math_threads = 32 * Cfg::warps, threads = math_threads + 128;
+  static_assert(Tr::block_n == 64, "wgmma dK/dV: 64-query tiles");
+  static_assert(((Tr::head_dim == 64 || Tr::head_dim == 96 || Tr::head_dim == 128) && Cfg::warps == 8) ||
+                    (Tr::head_dim == 256 && Cfg::warps == 4 && !Cfg::atomic_dq),
+                "wgmma dK/dV: head_dim 64, 96 or 128 with 8 warps (128 keys), or 256 with 4 (64 keys) and the dQ pass");
+  // The math warpgroups split the CTA's keys (64 each) or, at d = 256, the head dims (see above).
+  static constexpr int key_groups = Cfg::warps / 4, dim_groups = 2 / key_groups;
+  static constexpr int own_dims = Tr::head_dim / dim_groups;  // the dims of a warpgroup's dK and dV
+  static constexpr int math_threads = 256, math_warps = 8, threads = math_threads + 128;
   // 2 x 128 x 232 + 128 x 40: the 384 x 168 registers the launch gives the CTA (setmaxnreg.inc would
   // wait forever for more).
   static constexpr int math_registers = 232, helper_registers = 40;
-  static constexpr int copy_warp = Cfg::warps, dq_warp = Cfg::warps + 1;
+  static constexpr int copy_warp = math_warps, dq_warp = math_warps + 1;
   static constexpr int math_barrier = 3;  // named (0 is __syncthreads', 1 and 2 warpgroup_barrier's)
 
   static constexpr int rows = Tr::block_rows, cols = Tr::block_n;
@@ -217,7 +227,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
     mbarrier_init(barrier(L::kv_ready), 1);
     for (int slot = 0; slot < stages; ++slot) {
       mbarrier_init(barrier(L::slot_full + slot), 32);  // the copy warp's lanes
-      mbarrier_init(barrier(L::slot_empty + slot), Cfg::warps);
+      mbarrier_init(barrier(L::slot_empty + slot), L::math_warps);
     }
     for (int g = 0; g < 2; ++g) {
       mbarrier_init(barrier(L::dq_full + g), 1);
@@ -242,10 +252,10 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
   // (below): the warp index is then read from lane 0, so that ptxas knows it is the same in every
   // lane of the warp and does not serialize the wgmma (C7520). Elsewhere the plain index: the code of
   // before (a version that read the shuffled index everywhere measured the dense backward 3-5% slower).
-  constexpr bool may_skip = Tr::group_rows <= 64;
+  constexpr bool may_skip = L::key_groups == 2 && Tr::group_rows <= 64;
   const int warp = may_skip ? __shfl_sync(0xffffffffu, threadIdx.x / 32, 0) : threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (warp >= Cfg::warps) {
+  if (warp >= L::math_warps) {
     warpgroup_release_registers<L::helper_registers>();
     if (warp == L::copy_warp) {
       // The copy warp (its lane 0 requested K and V above): tile j's Q and dO into ring slot
@@ -299,12 +309,18 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
   // Also where the walk came out empty: dK and dV (zero) are staged over the K and V tiles, so their
   // copies must have landed first.
   if (has_keys) mbarrier_wait(barrier(L::kv_ready), 0);
-  const int group = warp / 4, warp_row0 = warp * 16;
+  // The warpgroup; its keys (key_group: at d = 256 both warpgroups take the CTA's 64) and the first of
+  // its dims of dK and dV (dim0).
+  const int group = warp / 4, key_group = L::key_groups == 2 ? group : 0;
+  const int warp_row0 = (L::key_groups == 2 ? warp : warp % 4) * 16, dim0 = L::dim_groups == 2 ? group * L::own_dims : 0;
   // This warpgroup's 64 keys of the K and V tiles, as K-major A operands.
-  const unsigned k_rows = base + L::k_tile + group * 64 * 128, v_rows = base + L::v_tile + group * 64 * 128;
-  float dk[1][Tr::d_tiles][4], dv[1][Tr::d_tiles][4];
+  const unsigned k_rows = base + L::k_tile + key_group * 64 * 128, v_rows = base + L::v_tile + key_group * 64 * 128;
+  // Its dims of the Q and dO slots, read transposed (N-major) by the dK and dV products: 64-column
+  // blocks of C rows.
+  const unsigned own_cols = (dim0 / 64) * C * 128;
+  float dk[1][L::own_dims / 8][4], dv[1][L::own_dims / 8][4];
 #pragma unroll
-  for (int dt = 0; dt < Tr::d_tiles; ++dt)
+  for (int dt = 0; dt < L::own_dims / 8; ++dt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[0][dt][e] = dv[0][dt][e] = 0.f;
   if (group == 1) pass_turn<L::turn, L::math_threads>(group);  // warpgroup 0 takes the first turn
@@ -392,7 +408,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
 
       if constexpr (active) {
         // The pattern masks nothing of this warpgroup's keys where all their blocks are active.
-        const unsigned long long own_bits = warpgroup_mask_bits<Cfg>(group);
+        const unsigned long long own_bits = warpgroup_mask_bits<Cfg>(key_group);
         const unsigned long long mask = (t.mask & own_bits) == own_bits ? kWholeTile : t.mask;
         if (backward_tile_needs_mask<Cfg>(p, q0, C, own.key0, R, mask))
           mask_backward_tile<Cfg, true>(s, p, own.key0, q0, warp_row0, mask);
@@ -411,9 +427,11 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
         wgmma_fence_operands(dk[0]);
         wgmma_fence_operands(dv[0]);
 #pragma unroll
-        for (int kk = 0; kk < C / 16; ++kk) wgmma_rs<T, D>(dv[0], pa[kk], nmajor_descriptor(do_slot, C, kk), 1);
+        for (int kk = 0; kk < C / 16; ++kk)
+          wgmma_rs<T, L::own_dims>(dv[0], pa[kk], nmajor_descriptor(do_slot + own_cols, C, kk), 1);
 #pragma unroll
-        for (int kk = 0; kk < C / 16; ++kk) wgmma_rs<T, D>(dk[0], dsa[kk], nmajor_descriptor(q_slot, C, kk), 1);
+        for (int kk = 0; kk < C / 16; ++kk)
+          wgmma_rs<T, L::own_dims>(dk[0], dsa[kk], nmajor_descriptor(q_slot + own_cols, C, kk), 1);
         wgmma_commit();
       }
 
@@ -446,8 +464,12 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
         __syncwarp();
         if (lane == 0) mbarrier_arrive(barrier(L::slot_empty + slot));
       };
-      if (Cfg::atomic_dq && j > 0) dq_product(j - 1, tile_done);
-      else tile_done();
+      if constexpr (Cfg::atomic_dq) {
+        if (j > 0) dq_product(j - 1, tile_done);
+        else tile_done();
+      } else {
+        tile_done();
+      }
     };
     // Without a pattern that splits tiles (may_skip) only the causal edge (a tile a key tile) and the
     // key sequence's end make a warpgroup's keys inactive, and their masks handle that: one copy (the
@@ -462,8 +484,10 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
   T* staging = reinterpret_cast<T*>(smem);
   T* dk_out = static_cast<T*>(p.dk) + own.batch * p.dk_batch_stride + own.kv_head * p.dk_head_stride;
   T* dv_out = static_cast<T*>(p.dv) + own.batch * p.dv_batch_stride + own.kv_head * p.dv_head_stride;
-  store_rows<Tr>(dk, p.scale, staging, dk_out, p.dk_row_stride, own.key0, p.seq_k, warp_row0);
-  store_rows<Tr>(dv, 1.f, staging + L::staging_elems, dv_out, p.dv_row_stride, own.key0, p.seq_k, warp_row0);
+  // At d = 256 the two warps of a row slice each store their dims of it.
+  store_rows<Tr, L::own_dims>(dk, p.scale, staging + dim0, dk_out + dim0, p.dk_row_stride, own.key0, p.seq_k, warp_row0);
+  store_rows<Tr, L::own_dims>(dv, 1.f, staging + L::staging_elems + dim0, dv_out + dim0, p.dv_row_stride, own.key0,
+                              p.seq_k, warp_row0);
 }
 
 }  // namespace sjit_kernels

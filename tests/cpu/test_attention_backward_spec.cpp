@@ -152,23 +152,31 @@ TEST_CASE("the Hopper dK/dV and dQ tilings: key text, defaults, refusals", "[att
   CHECK(codegen::attention_backward_source(backward_spec(128, true), hopper_dq).name_expression ==
         "sjit_kernels::attention_backward_dq_sm90<Cfg>");
   // d = 64 takes the wgmma kernel too (measured faster since dQ goes out by bulk reductions), and
-  // d = 96 (its tiles padded to 128 columns); 32 and 256 have none.
+  // d = 96 (its tiles padded to 128 columns); 32 has none.
   for (const int d : {64, 96}) {
     CAPTURE(d);
     CHECK(codegen::default_backward_tiling(backward_spec(d, false), BackwardPart::dkdv, true).wgmma);
     CHECK(codegen::default_backward_tiling(backward_spec(d, true), BackwardPart::dq, true).wgmma);
   }
-  for (const int d : {32, 256}) {
-    CAPTURE(d);
-    CHECK_FALSE(codegen::default_backward_tiling(backward_spec(d, false), BackwardPart::dkdv, true).wgmma);
-    CHECK_FALSE(codegen::default_backward_tiling(backward_spec(d, true), BackwardPart::dq, true).wgmma);
-  }
+  CHECK_FALSE(codegen::default_backward_tiling(backward_spec(32, false), BackwardPart::dkdv, true).wgmma);
+  CHECK_FALSE(codegen::default_backward_tiling(backward_spec(32, true), BackwardPart::dq, true).wgmma);
+  // d = 256: the Hopper dK/dV pass with 64 keys a CTA (its warpgroups on half the dims each, and a
+  // third for copies), the mma.sync dQ pass on 32-key tiles.
+  const codegen::BackwardTiling dkdv256 = codegen::default_backward_tiling(backward_spec(256, false), BackwardPart::dkdv, true);
+  CHECK(codegen::key(dkdv256) == "part=dkdv,warps=4,cols=64,stages=2,path=wgmma");
+  CHECK(dkdv256.block_rows() == 64);
+  CHECK(dkdv256.threads() == 384);
+  CHECK(codegen::attention_backward_source(backward_spec(256, false), dkdv256).dynamic_shared_bytes <= 232448);
+  const codegen::BackwardTiling dq256 = codegen::default_backward_tiling(backward_spec(256, true), BackwardPart::dq, true);
+  CHECK(codegen::key(dq256) == "part=dq,warps=4,cols=32,stages=2");
+  CHECK(codegen::default_backward_tiling(backward_spec(256, false), BackwardPart::dkdv, false).block_cols == 32);
   CHECK(codegen::default_backward_tiling(backward_spec(128, true), BackwardPart::dkdv, true).wgmma);
   CHECK_THAT(codegen::attention_backward_source(spec, hopper).source, Contains("attention_backward_sm90.cuh"));
   CHECK(codegen::attention_backward_source(spec, hopper).name_expression == "sjit_kernels::attention_backward_dkdv_sm90<Cfg>");
 
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dq,warps=4,cols=64,stages=2,path=wgmma"),
-                    Contains("part=dkdv with warps=8 and cols=64") && Contains("part=dq with warps=8 and cols=64 or 128"));
+                    Contains("part=dkdv with warps=8 (or 4 at head_dim 256) and cols=64") &&
+                        Contains("part=dq with warps=8 and cols=64 or 128"));
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dkdv,warps=8,cols=128,stages=2,path=wgmma"),
                     Contains("'part=dkdv,warps=8,cols=128,stages=2,path=wgmma'"));
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dq,warps=8,cols=32,stages=2,path=wgmma"), Contains("cols=64 or 128"));
@@ -179,9 +187,15 @@ TEST_CASE("the Hopper dK/dV and dQ tilings: key text, defaults, refusals", "[att
   CHECK_NOTHROW(codegen::attention_backward_source(backward_spec(64, true), deep_dq));
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=prep,path=wgmma"), Contains("part=prep"));
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dkdv,path=tma"), Contains("'tma'") && Contains("mma or wgmma"));
-  for (const int d : {32, 256})
-    CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(d, false), hopper),
-                      Contains(fmt::format("head_dim 64, 96 or 128, not {}", d)));
+  CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(32, false), hopper),
+                    Contains("head_dim 64, 96, 128 or 256, not 32"));
+  CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(256, true), hopper_dq),
+                    Contains("head_dim 64, 96 or 128, not 256"));
+  // The dK/dV kernel's row warps: 8 (128 keys) up to d = 128, 4 (64 keys) at d = 256.
+  CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(256, false), hopper),
+                    Contains("takes warps=4 at head_dim 256, not 8"));
+  CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(128, false), dkdv256),
+                    Contains("takes warps=8 at head_dim 128, not 4"));
   // d = 96's swizzled tiles take the shared memory of d = 128's.
   CHECK(codegen::attention_backward_source(backward_spec(96, false), hopper).dynamic_shared_bytes ==
         codegen::attention_backward_source(backward_spec(128, false), hopper).dynamic_shared_bytes);
@@ -201,6 +215,8 @@ TEST_CASE("the Hopper dK/dV and dQ kernels compile for sm_90a without spills", "
       "attention:d=64,dtype=f16,causal=tl,pass=bwd,det=1|part=dq,warps=8,cols=64,stages=3,path=wgmma",
       "attention:d=96,dtype=bf16,causal=br,pass=bwd|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
       "attention:d=96,dtype=f16,sparsity=bsr,block=128,pass=bwd,det=1|part=dq,warps=8,cols=128,stages=2,path=wgmma",
+      "attention:d=256,dtype=bf16,causal=br,pass=bwd|part=dkdv,warps=4,cols=64,stages=2,path=wgmma",
+      "attention:d=256,dtype=f16,causal=tl,sparsity=bsr,block=16,pass=bwd|part=dkdv,warps=4,cols=64,stages=2,path=wgmma",
   };
   std::vector<std::future<CompiledKernel>> compiled;
   for (const std::string& k : keys)

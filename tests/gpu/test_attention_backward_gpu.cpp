@@ -202,7 +202,14 @@ TEST_CASE("dense attention gradients match the float64 reference", "[gpu][attent
         if (causal == Causal::bottom_right) std::swap(c.seq_q, c.seq_k);  // leaves rows with no key
         check_problem(c, rng);
       }
-  for (const int d : {32, 256}) check_problem({spec_of(d, DType::bf16, Causal::top_left), 1, 2, 1, 150, 150}, rng);
+  check_problem({spec_of(32, DType::bf16, Causal::top_left), 1, 2, 1, 150, 150}, rng);
+  // d = 256: on Hopper the dK/dV pass's warpgroups split the head dims (both compute S^T and dP^T).
+  for (const DType dt : {DType::bf16, DType::f16})
+    for (const Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right}) {
+      Problem c{spec_of(256, dt, causal), 2, 4, 2, 197, 333};
+      if (causal == Causal::bottom_right) std::swap(c.seq_q, c.seq_k);
+      check_problem(c, rng);
+    }
   check_problem({spec_of(128, DType::bf16, Causal::none), 1, 1, 1, 1, 1}, rng);
 }
 
@@ -212,7 +219,7 @@ TEST_CASE("the mma.sync backward (path=mma) matches the reference on every devic
   std::mt19937_64 rng(seed);
   AttentionConfig mma;
   mma.path = AttentionPath::mma;
-  for (const int d : {64, 96, 128})
+  for (const int d : {64, 96, 128, 256})
     for (const bool det : {false, true}) {
       Problem c{spec_of(d, DType::bf16, Causal::top_left), 2, 4, 2, 333, 197};
       c.spec.deterministic = det;
@@ -261,6 +268,16 @@ TEST_CASE("block-sparse attention gradients match the reference for every block 
       c.spec.deterministic = det;
       check_problem(c, rng);
     }
+  // d = 256 (64-key dK/dV CTAs on Hopper, its warpgroups on half the dims each): blocks narrower than,
+  // as wide as and wider than the CTA's keys, causal or not, a pattern per head.
+  for (const int bs : {16, 64, 128})
+    for (const double density : {1.0, 0.3, 0.05}) {
+      Problem c{spec_of(256, bs == 64 ? DType::f16 : DType::bf16, bs == 16 ? Causal::none : Causal::top_left,
+                        Sparsity::block_sparse, bs),
+                1, 4, 2, 523, 517, density};
+      c.per_head_pattern = bs == 128;
+      check_problem(c, rng);
+    }
   // A baked pattern's backward.
   check_problem({spec_of(64, DType::bf16, Causal::top_left, Sparsity::baked, 32), 1, 2, 2, 300, 300, 0.4}, rng);
 }
@@ -269,13 +286,16 @@ TEST_CASE("with no active block every gradient is exactly 0 and nothing is NaN",
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  const Problem c{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 64), 2, 2, 1, 300, 200, 0.0};
-  const Inputs in = random_inputs(c, rng);
-  const BlockPattern pattern = patterns::random(64, c.seq_q, c.seq_k, 0.0, 1);
-  Attention attention(c.spec);
-  const Gradients got = run_gpu(c, attention, in, &pattern);
-  for (const auto* g : {&got.dq, &got.dk, &got.dv})
-    for (float x : *g) REQUIRE(x == 0.0f);
+  for (const int d : {128, 256}) {
+    const Problem c{spec_of(d, DType::bf16, Causal::none, Sparsity::block_sparse, 64), 2, 2, 1, 300, 200, 0.0};
+    CAPTURE(c.name());
+    const Inputs in = random_inputs(c, rng);
+    const BlockPattern pattern = patterns::random(64, c.seq_q, c.seq_k, 0.0, 1);
+    Attention attention(c.spec);
+    const Gradients got = run_gpu(c, attention, in, &pattern);
+    for (const auto* g : {&got.dq, &got.dk, &got.dv})
+      for (float x : *g) REQUIRE(x == 0.0f);
+  }
 }
 
 TEST_CASE("with no query row dK and dV are exactly 0", "[gpu][attention][backward]") {
@@ -283,7 +303,7 @@ TEST_CASE("with no query row dK and dV are exactly 0", "[gpu][attention][backwar
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (const int d : {64, 128})
+  for (const int d : {64, 128, 256})
     for (const bool det : {false, true}) {
       Problem c{spec_of(d, DType::bf16, Causal::none), 2, 4, 2, 0, 300};
       c.spec.deterministic = det;

@@ -307,11 +307,16 @@ struct Attention::State {
     if (spec.sparsity != Sparsity::dense && a.seq_q > 0 && a.seq_k > 0) {
       plan.key_schedule =
           &schedule(*a.pattern, target, plan.kv_tiling.block_rows(), plan.kv_tiling.block_cols, true, capture);
-      // The kernels rank a group's CTAs by ceil(Sk / block_rows) (key_tile_owner); the pattern's shape
-      // (checked against the lengths) gives the schedule as many key tiles.
-      if (plan.key_schedule->q_tiles != plan.key_tiles)
+      // The kernels rank a group's CTAs by the schedule's key tiles (key_tile_owner). The pattern's
+      // shape (checked against the lengths) gives it ceil(Sk / block_rows) of them, or one more where
+      // its blocks are wider than a CTA's keys: the last block's second half may lie past Sk, and its
+      // CTA walks nothing.
+      const std::int64_t tiles = plan.key_schedule->q_tiles;
+      const bool wide_blocks = a.pattern->block_size() > plan.kv_tiling.block_rows();
+      if (tiles != plan.key_tiles && !(wide_blocks && tiles == plan.key_tiles + 1))
         throw Error(fmt::format("attention backward: the pattern's key-major schedule has {} key tiles where "
-                                "Sk = {} needs {}", plan.key_schedule->q_tiles, a.seq_k, plan.key_tiles));
+                                "Sk = {} needs {}", tiles, a.seq_k, plan.key_tiles));
+      plan.key_tiles = tiles;
     }
     plan.key_tiles_per_row = active_key_tiles_per_query_row(plan.key_schedule, plan.kv_tiling, plan.key_tiles, a.seq_q);
     const std::int64_t group = a.heads_q / std::max<std::int64_t>(a.heads_kv, 1);

@@ -45,11 +45,12 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
   spec::reject_leftovers(kt, "part, warps, cols, stages, path");
   const bool dkdv_tile = t.part == BackwardPart::dkdv && t.block_cols == 64;
   const bool dq_tile = t.part == BackwardPart::dq && (t.block_cols == 64 || t.block_cols == 128);
-  const bool wgmma_kernel_exists = (t.warps == 8 && (dkdv_tile || dq_tile)) || (t.warps == 4 && dkdv_tile);
+  const bool narrow_dq_tile = t.part == BackwardPart::dq && t.block_cols == 64;
+  const bool wgmma_kernel_exists = (t.warps == 8 && (dkdv_tile || dq_tile)) || (t.warps == 4 && (dkdv_tile || narrow_dq_tile));
   if (t.wgmma && !wgmma_kernel_exists)
     throw InvalidArgument(fmt::format("attention backward: path=wgmma exists for part=dkdv with warps=8 (or 4 at "
-                                      "head_dim 256) and cols=64, and for part=dq with warps=8 and cols=64 or 128, "
-                                      "not '{}'", text));
+                                      "head_dim 256) and cols=64, and for part=dq with warps=8 and cols=64 or 128 (or "
+                                      "warps=4 and cols=64 at head_dim 256), not '{}'", text));
   if (t.warps != 4 && t.warps != 8) throw InvalidArgument(fmt::format("attention backward: warps = {}: use 4 or 8", t.warps));
   if (t.block_cols != 32 && t.block_cols != 64 && t.block_cols != 128)
     throw InvalidArgument(fmt::format("attention backward: cols = {}: use 32, 64 or 128", t.block_cols));
@@ -65,21 +66,23 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
 // shared memory.
 bool atomic_dq(const AttentionSpec& spec) { return !spec.deterministic && spec.head_dim < 256; }
 
-// The Hopper backward kernels take d = 64, 96 and 128, and the dK/dV pass d = 256 with its warpgroups
-// on half the dims each (a warpgroup's dQ accumulators at d = 256, 128 a thread, would leave the dQ
-// pass's S and dP too few registers; d = 32 has no wgmma tiling).
-bool wgmma_backward_takes_head_dim(BackwardPart part, int head_dim) {
-  return head_dim == 64 || head_dim == 96 || head_dim == 128 || (part == BackwardPart::dkdv && head_dim == 256);
+// The Hopper backward kernels take d = 64, 96, 128 and 256. At 256 a CTA owns 64 rows and its two math
+// warpgroups take half the dims each: the dK and dV accumulators of 64 keys x 256 dims, or the dQ ones
+// with S, dP and dS beside them, would not fit one warpgroup's registers. d = 32 has no wgmma tiling.
+bool wgmma_backward_takes_head_dim(int head_dim) {
+  return head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256;
 }
 
 BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart part, bool sm90) {
   BackwardTiling t;
   t.part = part;
-  const bool hopper_head_dim = sm90 && wgmma_backward_takes_head_dim(part, spec.head_dim);
+  const bool hopper_head_dim = sm90 && wgmma_backward_takes_head_dim(spec.head_dim);
+  const bool hopper_kernel = hopper_head_dim && (part == BackwardPart::dkdv || part == BackwardPart::dq);
   t.warps = part == BackwardPart::dq && !hopper_head_dim ? 4 : 8;
-  // The Hopper dK/dV pass at d = 256: 64 keys a CTA (above).
-  if (part == BackwardPart::dkdv && hopper_head_dim && spec.head_dim == 256) t.warps = 4;
-  t.block_cols = spec.head_dim >= 256 && !(hopper_head_dim && part == BackwardPart::dkdv) ? 32 : 64;
+  // The Hopper kernels at d = 256: 64 rows a CTA (above), 64-column tiles (two slots of 64-key K and V
+  // tiles, or of 64-query Q and dO tiles, take 128 KB).
+  if (hopper_kernel && spec.head_dim == 256) t.warps = 4;
+  t.block_cols = spec.head_dim >= 256 && !hopper_kernel ? 32 : 64;
   t.stages = 2;
   // At d = 128 (and 96, whose tiles take as much shared memory) the Hopper dQ pass walks 128-key tiles
   // where pattern blocks are that wide (or there is no pattern): S and dP read Q and dO from shared
@@ -130,12 +133,11 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
   if (atomic_dq(spec) && t.part == BackwardPart::dkdv && t.warps % (t.block_cols / 16) != 0)
     throw InvalidArgument(fmt::format("attention backward: atomic dQ needs warps ({}) to be a multiple of cols / 16 ({})",
                                       t.warps, t.block_cols / 16));
-  if (t.wgmma && !wgmma_backward_takes_head_dim(t.part, spec.head_dim))
-    throw InvalidArgument(fmt::format("attention backward: path=wgmma takes head_dim {}, not {}",
-                                      t.part == BackwardPart::dkdv ? "64, 96, 128 or 256" : "64, 96 or 128",
+  if (t.wgmma && !wgmma_backward_takes_head_dim(spec.head_dim))
+    throw InvalidArgument(fmt::format("attention backward: path=wgmma takes head_dim 64, 96, 128 or 256, not {}",
                                       spec.head_dim));
-  if (t.wgmma && t.part == BackwardPart::dkdv && (t.warps == 4) != (spec.head_dim == 256))
-    throw InvalidArgument(fmt::format("attention backward: part=dkdv,path=wgmma takes warps={} at head_dim {}, not {}",
+  if (t.wgmma && (t.warps == 4) != (spec.head_dim == 256))
+    throw InvalidArgument(fmt::format("attention backward: path=wgmma takes warps={} at head_dim {}, not {}",
                                       spec.head_dim == 256 ? 4 : 8, spec.head_dim, t.warps));
   const int causal = spec.causal == Causal::none ? 0 : spec.causal == Causal::top_left ? 1 : 2;
   const std::string_view header = !t.wgmma                      ? "attention_backward"

@@ -35,22 +35,21 @@ enum class BackwardPart { prep, dkdv, dq, dq_convert };
 // leave no registers for the dQ product (it spills kilobytes a thread).
 bool atomic_dq(const AttentionSpec& spec);
 
-// Whether the Hopper kernel of backward `part` (BackwardTiling::wgmma) takes `head_dim`: the dK/dV
-// pass 64, 96, 128 and 256 (at 256 with 4 warps of keys, its warpgroups splitting the dims), the dQ pass
-// 64, 96 and 128.
-bool wgmma_backward_takes_head_dim(BackwardPart part, int head_dim);
+// Whether the Hopper backward kernels (BackwardTiling::wgmma) take `head_dim`: 64, 96, 128 and 256 (at
+// 256 with 4 warps of rows, their two math warpgroups splitting the dims).
+bool wgmma_backward_takes_head_dim(int head_dim);
 
 struct BackwardTiling {
   BackwardPart part = BackwardPart::prep;
-  int warps = 8;       // rows a CTA owns: 16 * warps (keys for dkdv, queries for dq); the Hopper dK/dV
-                       // kernel at d = 256 has 4 (64 keys, its two math warpgroups on half the dims each)
+  int warps = 8;       // rows a CTA owns: 16 * warps (keys for dkdv, queries for dq); the Hopper kernels
+                       // at d = 256 have 4 (64 rows, their two math warpgroups on half the dims each)
   int block_cols = 64; // columns a tile holds (queries for dkdv, keys for dq)
   int stages = 2;
   bool wgmma = false;  // dkdv and dq: the Hopper kernels (attention_backward_sm90.cuh, _dq_sm90.cuh), sm_90a
   int block_rows() const { return 16 * warps; }
-  // The Hopper dK/dV kernel runs two math warpgroups (splitting the rows, or at d = 256 the dims) and
-  // a third that issues the copies and adds dQ to the accumulator (attention_backward_sm90.cuh).
-  int threads() const { return wgmma && part == BackwardPart::dkdv ? 384 : 32 * warps; }
+  // The Hopper kernels run two math warpgroups (splitting the rows, or at d = 256 the dims); the dK/dV
+  // one a third that issues the copies and adds dQ to the accumulator (attention_backward_sm90.cuh).
+  int threads() const { return !wgmma ? 32 * warps : part == BackwardPart::dkdv ? 384 : 256; }
   friend bool operator==(const BackwardTiling&, const BackwardTiling&) = default;
 };
 

@@ -282,7 +282,10 @@ struct KeyTileOwner {
 };
 template <class Cfg>
 __device__ __forceinline__ KeyTileOwner key_tile_owner(const AttentionBackwardParams& p, int block_rows) {
-  const int key_tiles = (p.seq_k + block_rows - 1) / block_rows;
+  // With a pattern, the key-major schedule's tiles: where pattern blocks are wider than the CTA's keys
+  // (blocks of 128, 64 keys a CTA at d = 256) the last pattern block may hold one tile past the key
+  // sequence's end, whose CTA walks nothing.
+  const int key_tiles = Cfg::sparsity != kDense ? p.k_items_per_head : (p.seq_k + block_rows - 1) / block_rows;
   int rank = blockIdx.x % key_tiles, group = blockIdx.x / key_tiles;
   // The last tail_groups groups take turns, a CTA each, so all their heaviest key tiles start before
   // any of their light ones and the grid ends on light CTAs. One group after another, the last group's

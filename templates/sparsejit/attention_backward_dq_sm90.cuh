@@ -13,6 +13,10 @@
 //      dS = P (dP - delta), packed as A fragments;
 //   3. dQ += dS K (scaled at the end): A from registers, K read transposed (N-major), as the
 //      forward's O += P V reads V.
+// At d = 256 (Cfg::warps = 4: 64 queries a CTA) both warpgroups take the CTA's 64 queries and half the
+// head dims of dQ each, as the dK/dV pass does at d = 256: S and dP (which need every dim) are computed
+// by both, and each adds its 64 x 128 share of dQ += dS K (a warpgroup's dQ of 64 x 256 would hold 128
+// registers a thread, leaving too few for S, dP and dS).
 // With three or more ring slots, dQ += dS K of tile j - 1 runs under the element-wise steps of tile j
 // (its K slot stays in use one tile longer). Thread 0 issues every copy (TMA); one CTA barrier a tile
 // tells it that both warpgroups are done with the slot it refills, as in the forward's wgmma kernel.
@@ -26,9 +30,15 @@ namespace sjit_kernels {
 template <class Cfg>
 struct BackwardDqSm90Layout {
   using Tr = BackwardTraits<Cfg>;
-  static_assert(Cfg::warps == 8 && (Tr::block_n == 64 || Tr::block_n == 128),
-                "wgmma dQ: 8 warps (128 queries) and 64- or 128-key tiles");
-  static_assert(Tr::head_dim == 64 || Tr::head_dim == 96 || Tr::head_dim == 128, "wgmma dQ: head_dim 64, 96 or 128");
+  static_assert(((Tr::head_dim == 64 || Tr::head_dim == 96 || Tr::head_dim == 128) && Cfg::warps == 8 &&
+                 (Tr::block_n == 64 || Tr::block_n == 128)) ||
+                    (Tr::head_dim == 256 && Cfg::warps == 4 && Tr::block_n == 64),
+                "wgmma dQ: head_dim 64, 96 or 128 with 8 warps (128 queries) and 64- or 128-key tiles, or 256 with "
+                "4 warps (64 queries) and 64-key tiles");
+  // The two warpgroups split the CTA's queries (64 each) or, at d = 256, the head dims (see above).
+  static constexpr int query_groups = Cfg::warps / 4, dim_groups = 2 / query_groups;
+  static constexpr int own_dims = Tr::head_dim / dim_groups;  // the dims of a warpgroup's dQ
+  static constexpr int threads = 256;
   static constexpr int rows = Tr::block_rows, cols = Tr::block_n;
   // Tiles in whole 64-column swizzle blocks: at d = 96 as at 128, columns 96 .. 127 zero-filled by the
   // copies and read by no product (S and dP take 6 k-steps, dQ += dS K is 64 x 96).
@@ -65,7 +75,7 @@ __device__ __forceinline__ bool warpgroup_queries_active(const AttentionBackward
 }
 
 template <class Cfg>
-__global__ void __launch_bounds__(BackwardTraits<Cfg>::threads, 1)
+__global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
     attention_backward_dq_sm90(const AttentionBackwardParams p, const __grid_constant__ AttentionBackwardTensorMaps maps) {
   using Tr = BackwardTraits<Cfg>;
   using L = BackwardDqSm90Layout<Cfg>;
@@ -106,26 +116,32 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads, 1)
   }
   float* lse2_rows = reinterpret_cast<float*>(smem + L::stats);
   float* delta_rows = lse2_rows + R;
-  load_row_stats<R, Tr::threads>(lse2_rows, delta_rows, p, work.batch, work.head_q, work.q0);
+  load_row_stats<R, L::threads>(lse2_rows, delta_rows, p, work.batch, work.head_q, work.q0);
   __syncthreads();  // the barriers are initialized and the statistics written before anyone reads them
 
   // Where a pattern splits tiles between the warpgroups, the warp index is read from lane 0, so that
   // ptxas knows the branch on the warpgroup (below) is the same in every lane (C7520).
-  constexpr bool may_skip = Tr::group_rows <= 64 && !overlap;
+  constexpr bool may_skip = L::query_groups == 2 && Tr::group_rows <= 64 && !overlap;
   const int warp = may_skip ? __shfl_sync(0xffffffffu, threadIdx.x / 32, 0) : threadIdx.x / 32;
-  const int lane = threadIdx.x % 32, warp_row0 = warp * 16;
+  // The warpgroup's queries (query_group: at d = 256 both take the CTA's 64) and the first of its dims.
+  const int group = warp / 4, query_group = L::query_groups == 2 ? group : 0;
+  const int dim0 = L::dim_groups == 2 ? group * L::own_dims : 0;
+  const int lane = threadIdx.x % 32, warp_row0 = (L::query_groups == 2 ? warp : warp % 4) * 16;
   // A thread's accumulator elements lie on two rows: lane / 4 and lane / 4 + 8 of its warp's 16.
   const float lse2[2] = {lse2_rows[warp_row0 + lane / 4], lse2_rows[warp_row0 + lane / 4 + 8]};
   const float delta[2] = {delta_rows[warp_row0 + lane / 4], delta_rows[warp_row0 + lane / 4 + 8]};
   // This warpgroup's 64 rows of the Q and dO tiles, as K-major A operands.
-  const unsigned q_rows = base + L::q_tile + (warp / 4) * 64 * 128, do_rows = base + L::do_tile + (warp / 4) * 64 * 128;
-  float dq[1][Tr::d_tiles][4];
+  const unsigned q_rows = base + L::q_tile + query_group * 64 * 128, do_rows = base + L::do_tile + query_group * 64 * 128;
+  // Its dims of the K slots, read transposed (N-major) by dQ += dS K: 64-column blocks of C rows.
+  const unsigned own_cols = (dim0 / 64) * C * 128;
+  float dq[1][L::own_dims / 8][4];
 #pragma unroll
-  for (int dt = 0; dt < Tr::d_tiles; ++dt) dq[0][dt][0] = dq[0][dt][1] = dq[0][dt][2] = dq[0][dt][3] = 0.f;
+  for (int dt = 0; dt < L::own_dims / 8; ++dt) dq[0][dt][0] = dq[0][dt][1] = dq[0][dt][2] = dq[0][dt][3] = 0.f;
   unsigned dsa[C / 16][4];  // dS as the A fragments of C / 16 k-steps
   auto issue_dq = [&](int slot) {  // dQ += dS K of the K tile in `slot`, not yet committed
 #pragma unroll
-    for (int kk = 0; kk < C / 16; ++kk) wgmma_rs<T, D>(dq[0], dsa[kk], nmajor_descriptor(k_tile(slot), C, kk), 1);
+    for (int kk = 0; kk < C / 16; ++kk)
+      wgmma_rs<T, L::own_dims>(dq[0], dsa[kk], nmajor_descriptor(k_tile(slot) + own_cols, C, kk), 1);
   };
 
   if (count > 0) mbarrier_wait(own_ready, 0);
@@ -201,7 +217,7 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads, 1)
         }
       }
     };
-    if (!may_skip || warpgroup_queries_active<Cfg>(p, warp / 4, work.q0, key0, mask)) walk_tile(WarpgroupActive<true>{});
+    if (!may_skip || warpgroup_queries_active<Cfg>(p, group, work.q0, key0, mask)) walk_tile(WarpgroupActive<true>{});
     else walk_tile(WarpgroupActive<false>{});
     previous = slot;
   }
@@ -216,7 +232,9 @@ __global__ void __launch_bounds__(BackwardTraits<Cfg>::threads, 1)
 
   __syncthreads();  // every product is done with Q and dO, which dQ is staged over
   T* dq_out = static_cast<T*>(p.dq) + work.batch * p.dq_batch_stride + work.head_q * p.dq_head_stride;
-  store_rows<Tr>(dq, p.scale, reinterpret_cast<T*>(smem), dq_out, p.dq_row_stride, work.q0, p.seq_q, warp_row0);
+  // At d = 256 the two warps of a row slice each store their dims of it.
+  store_rows<Tr, L::own_dims>(dq, p.scale, reinterpret_cast<T*>(smem) + dim0, dq_out + dim0, p.dq_row_stride, work.q0,
+                              p.seq_q, warp_row0);
 }
 
 }  // namespace sjit_kernels

@@ -146,7 +146,6 @@ TEST_CASE("the Hopper dK/dV and dQ tilings: key text, defaults, refusals", "[att
   CHECK_FALSE(codegen::default_backward_tiling(spec, BackwardPart::dq, false).wgmma);
   CHECK_FALSE(codegen::default_backward_tiling(spec, BackwardPart::dq_convert, true).wgmma);
   CHECK_FALSE(codegen::default_backward_tiling(spec, BackwardPart::prep, true).wgmma);
-  CHECK_FALSE(codegen::default_backward_tiling(backward_spec(256, true), BackwardPart::dq, true).wgmma);
   CHECK_THAT(codegen::attention_backward_source(backward_spec(128, true), hopper_dq).source,
              Contains("attention_backward_dq_sm90.cuh"));
   CHECK(codegen::attention_backward_source(backward_spec(128, true), hopper_dq).name_expression ==
@@ -160,23 +159,27 @@ TEST_CASE("the Hopper dK/dV and dQ tilings: key text, defaults, refusals", "[att
   }
   CHECK_FALSE(codegen::default_backward_tiling(backward_spec(32, false), BackwardPart::dkdv, true).wgmma);
   CHECK_FALSE(codegen::default_backward_tiling(backward_spec(32, true), BackwardPart::dq, true).wgmma);
-  // d = 256: the Hopper dK/dV pass with 64 keys a CTA (its warpgroups on half the dims each, and a
-  // third for copies), the mma.sync dQ pass on 32-key tiles.
+  // d = 256: the Hopper kernels with 64 rows a CTA (their two math warpgroups on half the dims each;
+  // the dK/dV pass's third warpgroup for copies); off Hopper mma.sync with 32-column tiles.
   const codegen::BackwardTiling dkdv256 = codegen::default_backward_tiling(backward_spec(256, false), BackwardPart::dkdv, true);
   CHECK(codegen::key(dkdv256) == "part=dkdv,warps=4,cols=64,stages=2,path=wgmma");
   CHECK(dkdv256.block_rows() == 64);
   CHECK(dkdv256.threads() == 384);
   CHECK(codegen::attention_backward_source(backward_spec(256, false), dkdv256).dynamic_shared_bytes <= 232448);
   const codegen::BackwardTiling dq256 = codegen::default_backward_tiling(backward_spec(256, true), BackwardPart::dq, true);
-  CHECK(codegen::key(dq256) == "part=dq,warps=4,cols=32,stages=2");
+  CHECK(codegen::key(dq256) == "part=dq,warps=4,cols=64,stages=2,path=wgmma");
+  CHECK(dq256.block_rows() == 64);
+  CHECK(dq256.threads() == 256);
+  CHECK(codegen::attention_backward_source(backward_spec(256, true), dq256).dynamic_shared_bytes <= 232448);
   CHECK(codegen::default_backward_tiling(backward_spec(256, false), BackwardPart::dkdv, false).block_cols == 32);
+  CHECK(codegen::default_backward_tiling(backward_spec(256, true), BackwardPart::dq, false).block_cols == 32);
   CHECK(codegen::default_backward_tiling(backward_spec(128, true), BackwardPart::dkdv, true).wgmma);
   CHECK_THAT(codegen::attention_backward_source(spec, hopper).source, Contains("attention_backward_sm90.cuh"));
   CHECK(codegen::attention_backward_source(spec, hopper).name_expression == "sjit_kernels::attention_backward_dkdv_sm90<Cfg>");
 
-  CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dq,warps=4,cols=64,stages=2,path=wgmma"),
+  CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dq,warps=4,cols=128,stages=2,path=wgmma"),
                     Contains("part=dkdv with warps=8 (or 4 at head_dim 256) and cols=64") &&
-                        Contains("part=dq with warps=8 and cols=64 or 128"));
+                        Contains("part=dq with warps=8 and cols=64 or 128 (or warps=4 and cols=64 at head_dim 256)"));
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dkdv,warps=8,cols=128,stages=2,path=wgmma"),
                     Contains("'part=dkdv,warps=8,cols=128,stages=2,path=wgmma'"));
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dq,warps=8,cols=32,stages=2,path=wgmma"), Contains("cols=64 or 128"));
@@ -189,13 +192,15 @@ TEST_CASE("the Hopper dK/dV and dQ tilings: key text, defaults, refusals", "[att
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dkdv,path=tma"), Contains("'tma'") && Contains("mma or wgmma"));
   CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(32, false), hopper),
                     Contains("head_dim 64, 96, 128 or 256, not 32"));
-  CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(256, true), hopper_dq),
-                    Contains("head_dim 64, 96 or 128, not 256"));
-  // The dK/dV kernel's row warps: 8 (128 keys) up to d = 128, 4 (64 keys) at d = 256.
+  // The Hopper kernels' row warps: 8 (128 rows) up to d = 128, 4 (64 rows) at d = 256.
   CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(256, false), hopper),
+                    Contains("takes warps=4 at head_dim 256, not 8"));
+  CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(256, true), hopper_dq),
                     Contains("takes warps=4 at head_dim 256, not 8"));
   CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(128, false), dkdv256),
                     Contains("takes warps=8 at head_dim 128, not 4"));
+  CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(64, true), dq256),
+                    Contains("takes warps=8 at head_dim 64, not 4"));
   // d = 96's swizzled tiles take the shared memory of d = 128's.
   CHECK(codegen::attention_backward_source(backward_spec(96, false), hopper).dynamic_shared_bytes ==
         codegen::attention_backward_source(backward_spec(128, false), hopper).dynamic_shared_bytes);
@@ -217,6 +222,7 @@ TEST_CASE("the Hopper dK/dV and dQ kernels compile for sm_90a without spills", "
       "attention:d=96,dtype=f16,sparsity=bsr,block=128,pass=bwd,det=1|part=dq,warps=8,cols=128,stages=2,path=wgmma",
       "attention:d=256,dtype=bf16,causal=br,pass=bwd|part=dkdv,warps=4,cols=64,stages=2,path=wgmma",
       "attention:d=256,dtype=f16,causal=tl,sparsity=bsr,block=16,pass=bwd|part=dkdv,warps=4,cols=64,stages=2,path=wgmma",
+      "attention:d=256,dtype=bf16,causal=tl,sparsity=bsr,block=32,pass=bwd|part=dq,warps=4,cols=64,stages=2,path=wgmma",
   };
   std::vector<std::future<CompiledKernel>> compiled;
   for (const std::string& k : keys)

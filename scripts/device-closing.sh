@@ -27,10 +27,11 @@ timeout 120 ./build-gpu/sjit bench attention --iters 10 --density 1,0.5,0.25,0.1
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --heads-kv 4 --density 1,0.25,0.1 --backward
   # A training step captured into a CUDA graph, timed alternately with the same calls made directly.
   timeout 90 ./build-gpu/sjit bench attention --iters 10 --backward --graph --density 1,0.1,0.02
-  # d = 256 (the one-item wgmma kernel; the backward on mma.sync) and d = 96 (the Hopper kernels
-  # forward and backward, tiles in whole swizzle blocks), each against the mma.sync kernels.
+  # d = 256 (the one-item wgmma forward; the Hopper backward with its warpgroups on half the dims
+  # each) and d = 96 (the Hopper kernels forward and backward, tiles in whole swizzle blocks), each
+  # against the mma.sync kernels.
   timeout 90 ./build-gpu/sjit bench attention --iters 10 --d 256 --seq 4096 --density 1,0.1 --backward
-  timeout 60 ./build-gpu/sjit bench attention --iters 10 --d 256 --seq 4096 --density 1,0.1 --config warps=4,mt=1,bn=32,stages=2,qreg=0,path=mma
+  timeout 90 ./build-gpu/sjit bench attention --iters 10 --d 256 --seq 4096 --density 1,0.1 --backward --config warps=4,mt=1,bn=32,stages=2,qreg=0,path=mma
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --d 96 --density 1,0.1 --causal tl
   timeout 90 ./build-gpu/sjit bench attention --iters 10 --d 96 --density 1,0.1 --backward
   timeout 90 ./build-gpu/sjit bench attention --iters 10 --d 96 --density 1,0.1 --backward --config warps=4,mt=2,bn=32,stages=2,qreg=0,path=mma

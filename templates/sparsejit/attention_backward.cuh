@@ -126,7 +126,7 @@ __device__ __forceinline__ void score_gradients(float (&dp)[1][Tr::n_tiles][4], 
 
 // Writes the warp's rows of a [rows, DIMS] fp32 accumulator times `factor` as T, staged through the
 // warp's own rows of `staging` (a tile only this warp reads) for 16-byte coalesced stores. DIMS is the
-// head dim, or where warps split the dims (the Hopper dK/dV pass at d = 256) the warp's columns, which
+// head dim, or where warps split the dims (the Hopper kernels at d = 256) the warp's columns, which
 // `staging` and `out` then point to.
 template <class Tr, int DIMS = Tr::head_dim>
 __device__ __forceinline__ void store_rows(float (&acc)[1][DIMS / 8][4], float factor, typename Tr::T* staging,

@@ -111,14 +111,16 @@ int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTil
   }
   if (t.part == BackwardPart::dq) return tiles + t.block_rows() * 8;
   if (t.wgmma) {
-    // BackwardSm90Layout: unpadded swizzled K, V, the Q and dO rings, two dS tiles, with atomic dQ the
+    // BackwardSm90Layout: unpadded swizzled K, V, the Q and dO rings, two dS tiles (at d = 256 instead
+    // the warpgroups' hand-over of P^T in fp32 and dS^T), with atomic dQ the
     // two warpgroups' fp32 dQ tiles (64 x 64) and two 8 KB conversion buffers, the lse2 and delta
     // rings, the mbarriers (K/V's, a full and an empty one per slot, a full and an empty one per dQ
     // tile, one per conversion buffer, a full and an empty one per dS tile), and 1 KB for the walk and the slots' tiles
     // (BackwardSm90Layout::Indices); plus 1 KB to align the base to a swizzle atom.
     const int d = wgmma_tile_dim(spec.head_dim), rows = t.block_rows(), cols = t.block_cols;
     const int dq_tiles = atomic_dq(spec) ? 2 * 64 * 64 * 4 + 2 * 8192 : 0;
-    return 1024 + 2 * rows * d * 2 + 2 * t.stages * cols * d * 2 + 2 * rows * cols * 2 + dq_tiles +
+    const int ds_region = spec.head_dim == 256 ? rows * cols * (4 + 2) : 2 * rows * cols * 2;
+    return 1024 + 2 * rows * d * 2 + 2 * t.stages * cols * d * 2 + ds_region + dq_tiles +
            2 * t.stages * cols * 4 + 8 * (2 * t.stages + 11) + 1024;
   }
   // dK/dV: lse2 and delta rings, and with atomic dQ the dS^T tile ([rows][cols + 8] elements of T).

@@ -75,12 +75,16 @@ struct BackwardSm90Layout {
   static constexpr int k_tile = 0, v_tile = own_bytes;         // offsets from the 1024-aligned base
   static constexpr int q_ring = 2 * own_bytes;
   static constexpr int do_ring = q_ring + Cfg::stages * other_bytes;
-  // Two dS tiles: tile j's is written while a slower warpgroup may still read j - 1's.
+  // Two dS tiles: tile j's is written while a slower warpgroup may still read j - 1's. At d = 256
+  // instead the hand-over between the warpgroups (below): P^T in fp32, then dS^T as packed A fragments,
+  // each thread's in 16-byte chunks, chunk c of all 128 threads side by side.
   static constexpr int ds_tiles = do_ring + Cfg::stages * other_bytes;
+  static constexpr int p_share_bytes = rows * cols * 4, ds_share_bytes = rows * cols * 2;
+  static constexpr int ds_region_bytes = dim_groups == 2 ? p_share_bytes + ds_share_bytes : 2 * ds_bytes;
   // Each warpgroup's fp32 dQ tile (64 queries x 64 dims) as two 32-column boxes of 128-byte swizzled
   // rows, the source of the dQ warp's reductions.
   static constexpr int dq_box_bytes = 64 * 128, dq_bytes = 2 * dq_box_bytes;
-  static constexpr int dq_tiles = ds_tiles + 2 * ds_bytes;
+  static constexpr int dq_tiles = ds_tiles + ds_region_bytes;
   // Atomic dQ's conversion: two buffers the accumulator's rows arrive in by bulk copies.
   static constexpr int convert_buffer_bytes = 8192;
   static constexpr int convert_ring = dq_tiles + (Cfg::atomic_dq ? 2 * dq_bytes : 0);
@@ -99,6 +103,11 @@ struct BackwardSm90Layout {
   // issued a tile later, once the dS tile's full mbarrier says both have written it; by then the
   // other warpgroup, half a tile behind or ahead, has long done so, so the wait rarely blocks.
   static constexpr int turn = 5;
+  // At d = 256 the warpgroups split a tile's work by role, not by keys: warpgroup 0 computes S^T and
+  // P^T and hands P^T over (named barrier p_ready: it arrives, warpgroup 1 waits); warpgroup 1 computes
+  // dP^T and dS^T and hands dS^T back (ds_ready: both meet). One buffer each suffices: a warpgroup
+  // writes its hand-over of tile j + 1 only after the other has met it past reading that of tile j.
+  static constexpr int p_ready = 7, ds_ready = 8;
   static constexpr int barriers = delta_ring + Cfg::stages * cols * 4;
   // The walk and the tile each ring slot holds. Here rather than in static shared memory: the extern
   // array's 1 KB alignment would pad a static block to 1 KB.
@@ -323,7 +332,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
   for (int dt = 0; dt < L::own_dims / 8; ++dt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[0][dt][e] = dv[0][dt][e] = 0.f;
-  if (group == 1) pass_turn<L::turn, L::math_threads>(group);  // warpgroup 0 takes the first turn
+  if (L::dim_groups == 1 && group == 1) pass_turn<L::turn, L::math_threads>(group);  // warpgroup 0's turn first
 
   // Atomic dQ of tile i, a tile late: dQ = dS K for 64 queries x 64 dims, A = dS (M-major: stored by
   // key), B = K (N-major). At d = 128 warpgroup g takes dims 64g .. 64g + 63 over all 128 keys, so it
@@ -471,11 +480,87 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
         tile_done();
       }
     };
-    // Without a pattern that splits tiles (may_skip) only the causal edge (a tile a key tile) and the
-    // key sequence's end make a warpgroup's keys inactive, and their masks handle that: one copy (the
-    // second made ptxas spill at d = 128).
-    if (!may_skip || warpgroup_keys_active<Cfg>(p, group, own.key0, q0, C, t.mask)) walk_tile(WarpgroupActive<true>{});
-    else walk_tile(WarpgroupActive<false>{});
+    // d = 256: S^T (warpgroup 0) or dP^T (warpgroup 1) over all 256 dims, one product each, and the
+    // hand-overs between them (see the layout), then each warpgroup's dims of dV and dK. The products
+    // are issued outside any branch on the warpgroup (only their operands differ), so that ptxas
+    // serializes none. (Generic, so that kernels of other head dims do not compile it.)
+    auto walk_tile_by_roles = [&](auto) {
+      float s[1][Tr::n_tiles][4];  // S^T then P^T (warpgroup 0), or dP^T then dS^T (warpgroup 1)
+      unsigned pa[C / 16][4], dsa[C / 16][4];
+      float4* p_share = reinterpret_cast<float4*>(smem + L::ds_tiles) + threadIdx.x % 128;
+      uint4* ds_share = reinterpret_cast<uint4*>(smem + L::ds_tiles + L::p_share_bytes) + threadIdx.x % 128;
+      const unsigned a_rows = group == 0 ? k_rows : v_rows, b_slot = group == 0 ? q_slot : do_slot;
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < Tr::k_steps; ++ks)
+        wgmma_ss<T, C>(s[0], kmajor_descriptor(a_rows, R, ks), kmajor_descriptor(b_slot, C, ks), ks > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operands(s[0]);
+      if (group == 0) {
+        if (backward_tile_needs_mask<Cfg>(p, q0, C, own.key0, R, t.mask))
+          mask_backward_tile<Cfg, true>(s, p, own.key0, q0, warp_row0, t.mask);
+        probabilities_from_scores<Tr>(s, lse2, p.scale_log2);
+#pragma unroll
+        for (int nt = 0; nt < Tr::n_tiles; ++nt)
+          p_share[nt * 128] = make_float4(s[0][nt][0], s[0][nt][1], s[0][nt][2], s[0][nt][3]);
+        named_barrier_arrive<L::p_ready, L::math_threads>();
+#pragma unroll
+        for (int kk = 0; kk < C / 16; ++kk) pack_a_fragment<T>(s[0], kk, pa[kk]);
+      } else {
+        named_barrier_sync<L::p_ready, L::math_threads>();
+#pragma unroll
+        for (int kk = 0; kk < C / 16; ++kk) {
+          float pt[2][4];  // P^T of k-step kk: accumulator chunks 2 kk and 2 kk + 1
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int nt = 2 * kk + h;
+            const float4 v = p_share[nt * 128];
+            pt[h][0] = v.x, pt[h][1] = v.y, pt[h][2] = v.z, pt[h][3] = v.w;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[0][nt][e] = pt[h][e] * (s[0][nt][e] - delta[nt * 8 + 2 * (lane % 4) + e % 2]);
+          }
+          pack_a_fragment<T>(pt, 0, pa[kk]);
+          pack_a_fragment<T>(s[0], kk, dsa[kk]);
+          ds_share[kk * 128] = make_uint4(dsa[kk][0], dsa[kk][1], dsa[kk][2], dsa[kk][3]);
+        }
+      }
+      // dV += P^T dO for this warpgroup's dims, then (once warpgroup 1 has handed dS^T over) dK += dS^T Q.
+      wgmma_fence();  // pa written by ordinary instructions
+      wgmma_fence_operands(dv[0]);
+#pragma unroll
+      for (int kk = 0; kk < C / 16; ++kk)
+        wgmma_rs<T, L::own_dims>(dv[0], pa[kk], nmajor_descriptor(do_slot + own_cols, C, kk), 1);
+      wgmma_commit();
+      named_barrier_sync<L::ds_ready, L::math_threads>();
+#pragma unroll
+      for (int kk = 0; kk < C / 16; ++kk) {
+        const uint4 a = ds_share[kk * 128];  // warpgroup 1 reads back what it wrote
+        dsa[kk][0] = a.x, dsa[kk][1] = a.y, dsa[kk][2] = a.z, dsa[kk][3] = a.w;
+      }
+      wgmma_fence();
+      wgmma_fence_operands(dk[0]);
+#pragma unroll
+      for (int kk = 0; kk < C / 16; ++kk)
+        wgmma_rs<T, L::own_dims>(dk[0], dsa[kk], nmajor_descriptor(q_slot + own_cols, C, kk), 1);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operands(dk[0]);
+      wgmma_fence_operands(dv[0]);
+      wgmma_fence_operands(pa);
+      wgmma_fence_operands(dsa);
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(barrier(L::slot_empty + slot));  // the warp is done with tile j's slot
+    };
+    if constexpr (L::dim_groups == 2) {
+      walk_tile_by_roles(0);
+    } else {
+      // Without a pattern that splits tiles (may_skip) only the causal edge (a tile a key tile) and the
+      // key sequence's end make a warpgroup's keys inactive, and their masks handle that: one copy (the
+      // second made ptxas spill at d = 128).
+      if (!may_skip || warpgroup_keys_active<Cfg>(p, group, own.key0, q0, C, t.mask)) walk_tile(WarpgroupActive<true>{});
+      else walk_tile(WarpgroupActive<false>{});
+    }
   }
   if constexpr (Cfg::atomic_dq)
     if (count > 0) dq_product(count - 1, [] { wgmma_wait<0>(); });  // the last tile's

@@ -132,6 +132,18 @@ __device__ __forceinline__ void pass_turn(int group) {
     asm volatile("bar.arrive %0, %1;\n" ::"n"(FIRST), "n"(THREADS) : "memory");
 }
 
+// Named barrier ID, counting THREADS, with an immediate id (see take_turn): a warpgroup handing
+// shared-memory data to another arrives once its writes are done (bar.arrive does not wait), and the
+// other syncs there before reading them.
+template <int ID, int THREADS>
+__device__ __forceinline__ void named_barrier_arrive() {
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
+}
+template <int ID, int THREADS>
+__device__ __forceinline__ void named_barrier_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
+}
+
 // Warp specialization: a warpgroup that needs few registers (copies, bookkeeping) gives them back, and
 // the warpgroups that do the math take them (every warp of the warpgroup executes it). The kernel is
 // compiled for the launch's even share; these set each warpgroup's own limit from here on.

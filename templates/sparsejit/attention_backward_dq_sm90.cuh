@@ -14,9 +14,10 @@
 //   3. dQ += dS K (scaled at the end): A from registers, K read transposed (N-major), as the
 //      forward's O += P V reads V.
 // At d = 256 (Cfg::warps = 4: 64 queries a CTA) both warpgroups take the CTA's 64 queries and half the
-// head dims of dQ each, as the dK/dV pass does at d = 256: S and dP (which need every dim) are computed
-// by both, and each adds its 64 x 128 share of dQ += dS K (a warpgroup's dQ of 64 x 256 would hold 128
-// registers a thread, leaving too few for S, dP and dS).
+// head dims of dQ each, as the dK/dV pass does at d = 256 (a warpgroup's dQ of 64 x 256 would hold 128
+// registers a thread, leaving too few for S, dP and dS): warpgroup 0 computes S and P and hands P over
+// in shared memory, warpgroup 1 computes dP and dS and hands dS back, and each adds its 64 x 128 share
+// of dQ += dS K.
 // With three or more ring slots, dQ += dS K of tile j - 1 runs under the element-wise steps of tile j
 // (its K slot stays in use one tile longer). Thread 0 issues every copy (TMA); one CTA barrier a tile
 // tells it that both warpgroups are done with the slot it refills, as in the forward's wgmma kernel.
@@ -48,7 +49,13 @@ struct BackwardDqSm90Layout {
   static constexpr int q_tile = 0, do_tile = own_bytes;        // offsets from the 1024-aligned base
   static constexpr int k_ring = 2 * own_bytes;
   static constexpr int v_ring = k_ring + Cfg::stages * other_bytes;
-  static constexpr int stats = v_ring + Cfg::stages * other_bytes;  // the rows' lse2, then their delta
+  // At d = 256 the hand-over between the warpgroups: P in fp32, then dS as packed A fragments, each
+  // thread's in 16-byte chunks, chunk c of all 128 threads side by side (one buffer each: a warpgroup
+  // writes its hand-over of tile j + 1 only after the other has met it past reading that of tile j).
+  static constexpr int hand_over = v_ring + Cfg::stages * other_bytes;
+  static constexpr int p_share_bytes = rows * cols * 4, ds_share_bytes = rows * cols * 2;
+  static constexpr int stats = hand_over + (dim_groups == 2 ? p_share_bytes + ds_share_bytes : 0);  // lse2, delta
+  static constexpr int p_ready = 7, ds_ready = 8;  // named barriers of the hand-overs
   static constexpr int barriers = stats + 2 * rows * 4;             // Q and dO's, then one per ring slot
   static constexpr int used_bytes = barriers + 8 * (Cfg::stages + 1);
   // dQ is staged through padded rows (store_rows) over Q and dO once the walk is done.
@@ -217,8 +224,67 @@ __global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
         }
       }
     };
-    if (!may_skip || warpgroup_queries_active<Cfg>(p, group, work.q0, key0, mask)) walk_tile(WarpgroupActive<true>{});
-    else walk_tile(WarpgroupActive<false>{});
+    // d = 256: S (warpgroup 0) or dP (warpgroup 1) over all 256 dims, one product each, P handed one
+    // way and dS the other, then each warpgroup's dims of dQ. The products are issued outside any
+    // branch on the warpgroup (only their operands differ). (Generic, so that kernels of other head
+    // dims do not compile it.)
+    auto walk_tile_by_roles = [&](auto) {
+      float s[1][Tr::n_tiles][4];  // S then P (warpgroup 0), or dP then dS (warpgroup 1)
+      float4* p_share = reinterpret_cast<float4*>(smem + L::hand_over) + threadIdx.x % 128;
+      uint4* ds_share = reinterpret_cast<uint4*>(smem + L::hand_over + L::p_share_bytes) + threadIdx.x % 128;
+      const unsigned a_rows = group == 0 ? q_rows : do_rows, b_tile = group == 0 ? k_tile(slot) : v_tile(slot);
+      wgmma_fence();  // dsa and dq written by ordinary instructions
+#pragma unroll
+      for (int ks = 0; ks < Tr::k_steps; ++ks)
+        wgmma_ss<T, C>(s[0], kmajor_descriptor(a_rows, R, ks), kmajor_descriptor(b_tile, C, ks), ks > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operands(s[0]);
+      if (group == 0) {
+        if (backward_tile_needs_mask<Cfg>(p, work.q0, R, key0, C, mask))
+          mask_backward_tile<Cfg, false>(s, p, work.q0, key0, warp_row0, mask);
+#pragma unroll
+        for (int nt = 0; nt < Tr::n_tiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[0][nt][e] = fast_exp2(fmaf(s[0][nt][e], p.scale_log2, -lse2[e / 2]));
+          p_share[nt * 128] = make_float4(s[0][nt][0], s[0][nt][1], s[0][nt][2], s[0][nt][3]);
+        }
+        named_barrier_arrive<L::p_ready, L::threads>();
+      } else {
+        named_barrier_sync<L::p_ready, L::threads>();
+#pragma unroll
+        for (int nt = 0; nt < Tr::n_tiles; ++nt) {
+          const float4 v = p_share[nt * 128];
+          const float pt[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[0][nt][e] = pt[e] * (s[0][nt][e] - delta[e / 2]);
+        }
+#pragma unroll
+        for (int kk = 0; kk < C / 16; ++kk) {
+          pack_a_fragment<T>(s[0], kk, dsa[kk]);
+          ds_share[kk * 128] = make_uint4(dsa[kk][0], dsa[kk][1], dsa[kk][2], dsa[kk][3]);
+        }
+      }
+      named_barrier_sync<L::ds_ready, L::threads>();
+#pragma unroll
+      for (int kk = 0; kk < C / 16; ++kk) {  // warpgroup 1 reads back what it wrote
+        const uint4 a = ds_share[kk * 128];
+        dsa[kk][0] = a.x, dsa[kk][1] = a.y, dsa[kk][2] = a.z, dsa[kk][3] = a.w;
+      }
+      wgmma_fence();
+      wgmma_fence_operands(dq[0]);
+      issue_dq(slot);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operands(dq[0]);
+      wgmma_fence_operands(dsa);
+    };
+    if constexpr (L::dim_groups == 2) {
+      walk_tile_by_roles(0);
+    } else {
+      if (!may_skip || warpgroup_queries_active<Cfg>(p, group, work.q0, key0, mask)) walk_tile(WarpgroupActive<true>{});
+      else walk_tile(WarpgroupActive<false>{});
+    }
     previous = slot;
   }
   if (overlap && count > 0) {

@@ -19,9 +19,11 @@
 //      Each warpgroup writes its fp32 dQ tile to shared memory for the dQ warp (below).
 // At d = 256 (Cfg::warps = 4: 64 keys a CTA, the dQ pass's dQ) the two math warpgroups take the same
 // 64 keys and half the head dims each: dK and dV of 64 keys x 256 dims would need 256 registers a
-// thread of one warpgroup. S^T and dP^T need every dim, so both warpgroups compute them (two of the
-// tile's four products done twice); each then adds its 128 dims of dV and dK (64 x 128 products reading
-// its half of dO and Q), holding as many accumulators as a warpgroup at d = 128.
+// thread of one warpgroup. They split a tile by role: warpgroup 0 computes S^T and P^T, warpgroup 1
+// dP^T and dS^T, P^T and dS^T handed over in shared memory (walk_tile_by_roles); each then adds its
+// 128 dims of dV and dK (64 x 128 products reading its half of dO and Q), holding as many accumulators
+// as a warpgroup at d = 128. (Both computing S^T and dP^T, six products a tile instead of four, made
+// the pass 13% slower.)
 // At d = 96 the K, V, Q and dO tiles are stored as at d = 128, in two 64-column swizzle blocks. The
 // tensor maps' extent is 96, so the copies fill columns 96 .. 127 with zeros, and no product reads
 // them but the second warpgroup's dQ product (its dims 96 .. 127 are dropped): S^T and dP^T take 6

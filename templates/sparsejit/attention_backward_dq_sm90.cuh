@@ -150,6 +150,16 @@ __global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
     for (int kk = 0; kk < C / 16; ++kk)
       wgmma_rs<T, L::own_dims>(dq[0], dsa[kk], nmajor_descriptor(k_tile(slot) + own_cols, C, kk), 1);
   };
+  // The same, committed and waited for: dQ and dS may be read and written again after it.
+  auto add_dq = [&](int slot) {
+    wgmma_fence();  // dsa written by ordinary instructions
+    wgmma_fence_operands(dq[0]);
+    issue_dq(slot);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(dq[0]);
+    wgmma_fence_operands(dsa);
+  };
 
   if (count > 0) mbarrier_wait(own_ready, 0);
   int previous = 0;  // tile j - 1's slot
@@ -213,15 +223,7 @@ __global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
         }
 #pragma unroll
         for (int kk = 0; kk < C / 16; ++kk) pack_a_fragment<T>(ds[0], kk, dsa[kk]);
-        if constexpr (!overlap) {
-          wgmma_fence();
-          wgmma_fence_operands(dq[0]);
-          issue_dq(slot);
-          wgmma_commit();
-          wgmma_wait<0>();
-          wgmma_fence_operands(dq[0]);
-          wgmma_fence_operands(dsa);
-        }
+        if constexpr (!overlap) add_dq(slot);
       }
     };
     // d = 256: S (warpgroup 0) or dP (warpgroup 1) over all 256 dims, one product each, P handed one
@@ -271,13 +273,7 @@ __global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
         const uint4 a = ds_share[kk * 128];
         dsa[kk][0] = a.x, dsa[kk][1] = a.y, dsa[kk][2] = a.z, dsa[kk][3] = a.w;
       }
-      wgmma_fence();
-      wgmma_fence_operands(dq[0]);
-      issue_dq(slot);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operands(dq[0]);
-      wgmma_fence_operands(dsa);
+      add_dq(slot);
     };
     if constexpr (L::dim_groups == 2) {
       walk_tile_by_roles(0);
@@ -287,14 +283,7 @@ __global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
     }
     previous = slot;
   }
-  if (overlap && count > 0) {
-    wgmma_fence();
-    wgmma_fence_operands(dq[0]);
-    issue_dq(previous);
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_operands(dq[0]);
-  }
+  if (overlap && count > 0) add_dq(previous);
 
   __syncthreads();  // every product is done with Q and dO, which dQ is staged over
   T* dq_out = static_cast<T*>(p.dq) + work.batch * p.dq_batch_stride + work.head_q * p.dq_head_stride;

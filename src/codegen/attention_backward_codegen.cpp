@@ -99,6 +99,16 @@ BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart p
   return t;
 }
 
+namespace {
+
+// Bytes of the Hopper kernels' hand-over between their warpgroups at d = 256 (WarpgroupHandOver in
+// attention_backward.cuh: a tile's P in fp32 and its dS in 16 bits), 0 at other head dims.
+int hand_over_bytes(const AttentionSpec& spec, const BackwardTiling& t) {
+  return spec.head_dim == 256 ? t.block_rows() * t.block_cols * (4 + 2) : 0;
+}
+
+}  // namespace
+
 int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTiling& t) {
   if (t.part == BackwardPart::prep || t.part == BackwardPart::dq_convert) return 0;
   const int row_bytes = (spec.head_dim + 8) * 2;
@@ -108,8 +118,8 @@ int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTil
     // hand-over of P (fp32) and dS, the rows' lse2 and delta, the mbarriers (Q and dO's, one per
     // slot); plus 1 KB to align the base to a swizzle atom.
     const int d = wgmma_tile_dim(spec.head_dim), rows = t.block_rows(), cols = t.block_cols;
-    const int hand_over = spec.head_dim == 256 ? rows * cols * (4 + 2) : 0;
-    return 1024 + 2 * rows * d * 2 + 2 * t.stages * cols * d * 2 + hand_over + 2 * rows * 4 + 8 * (t.stages + 1);
+    return 1024 + 2 * rows * d * 2 + 2 * t.stages * cols * d * 2 + hand_over_bytes(spec, t) + 2 * rows * 4 +
+           8 * (t.stages + 1);
   }
   if (t.part == BackwardPart::dq) return tiles + t.block_rows() * 8;
   if (t.wgmma) {
@@ -121,7 +131,7 @@ int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTil
     // (BackwardSm90Layout::Indices); plus 1 KB to align the base to a swizzle atom.
     const int d = wgmma_tile_dim(spec.head_dim), rows = t.block_rows(), cols = t.block_cols;
     const int dq_tiles = atomic_dq(spec) ? 2 * 64 * 64 * 4 + 2 * 8192 : 0;
-    const int ds_region = spec.head_dim == 256 ? rows * cols * (4 + 2) : 2 * rows * cols * 2;
+    const int ds_region = spec.head_dim == 256 ? hand_over_bytes(spec, t) : 2 * rows * cols * 2;
     return 1024 + 2 * rows * d * 2 + 2 * t.stages * cols * d * 2 + ds_region + dq_tiles +
            2 * t.stages * cols * 4 + 8 * (2 * t.stages + 11) + 1024;
   }

@@ -53,8 +53,8 @@ struct BackwardDqSm90Layout {
   // thread's in 16-byte chunks, chunk c of all 128 threads side by side (one buffer each: a warpgroup
   // writes its hand-over of tile j + 1 only after the other has met it past reading that of tile j).
   static constexpr int hand_over = v_ring + Cfg::stages * other_bytes;
-  static constexpr int p_share_bytes = rows * cols * 4, ds_share_bytes = rows * cols * 2;
-  static constexpr int stats = hand_over + (dim_groups == 2 ? p_share_bytes + ds_share_bytes : 0);  // lse2, delta
+  using HandOver = WarpgroupHandOver<Tr::n_tiles, cols / 16>;
+  static constexpr int stats = hand_over + (dim_groups == 2 ? HandOver::p_bytes + HandOver::ds_bytes : 0);  // lse2, delta
   static constexpr int p_ready = 7, ds_ready = 8;  // named barriers of the hand-overs
   static constexpr int barriers = stats + 2 * rows * 4;             // Q and dO's, then one per ring slot
   static constexpr int used_bytes = barriers + 8 * (Cfg::stages + 1);
@@ -146,9 +146,7 @@ __global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
   for (int dt = 0; dt < L::own_dims / 8; ++dt) dq[0][dt][0] = dq[0][dt][1] = dq[0][dt][2] = dq[0][dt][3] = 0.f;
   unsigned dsa[C / 16][4];  // dS as the A fragments of C / 16 k-steps
   auto issue_dq = [&](int slot) {  // dQ += dS K of the K tile in `slot`, not yet committed
-#pragma unroll
-    for (int kk = 0; kk < C / 16; ++kk)
-      wgmma_rs<T, L::own_dims>(dq[0], dsa[kk], nmajor_descriptor(k_tile(slot) + own_cols, C, kk), 1);
+    wgmma_rs_steps<T, L::own_dims, C / 16>(dq[0], dsa, k_tile(slot) + own_cols, C);
   };
   // The same, committed and waited for: dQ and dS may be read and written again after it.
   auto add_dq = [&](int slot) {
@@ -179,13 +177,9 @@ __global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
       if constexpr (decltype(queries)::value) {
         float s[1][Tr::n_tiles][4], ds[1][Tr::n_tiles][4];  // S, and dP then dS: this warp's queries x the tile's keys
         wgmma_fence();  // dsa and dq written by ordinary instructions
-#pragma unroll
-        for (int ks = 0; ks < Tr::k_steps; ++ks)
-          wgmma_ss<T, C>(s[0], kmajor_descriptor(q_rows, R, ks), kmajor_descriptor(k_tile(slot), C, ks), ks > 0);
+        wgmma_ss_steps<T, C, Tr::k_steps>(s[0], q_rows, R, k_tile(slot));
         wgmma_commit();
-#pragma unroll
-        for (int ks = 0; ks < Tr::k_steps; ++ks)
-          wgmma_ss<T, C>(ds[0], kmajor_descriptor(do_rows, R, ks), kmajor_descriptor(v_tile(slot), C, ks), ks > 0);
+        wgmma_ss_steps<T, C, Tr::k_steps>(ds[0], do_rows, R, v_tile(slot));
         wgmma_commit();
         // With overlap, tile j - 1's dQ += dS K behind this tile's products: a third group, empty at
         // j = 0, so that every tile waits for the same counts. (Waits that depended on j made ptxas
@@ -232,13 +226,9 @@ __global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
     // dims do not compile it.)
     auto walk_tile_by_roles = [&](auto) {
       float s[1][Tr::n_tiles][4];  // S then P (warpgroup 0), or dP then dS (warpgroup 1)
-      float4* p_share = reinterpret_cast<float4*>(smem + L::hand_over) + threadIdx.x % 128;
-      uint4* ds_share = reinterpret_cast<uint4*>(smem + L::hand_over + L::p_share_bytes) + threadIdx.x % 128;
-      const unsigned a_rows = group == 0 ? q_rows : do_rows, b_tile = group == 0 ? k_tile(slot) : v_tile(slot);
+      const typename L::HandOver share(smem + L::hand_over);
       wgmma_fence();  // dsa and dq written by ordinary instructions
-#pragma unroll
-      for (int ks = 0; ks < Tr::k_steps; ++ks)
-        wgmma_ss<T, C>(s[0], kmajor_descriptor(a_rows, R, ks), kmajor_descriptor(b_tile, C, ks), ks > 0);
+      wgmma_ss_steps<T, C, Tr::k_steps>(s[0], group == 0 ? q_rows : do_rows, R, group == 0 ? k_tile(slot) : v_tile(slot));
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_operands(s[0]);
@@ -246,33 +236,26 @@ __global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
         if (backward_tile_needs_mask<Cfg>(p, work.q0, R, key0, C, mask))
           mask_backward_tile<Cfg, false>(s, p, work.q0, key0, warp_row0, mask);
 #pragma unroll
-        for (int nt = 0; nt < Tr::n_tiles; ++nt) {
+        for (int nt = 0; nt < Tr::n_tiles; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[0][nt][e] = fast_exp2(fmaf(s[0][nt][e], p.scale_log2, -lse2[e / 2]));
-          p_share[nt * 128] = make_float4(s[0][nt][0], s[0][nt][1], s[0][nt][2], s[0][nt][3]);
-        }
+        share.put_p(s[0]);
         named_barrier_arrive<L::p_ready, L::threads>();
       } else {
         named_barrier_sync<L::p_ready, L::threads>();
 #pragma unroll
         for (int nt = 0; nt < Tr::n_tiles; ++nt) {
-          const float4 v = p_share[nt * 128];
+          const float4 v = share.p_chunk(nt);
           const float pt[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[0][nt][e] = pt[e] * (s[0][nt][e] - delta[e / 2]);
         }
 #pragma unroll
-        for (int kk = 0; kk < C / 16; ++kk) {
-          pack_a_fragment<T>(s[0], kk, dsa[kk]);
-          ds_share[kk * 128] = make_uint4(dsa[kk][0], dsa[kk][1], dsa[kk][2], dsa[kk][3]);
-        }
+        for (int kk = 0; kk < C / 16; ++kk) pack_a_fragment<T>(s[0], kk, dsa[kk]);
+        share.put_ds(dsa);
       }
       named_barrier_sync<L::ds_ready, L::threads>();
-#pragma unroll
-      for (int kk = 0; kk < C / 16; ++kk) {  // warpgroup 1 reads back what it wrote
-        const uint4 a = ds_share[kk * 128];
-        dsa[kk][0] = a.x, dsa[kk][1] = a.y, dsa[kk][2] = a.z, dsa[kk][3] = a.w;
-      }
+      share.take_ds(dsa);  // warpgroup 1 reads back what it wrote
       add_dq(slot);
     };
     if constexpr (L::dim_groups == 2) {

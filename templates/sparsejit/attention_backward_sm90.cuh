@@ -81,8 +81,8 @@ struct BackwardSm90Layout {
   // instead the hand-over between the warpgroups (below): P^T in fp32, then dS^T as packed A fragments,
   // each thread's in 16-byte chunks, chunk c of all 128 threads side by side.
   static constexpr int ds_tiles = do_ring + Cfg::stages * other_bytes;
-  static constexpr int p_share_bytes = rows * cols * 4, ds_share_bytes = rows * cols * 2;
-  static constexpr int ds_region_bytes = dim_groups == 2 ? p_share_bytes + ds_share_bytes : 2 * ds_bytes;
+  using HandOver = WarpgroupHandOver<Tr::n_tiles, cols / 16>;
+  static constexpr int ds_region_bytes = dim_groups == 2 ? HandOver::p_bytes + HandOver::ds_bytes : 2 * ds_bytes;
   // Each warpgroup's fp32 dQ tile (64 queries x 64 dims) as two 32-column boxes of 128-byte swizzled
   // rows, the source of the dQ warp's reductions.
   static constexpr int dq_box_bytes = 64 * 128, dq_bytes = 2 * dq_box_bytes;
@@ -404,13 +404,9 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
       take_turn<L::turn, L::math_threads>(group);
       if constexpr (active) {
         wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < Tr::k_steps; ++ks)
-          wgmma_ss<T, C>(s[0], kmajor_descriptor(k_rows, R, ks), kmajor_descriptor(q_slot, C, ks), ks > 0);
+        wgmma_ss_steps<T, C, Tr::k_steps>(s[0], k_rows, R, q_slot);
         wgmma_commit();
-#pragma unroll
-        for (int ks = 0; ks < Tr::k_steps; ++ks)
-          wgmma_ss<T, C>(ds[0], kmajor_descriptor(v_rows, R, ks), kmajor_descriptor(do_slot, C, ks), ks > 0);
+        wgmma_ss_steps<T, C, Tr::k_steps>(ds[0], v_rows, R, do_slot);
         wgmma_commit();
         wgmma_wait<1>();
         wgmma_fence_operands(s[0]);
@@ -419,7 +415,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
 
       if constexpr (active) {
         // The pattern masks nothing of this warpgroup's keys where all their blocks are active.
-        const unsigned long long own_bits = warpgroup_mask_bits<Cfg>(key_group);
+        const unsigned long long own_bits = warpgroup_mask_bits<Cfg>(group);
         const unsigned long long mask = (t.mask & own_bits) == own_bits ? kWholeTile : t.mask;
         if (backward_tile_needs_mask<Cfg>(p, q0, C, own.key0, R, mask))
           mask_backward_tile<Cfg, true>(s, p, own.key0, q0, warp_row0, mask);
@@ -437,12 +433,9 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
         wgmma_fence();  // pa and dsa written by ordinary instructions
         wgmma_fence_operands(dk[0]);
         wgmma_fence_operands(dv[0]);
-#pragma unroll
-        for (int kk = 0; kk < C / 16; ++kk)
-          wgmma_rs<T, L::own_dims>(dv[0], pa[kk], nmajor_descriptor(do_slot + own_cols, C, kk), 1);
-#pragma unroll
-        for (int kk = 0; kk < C / 16; ++kk)
-          wgmma_rs<T, L::own_dims>(dk[0], dsa[kk], nmajor_descriptor(q_slot + own_cols, C, kk), 1);
+        // (own_dims is D here; d = 256's kernel, which never calls this copy, compiles it too.)
+        wgmma_rs_steps<T, L::own_dims, C / 16>(dv[0], pa, do_slot, C);
+        wgmma_rs_steps<T, L::own_dims, C / 16>(dk[0], dsa, q_slot, C);
         wgmma_commit();
       }
 
@@ -489,13 +482,9 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
     auto walk_tile_by_roles = [&](auto) {
       float s[1][Tr::n_tiles][4];  // S^T then P^T (warpgroup 0), or dP^T then dS^T (warpgroup 1)
       unsigned pa[C / 16][4], dsa[C / 16][4];
-      float4* p_share = reinterpret_cast<float4*>(smem + L::ds_tiles) + threadIdx.x % 128;
-      uint4* ds_share = reinterpret_cast<uint4*>(smem + L::ds_tiles + L::p_share_bytes) + threadIdx.x % 128;
-      const unsigned a_rows = group == 0 ? k_rows : v_rows, b_slot = group == 0 ? q_slot : do_slot;
+      const typename L::HandOver share(smem + L::ds_tiles);
       wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < Tr::k_steps; ++ks)
-        wgmma_ss<T, C>(s[0], kmajor_descriptor(a_rows, R, ks), kmajor_descriptor(b_slot, C, ks), ks > 0);
+      wgmma_ss_steps<T, C, Tr::k_steps>(s[0], group == 0 ? k_rows : v_rows, R, group == 0 ? q_slot : do_slot);
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_operands(s[0]);
@@ -503,9 +492,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
         if (backward_tile_needs_mask<Cfg>(p, q0, C, own.key0, R, t.mask))
           mask_backward_tile<Cfg, true>(s, p, own.key0, q0, warp_row0, t.mask);
         probabilities_from_scores<Tr>(s, lse2, p.scale_log2);
-#pragma unroll
-        for (int nt = 0; nt < Tr::n_tiles; ++nt)
-          p_share[nt * 128] = make_float4(s[0][nt][0], s[0][nt][1], s[0][nt][2], s[0][nt][3]);
+        share.put_p(s[0]);
         named_barrier_arrive<L::p_ready, L::math_threads>();
 #pragma unroll
         for (int kk = 0; kk < C / 16; ++kk) pack_a_fragment<T>(s[0], kk, pa[kk]);
@@ -517,34 +504,26 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int nt = 2 * kk + h;
-            const float4 v = p_share[nt * 128];
+            const float4 v = share.p_chunk(nt);
             pt[h][0] = v.x, pt[h][1] = v.y, pt[h][2] = v.z, pt[h][3] = v.w;
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[0][nt][e] = pt[h][e] * (s[0][nt][e] - delta[nt * 8 + 2 * (lane % 4) + e % 2]);
           }
           pack_a_fragment<T>(pt, 0, pa[kk]);
           pack_a_fragment<T>(s[0], kk, dsa[kk]);
-          ds_share[kk * 128] = make_uint4(dsa[kk][0], dsa[kk][1], dsa[kk][2], dsa[kk][3]);
         }
+        share.put_ds(dsa);
       }
       // dV += P^T dO for this warpgroup's dims, then (once warpgroup 1 has handed dS^T over) dK += dS^T Q.
       wgmma_fence();  // pa written by ordinary instructions
       wgmma_fence_operands(dv[0]);
-#pragma unroll
-      for (int kk = 0; kk < C / 16; ++kk)
-        wgmma_rs<T, L::own_dims>(dv[0], pa[kk], nmajor_descriptor(do_slot + own_cols, C, kk), 1);
+      wgmma_rs_steps<T, L::own_dims, C / 16>(dv[0], pa, do_slot + own_cols, C);
       wgmma_commit();
       named_barrier_sync<L::ds_ready, L::math_threads>();
-#pragma unroll
-      for (int kk = 0; kk < C / 16; ++kk) {
-        const uint4 a = ds_share[kk * 128];  // warpgroup 1 reads back what it wrote
-        dsa[kk][0] = a.x, dsa[kk][1] = a.y, dsa[kk][2] = a.z, dsa[kk][3] = a.w;
-      }
+      share.take_ds(dsa);  // warpgroup 1 reads back what it wrote
       wgmma_fence();
       wgmma_fence_operands(dk[0]);
-#pragma unroll
-      for (int kk = 0; kk < C / 16; ++kk)
-        wgmma_rs<T, L::own_dims>(dk[0], dsa[kk], nmajor_descriptor(q_slot + own_cols, C, kk), 1);
+      wgmma_rs_steps<T, L::own_dims, C / 16>(dk[0], dsa, q_slot + own_cols, C);
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_operands(dk[0]);

@@ -113,28 +113,10 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Two warpgroups taking turns (ping-pong) on named barriers FIRST and FIRST + 1, counting THREADS:
-// warpgroup `group` waits for its turn on FIRST + group and hands it over on the other's. The ids are
-// immediates in both branches: an id in a register makes ptxas reserve all 16 named barriers of the
-// SM for the CTA, which would keep a second CTA off it.
-template <int FIRST, int THREADS>
-__device__ __forceinline__ void take_turn(int group) {
-  if (group == 0)
-    asm volatile("bar.sync %0, %1;\n" ::"n"(FIRST), "n"(THREADS) : "memory");
-  else
-    asm volatile("bar.sync %0, %1;\n" ::"n"(FIRST + 1), "n"(THREADS) : "memory");
-}
-template <int FIRST, int THREADS>
-__device__ __forceinline__ void pass_turn(int group) {
-  if (group == 0)
-    asm volatile("bar.arrive %0, %1;\n" ::"n"(FIRST + 1), "n"(THREADS) : "memory");
-  else
-    asm volatile("bar.arrive %0, %1;\n" ::"n"(FIRST), "n"(THREADS) : "memory");
-}
-
-// Named barrier ID, counting THREADS, with an immediate id (see take_turn): a warpgroup handing
-// shared-memory data to another arrives once its writes are done (bar.arrive does not wait), and the
-// other syncs there before reading them.
+// Named barrier ID, counting THREADS, with the id an immediate: an id in a register makes ptxas
+// reserve all 16 named barriers of the SM for the CTA, which would keep a second CTA off it. A
+// warpgroup handing shared-memory data to another arrives once its writes are done (bar.arrive does
+// not wait), and the other syncs there before reading them.
 template <int ID, int THREADS>
 __device__ __forceinline__ void named_barrier_arrive() {
   asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
@@ -142,6 +124,20 @@ __device__ __forceinline__ void named_barrier_arrive() {
 template <int ID, int THREADS>
 __device__ __forceinline__ void named_barrier_sync() {
   asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
+}
+
+// Two warpgroups taking turns (ping-pong) on named barriers FIRST and FIRST + 1, counting THREADS:
+// warpgroup `group` waits for its turn on FIRST + group and hands it over on the other's (immediate
+// ids in both branches, as above).
+template <int FIRST, int THREADS>
+__device__ __forceinline__ void take_turn(int group) {
+  if (group == 0) named_barrier_sync<FIRST, THREADS>();
+  else named_barrier_sync<FIRST + 1, THREADS>();
+}
+template <int FIRST, int THREADS>
+__device__ __forceinline__ void pass_turn(int group) {
+  if (group == 0) named_barrier_arrive<FIRST + 1, THREADS>();
+  else named_barrier_arrive<FIRST, THREADS>();
 }
 
 // Warp specialization: a warpgroup that needs few registers (copies, bookkeeping) gives them back, and
@@ -304,6 +300,25 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const unsigned (&
   } else {
     if constexpr (IsBf16<T>::value) SJIT_WGMMA_RS_N256("bf16"); else SJIT_WGMMA_RS_N256("f16");
   }
+}
+
+// d (+)= A B over K_STEPS k-steps of 16, both from K-major tiles: A the 64 rows at `a_tile` of a tile of
+// `a_rows` rows, B the N rows of `b_tile` (S = Q K^T and its kin); d is overwritten by the first step.
+// Issued, not committed.
+template <class T, int N, int K_STEPS>
+__device__ __forceinline__ void wgmma_ss_steps(float (&d)[N / 8][4], unsigned a_tile, int a_rows, unsigned b_tile) {
+#pragma unroll
+  for (int ks = 0; ks < K_STEPS; ++ks)
+    wgmma_ss<T, N>(d, kmajor_descriptor(a_tile, a_rows, ks), kmajor_descriptor(b_tile, N, ks), ks > 0);
+}
+
+// d += A B over K_STEPS k-steps of 16: A from registers (one fragment a k-step), B read transposed
+// from the N-major tile of `b_rows` rows at `b_tile` (O += P V and its kin). Issued, not committed.
+template <class T, int N, int K_STEPS>
+__device__ __forceinline__ void wgmma_rs_steps(float (&d)[N / 8][4], const unsigned (&a)[K_STEPS][4], unsigned b_tile,
+                                               int b_rows) {
+#pragma unroll
+  for (int kk = 0; kk < K_STEPS; ++kk) wgmma_rs<T, N>(d, a[kk], nmajor_descriptor(b_tile, b_rows, kk), 1);
 }
 
 #undef SJIT_WGMMA_SS_N64

@@ -143,6 +143,16 @@ __device__ __forceinline__ void probabilities_from_scores(float (&s)[1][Tr::n_ti
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[0][nt][e] = fast_exp2(fmaf(s[0][nt][e], scale_log2, -lse2[nt * 8 + 2 * (lane % 4) + e % 2]));
 }
+// The dQ pass's P = exp2(S scale log2(e) - lse2) in place, on the warp's S fragments (its queries x the
+// tile's keys: a thread's two rows' lse2 in registers).
+template <class Tr>
+__device__ __forceinline__ void probabilities_from_row_scores(float (&s)[1][Tr::n_tiles][4], const float (&lse2)[2],
+                                                              float scale_log2) {
+#pragma unroll
+  for (int nt = 0; nt < Tr::n_tiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[0][nt][e] = fast_exp2(fmaf(s[0][nt][e], scale_log2, -lse2[e / 2]));
+}
 template <class Tr>
 __device__ __forceinline__ void score_gradients(float (&dp)[1][Tr::n_tiles][4], const float (&p)[1][Tr::n_tiles][4],
                                                 const float* delta) {

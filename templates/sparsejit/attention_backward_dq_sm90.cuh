@@ -196,10 +196,7 @@ __global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
 
         if (backward_tile_needs_mask<Cfg>(p, work.q0, R, key0, C, mask))
           mask_backward_tile<Cfg, false>(s, p, work.q0, key0, warp_row0, mask);
-#pragma unroll
-        for (int nt = 0; nt < Tr::n_tiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[0][nt][e] = fast_exp2(fmaf(s[0][nt][e], p.scale_log2, -lse2[e / 2]));
+        probabilities_from_row_scores<Tr>(s, lse2, p.scale_log2);
         if constexpr (overlap) {
           wgmma_wait<1>();
         } else {
@@ -235,10 +232,7 @@ __global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
       if (group == 0) {
         if (backward_tile_needs_mask<Cfg>(p, work.q0, R, key0, C, mask))
           mask_backward_tile<Cfg, false>(s, p, work.q0, key0, warp_row0, mask);
-#pragma unroll
-        for (int nt = 0; nt < Tr::n_tiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[0][nt][e] = fast_exp2(fmaf(s[0][nt][e], p.scale_log2, -lse2[e / 2]));
+        probabilities_from_row_scores<Tr>(s, lse2, p.scale_log2);
         share.put_p(s[0]);
         named_barrier_arrive<L::p_ready, L::threads>();
       } else {

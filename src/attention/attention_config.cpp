@@ -122,7 +122,7 @@ bool wgmma_is_default(const AttentionSpec& spec) {
 }
 
 // Which Hopper kernel: the persistent, warp-specialized one (wgmma_ws, 128-key tiles) where it was
-// measured faster on the H100 (same-run A/B, session of 2026-11-23, sixth; docs/attention.md):
+// measured faster on the H100 (same-run A/B, session of 2026-11-23, sixth; docs/attention-log.md):
 // - d = 128 (B2 H16 S8192), dense or pattern blocks of 128, causal or not: dense 1.698 ms against
 //   1.864-1.891 (648 TFLOP/s), density 0.1 0.201 ms against 0.230-0.248, causal dense 0.981 against
 //   1.015-1.029, causal 0.1 0.159 against 0.173-0.184;

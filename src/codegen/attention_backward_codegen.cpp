@@ -87,8 +87,8 @@ BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart p
   // At d = 128 (and 96, whose tiles take as much shared memory) the Hopper dQ pass walks 128-key tiles
   // where pattern blocks are that wide (or there is no pattern): S and dP read Q and dO from shared
   // memory once for 128 keys instead of twice, and the CTA meets half as often (3-7% faster backward on
-  // the H100; at d = 64 it was 1-5% slower, see docs/attention.md). Narrower pattern blocks keep 64: a
-  // wider tile would cover more inactive blocks.
+  // the H100; at d = 64 it was 1-5% slower, see docs/attention-log.md, "Landed: the dQ pass on
+  // 128-key tiles"). Narrower pattern blocks keep 64: a wider tile would cover more inactive blocks.
   if (part == BackwardPart::dq && sm90 && (spec.head_dim == 128 || spec.head_dim == 96) &&
       (spec.sparsity == Sparsity::dense || spec.block_size >= 128))
     t.block_cols = 128;

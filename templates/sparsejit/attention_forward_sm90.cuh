@@ -178,7 +178,7 @@ struct WarpgroupRows {
         } else {
           // S of tile 0 runs under on_first_scores, or the other warpgroup's products do once the
           // turn is handed over: the first is 1-2% faster where items are a few tiles, the second 2%
-          // faster dense (Nsight Compute, docs/attention.md). Where o holds an earlier item's
+          // faster dense (Nsight Compute, docs/attention-log.md). Where o holds an earlier item's
           // output, it is reset only now: ptxas serializes every wgmma (C7514, C7515) where ordinary
           // instructions read or write an accumulator while one runs.
           if constexpr (Feed::scores_cover_first) on_first_scores();

@@ -233,7 +233,7 @@ TEST_CASE("the Hopper dK/dV and dQ kernels compile for sm_90a without spills", "
     CHECK(k.usage.registers > 0);
     // At d = 128 with blocks of 64 (the tile's work in two copies, for a warpgroup whose keys are
     // inactive or not) ptxas spills 16 bytes; measured 16-20% faster than the one copy without spills
-    // (docs/attention.md, "Landed: the dK/dV pass skips a warpgroup's inactive keys").
+    // (docs/attention-log.md, "Landed: the dK/dV pass skips a warpgroup's inactive keys").
     const bool two_copies_d128 = keys[n].find("d=128") != std::string::npos && keys[n].find("block=64") != std::string::npos &&
                                  keys[n].find("part=dkdv") != std::string::npos;
     CHECK(k.usage.spill_store_bytes <= (two_copies_d128 ? 16 : 0));

@@ -16,9 +16,10 @@ namespace sjit::attention {
 // group's rows over the group's CTAs, read, written as dQ and zeroed; the CTA's own work is its key
 // tile's active query rows, over the same query heads. Their ratio is the mean number of active key
 // tiles a query row. Where it is small, a share is no longer hidden behind the work. On the H100
-// (S = 8192, docs/attention-log.md, "Landed: dQ converted by the CTAs a wave later") the conversion in the pass took 45-85 us off the backward at 6 (density
-// 0.1), about 10 us at 3 (0.05), and nothing at 1 (0.02: 0.431 against 0.432 ms with dq_convert).
-// Below 2 (a single key tile, say) one CTA's share would be many rows, so dq_convert does it.
+// (S = 8192; docs/attention-log.md, "Landed: dQ converted by the CTAs a wave later") the conversion
+// in the pass took 45-85 us off the backward at 6 (density 0.1), about 10 us at 3 (0.05), and nothing
+// at 1 (0.02: 0.431 against 0.432 ms with dq_convert). Below 2 (a single key tile, say) one CTA's
+// share would be many rows, so dq_convert does it.
 bool worth_converting_in_pass(double key_tiles_per_row) { return key_tiles_per_row >= 2; }
 
 // How a backward that may sum dQ either way (spec.deterministic false) sums it: atomically inside the

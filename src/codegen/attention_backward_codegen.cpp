@@ -45,8 +45,8 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
   spec::reject_leftovers(kt, "part, warps, cols, stages, path");
   const bool dkdv_tile = t.part == BackwardPart::dkdv && t.block_cols == 64;
   const bool dq_tile = t.part == BackwardPart::dq && (t.block_cols == 64 || t.block_cols == 128);
-  const bool narrow_dq_tile = t.part == BackwardPart::dq && t.block_cols == 64;
-  const bool wgmma_kernel_exists = (t.warps == 8 && (dkdv_tile || dq_tile)) || (t.warps == 4 && (dkdv_tile || narrow_dq_tile));
+  // Four warps (64 rows, d = 256) only with 64-column tiles.
+  const bool wgmma_kernel_exists = (dkdv_tile || dq_tile) && (t.warps == 8 || (t.warps == 4 && t.block_cols == 64));
   if (t.wgmma && !wgmma_kernel_exists)
     throw InvalidArgument(fmt::format("attention backward: path=wgmma exists for part=dkdv with warps=8 (or 4 at "
                                       "head_dim 256) and cols=64, and for part=dq with warps=8 and cols=64 or 128 (or "

@@ -97,17 +97,12 @@ struct WarpgroupRows {
   // S = Q K^T of the K tile at shared address k_tile, issued (not waited for). q_rows: this
   // warpgroup's 64 rows of the Q tile, a K-major A operand.
   __device__ __forceinline__ void issue_scores(unsigned q_rows, unsigned k_tile) {
-#pragma unroll
-    for (int ks = 0; ks < Tr::k_steps; ++ks)
-      wgmma_ss<T, Tr::block_n>(s[0], kmajor_descriptor(q_rows, Tr::block_m, ks),
-                               kmajor_descriptor(k_tile, Tr::block_n, ks), ks > 0);
+    wgmma_ss_steps<T, Tr::block_n, Tr::k_steps>(s[0], q_rows, Tr::block_m, k_tile);
     wgmma_commit();
   }
   // O += P V of the V tile at v_tile, issued.
   __device__ __forceinline__ void issue_values(unsigned v_tile) {
-#pragma unroll
-    for (int kk = 0; kk < Tr::block_n / 16; ++kk)
-      wgmma_rs<T, Tr::head_dim>(o[0], pa[kk], nmajor_descriptor(v_tile, Tr::block_n, kk), 1);
+    wgmma_rs_steps<T, Tr::head_dim, Tr::block_n / 16>(o[0], pa, v_tile, Tr::block_n);
     wgmma_commit();
   }
   // Masks S of tile t where needed and turns it into P (correction set, o not yet rescaled).

@@ -102,35 +102,6 @@ __device__ __forceinline__ unsigned long long warpgroup_mask_bits(int group) {
   }
 }
 
-// The Hopper kernels' hand-over at d = 256, where one warpgroup computes P (or P^T) and the other dP
-// and dS: P goes one way in fp32, dS the other as packed A fragments. Each thread's values travel in
-// 16-byte chunks, chunk c of the warpgroup's 128 threads side by side (conflict-free), so a thread of
-// the other warpgroup at the same place in it reads the same fragment positions.
-template <int N_TILES, int K_STEPS>
-struct WarpgroupHandOver {
-  static constexpr int p_bytes = N_TILES * 128 * 16, ds_bytes = K_STEPS * 128 * 16;
-  float4* p;
-  uint4* ds;
-  __device__ explicit WarpgroupHandOver(unsigned char* at)
-      : p(reinterpret_cast<float4*>(at) + threadIdx.x % 128), ds(reinterpret_cast<uint4*>(at + p_bytes) + threadIdx.x % 128) {}
-  __device__ void put_p(const float (&acc)[N_TILES][4]) const {
-#pragma unroll
-    for (int nt = 0; nt < N_TILES; ++nt) p[nt * 128] = make_float4(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]);
-  }
-  __device__ float4 p_chunk(int nt) const { return p[nt * 128]; }
-  __device__ void put_ds(const unsigned (&a)[K_STEPS][4]) const {
-#pragma unroll
-    for (int kk = 0; kk < K_STEPS; ++kk) ds[kk * 128] = make_uint4(a[kk][0], a[kk][1], a[kk][2], a[kk][3]);
-  }
-  __device__ void take_ds(unsigned (&a)[K_STEPS][4]) const {
-#pragma unroll
-    for (int kk = 0; kk < K_STEPS; ++kk) {
-      const uint4 v = ds[kk * 128];
-      a[kk][0] = v.x, a[kk][1] = v.y, a[kk][2] = v.z, a[kk][3] = v.w;
-    }
-  }
-};
-
 // The dK/dV pass's element-wise steps on the warp's S^T fragments (its keys x the tile's queries, whose
 // lse2 and delta are indexed by column): P^T = exp2(S^T scale log2(e) - lse2) in place, and then
 // dS^T = P^T (dP^T - delta) in place over dP^T.

@@ -25,6 +25,7 @@
 
 #include "sparsejit/attention_backward.cuh"
 #include "sparsejit/attention_forward_sm90.cuh"  // tma.cuh, wgmma.cuh
+#include "sparsejit/warpgroup_hand_over.cuh"
 
 namespace sjit_kernels {
 
@@ -49,13 +50,11 @@ struct BackwardDqSm90Layout {
   static constexpr int q_tile = 0, do_tile = own_bytes;        // offsets from the 1024-aligned base
   static constexpr int k_ring = 2 * own_bytes;
   static constexpr int v_ring = k_ring + Cfg::stages * other_bytes;
-  // At d = 256 the hand-over between the warpgroups: P in fp32, then dS as packed A fragments, each
-  // thread's in 16-byte chunks, chunk c of all 128 threads side by side (one buffer each: a warpgroup
-  // writes its hand-over of tile j + 1 only after the other has met it past reading that of tile j).
+  // At d = 256 the hand-over between the warpgroups (warpgroup_hand_over.cuh).
   static constexpr int hand_over = v_ring + Cfg::stages * other_bytes;
   using HandOver = WarpgroupHandOver<Tr::n_tiles, cols / 16>;
+  static_assert(HandOver::threads == threads, "the hand-over's barriers count the CTA");
   static constexpr int stats = hand_over + (dim_groups == 2 ? HandOver::p_bytes + HandOver::ds_bytes : 0);  // lse2, delta
-  static constexpr int p_ready = 7, ds_ready = 8;  // named barriers of the hand-overs
   static constexpr int barriers = stats + 2 * rows * 4;             // Q and dO's, then one per ring slot
   static constexpr int used_bytes = barriers + 8 * (Cfg::stages + 1);
   // dQ is staged through padded rows (store_rows) over Q and dO once the walk is done.
@@ -233,10 +232,9 @@ __global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
         if (backward_tile_needs_mask<Cfg>(p, work.q0, R, key0, C, mask))
           mask_backward_tile<Cfg, false>(s, p, work.q0, key0, warp_row0, mask);
         probabilities_from_row_scores<Tr>(s, lse2, p.scale_log2);
-        share.put_p(s[0]);
-        named_barrier_arrive<L::p_ready, L::threads>();
+        share.send_p(s[0]);
       } else {
-        named_barrier_sync<L::p_ready, L::threads>();
+        share.wait_for_p();
 #pragma unroll
         for (int nt = 0; nt < Tr::n_tiles; ++nt) {
           const float4 v = share.p_chunk(nt);
@@ -248,8 +246,7 @@ __global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
         for (int kk = 0; kk < C / 16; ++kk) pack_a_fragment<T>(s[0], kk, dsa[kk]);
         share.put_ds(dsa);
       }
-      named_barrier_sync<L::ds_ready, L::threads>();
-      share.take_ds(dsa);  // warpgroup 1 reads back what it wrote
+      share.take_ds(dsa);
       add_dq(slot);
     };
     if constexpr (L::dim_groups == 2) {

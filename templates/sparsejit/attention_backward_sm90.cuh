@@ -49,6 +49,7 @@
 #include "sparsejit/attention_backward.cuh"
 #include "sparsejit/attention_forward_sm90.cuh"  // tma.cuh, wgmma.cuh
 #include "sparsejit/global_signals.cuh"
+#include "sparsejit/warpgroup_hand_over.cuh"
 
 namespace sjit_kernels {
 
@@ -105,11 +106,9 @@ struct BackwardSm90Layout {
   // issued a tile later, once the dS tile's full mbarrier says both have written it; by then the
   // other warpgroup, half a tile behind or ahead, has long done so, so the wait rarely blocks.
   static constexpr int turn = 5;
-  // At d = 256 the warpgroups split a tile's work by role, not by keys: warpgroup 0 computes S^T and
-  // P^T and hands P^T over (named barrier p_ready: it arrives, warpgroup 1 waits); warpgroup 1 computes
-  // dP^T and dS^T and hands dS^T back (ds_ready: both meet). One buffer each suffices: a warpgroup
-  // writes its hand-over of tile j + 1 only after the other has met it past reading that of tile j.
-  static constexpr int p_ready = 7, ds_ready = 8;
+  // At d = 256 the warpgroups split a tile's work by role, not by keys (warpgroup_hand_over.cuh).
+  static_assert(HandOver::threads == math_threads && HandOver::p_ready > turn + 1,
+                "the hand-over's named barriers: over the math warps, past the turns'");
   static constexpr int barriers = delta_ring + Cfg::stages * cols * 4;
   // The walk and the tile each ring slot holds. Here rather than in static shared memory: the extern
   // array's 1 KB alignment would pad a static block to 1 KB.
@@ -492,12 +491,11 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
         if (backward_tile_needs_mask<Cfg>(p, q0, C, own.key0, R, t.mask))
           mask_backward_tile<Cfg, true>(s, p, own.key0, q0, warp_row0, t.mask);
         probabilities_from_scores<Tr>(s, lse2, p.scale_log2);
-        share.put_p(s[0]);
-        named_barrier_arrive<L::p_ready, L::math_threads>();
+        share.send_p(s[0]);
 #pragma unroll
         for (int kk = 0; kk < C / 16; ++kk) pack_a_fragment<T>(s[0], kk, pa[kk]);
       } else {
-        named_barrier_sync<L::p_ready, L::math_threads>();
+        share.wait_for_p();
 #pragma unroll
         for (int kk = 0; kk < C / 16; ++kk) {
           float pt[2][4];  // P^T of k-step kk: accumulator chunks 2 kk and 2 kk + 1
@@ -519,8 +517,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
       wgmma_fence_operands(dv[0]);
       wgmma_rs_steps<T, L::own_dims, C / 16>(dv[0], pa, do_slot + own_cols, C);
       wgmma_commit();
-      named_barrier_sync<L::ds_ready, L::math_threads>();
-      share.take_ds(dsa);  // warpgroup 1 reads back what it wrote
+      share.take_ds(dsa);
       wgmma_fence();
       wgmma_fence_operands(dk[0]);
       wgmma_rs_steps<T, L::own_dims, C / 16>(dk[0], dsa, q_slot + own_cols, C);

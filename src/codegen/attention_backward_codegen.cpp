@@ -102,7 +102,7 @@ BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart p
 namespace {
 
 // Bytes of the Hopper kernels' hand-over between their warpgroups at d = 256 (WarpgroupHandOver in
-// attention_backward.cuh: a tile's P in fp32 and its dS in 16 bits), 0 at other head dims.
+// warpgroup_hand_over.cuh: a tile's P in fp32 and its dS in 16 bits), 0 at other head dims.
 int hand_over_bytes(const AttentionSpec& spec, const BackwardTiling& t) {
   return spec.head_dim == 256 ? t.block_rows() * t.block_cols * (4 + 2) : 0;
 }

@@ -354,6 +354,7 @@ struct Attention::State {
     k.dkdv = get(t.dkdv);
     if (t.dkdv.wgmma) require_full_register_share(*k.dkdv, t.dkdv.threads());
     k.dq = get(t.dq);
+    if (t.dq.wgmma) require_full_register_share(*k.dq, t.dq.threads());
     std::lock_guard lock(mutex);
     backward_kernels.push_back(std::move(k));
     return backward_kernels.back();

@@ -48,8 +48,9 @@ struct BackwardTiling {
   bool wgmma = false;  // dkdv and dq: the Hopper kernels (attention_backward_sm90.cuh, _dq_sm90.cuh), sm_90a
   int block_rows() const { return 16 * warps; }
   // The Hopper kernels run two math warpgroups (splitting the rows, or at d = 256 the dims); the dK/dV
-  // one a third that issues the copies and adds dQ to the accumulator (attention_backward_sm90.cuh).
-  int threads() const { return !wgmma ? 32 * warps : part == BackwardPart::dkdv ? 384 : 256; }
+  // one a third that issues the copies and adds dQ to the accumulator (attention_backward_sm90.cuh),
+  // and the dQ pass one that issues the copies at d = 256 (4 warps of rows: attention_backward_dq_sm90.cuh).
+  int threads() const { return !wgmma ? 32 * warps : part == BackwardPart::dkdv || warps == 4 ? 384 : 256; }
   friend bool operator==(const BackwardTiling&, const BackwardTiling&) = default;
 };
 

@@ -21,6 +21,11 @@
 // With three or more ring slots, dQ += dS K of tile j - 1 runs under the element-wise steps of tile j
 // (its K slot stays in use one tile longer). Thread 0 issues every copy (TMA); one CTA barrier a tile
 // tells it that both warpgroups are done with the slot it refills, as in the forward's wgmma kernel.
+// At d = 256 instead a third warpgroup gives its registers to the math warps (setmaxnreg) and one of
+// its threads fills the ring, refilling a slot once the eight math warps have arrived on its "empty"
+// mbarrier, so that no math thread issues a copy or meets the others but for the hand-overs (5% faster
+// dense on the H100). At d = 64 that lost 10% (two CTAs an SM of 123 registers a thread without it:
+// one's exponentials already run under the other's products), and at d = 128 it gained nothing.
 #pragma once
 
 #include "sparsejit/attention_backward.cuh"
@@ -40,7 +45,14 @@ struct BackwardDqSm90Layout {
   // The two warpgroups split the CTA's queries (64 each) or, at d = 256, the head dims (see above).
   static constexpr int query_groups = Cfg::warps / 4, dim_groups = 2 / query_groups;
   static constexpr int own_dims = Tr::head_dim / dim_groups;  // the dims of a warpgroup's dQ
-  static constexpr int threads = 256;
+  // The copy warp's warpgroup (d = 256, above): 2 x 128 x 232 + 128 x 40, the 384 x 168 registers the
+  // launch gives the CTA.
+  static constexpr bool copy_warp_ring = dim_groups == 2;
+  static constexpr int math_threads = 256, math_warps = 8, threads = copy_warp_ring ? 384 : math_threads;
+  static constexpr int math_registers = 232, helper_registers = 40;
+  static constexpr int copy_warp = math_warps;
+  static constexpr int math_barrier = 3;  // named (0 is __syncthreads', 1 and 2 warpgroup_barrier's)
+  static_assert(!copy_warp_ring || Cfg::stages == 2, "the copy warp's ring: a slot is free once its tile is done");
   static constexpr int rows = Tr::block_rows, cols = Tr::block_n;
   // Tiles in whole 64-column swizzle blocks: at d = 96 as at 128, columns 96 .. 127 zero-filled by the
   // copies and read by no product (S and dP take 6 k-steps, dQ += dS K is 64 x 96).
@@ -53,10 +65,11 @@ struct BackwardDqSm90Layout {
   // At d = 256 the hand-over between the warpgroups (warpgroup_hand_over.cuh).
   static constexpr int hand_over = v_ring + Cfg::stages * other_bytes;
   using HandOver = WarpgroupHandOver<Tr::n_tiles, cols / 16>;
-  static_assert(HandOver::threads == threads, "the hand-over's barriers count the CTA");
+  static_assert(HandOver::threads == math_threads, "the hand-over's barriers count the math warps");
   static constexpr int stats = hand_over + (dim_groups == 2 ? HandOver::p_bytes + HandOver::ds_bytes : 0);  // lse2, delta
-  static constexpr int barriers = stats + 2 * rows * 4;             // Q and dO's, then one per ring slot
-  static constexpr int used_bytes = barriers + 8 * (Cfg::stages + 1);
+  // mbarriers: Q and dO's, a full one per ring slot, then with the copy warp an empty one per slot.
+  static constexpr int barriers = stats + 2 * rows * 4;
+  static constexpr int used_bytes = barriers + 8 * ((copy_warp_ring ? 2 : 1) * Cfg::stages + 1);
   // dQ is staged through padded rows (store_rows) over Q and dO once the walk is done.
   static_assert(rows * Tr::row_elems * 2 <= k_ring, "the dQ staging tile must fit over Q and dO");
 };
@@ -96,6 +109,7 @@ __global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
   const int count = work.count, kv_head = work.head_q / (p.heads_q / p.heads_kv);
   const unsigned own_ready = base + L::barriers;
   auto slot_ready = [&](int slot) { return own_ready + 8 * (1 + slot); };
+  auto slot_empty = [&](int slot) { return own_ready + 8 * (1 + stages + slot); };
   auto k_tile = [&](int slot) { return base + L::k_ring + slot * L::other_bytes; };
   auto v_tile = [&](int slot) { return base + L::v_ring + slot * L::other_bytes; };
 
@@ -112,18 +126,35 @@ __global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
   constexpr bool overlap = stages >= 3;
   constexpr int ahead = overlap ? stages - 2 : 1;
   if (threadIdx.x == 0) {
+    if constexpr (L::copy_warp_ring)
+      for (int slot = 0; slot < stages; ++slot) mbarrier_init(slot_empty(slot), L::math_warps);
     init_copy_barriers(own_ready, stages + 1);
     if (count > 0) {  // a tile with no key tile loads nothing: its dQ is 0
       mbarrier_expect_bytes(own_ready, 2 * L::own_bytes);
       tma_load_tile<D, R>(base + L::q_tile, maps.q, own_ready, work.batch, work.head_q, work.q0);
       tma_load_tile<D, R>(base + L::do_tile, maps.d_o, own_ready, work.batch, work.head_q, work.q0);
     }
-    for (int j = 0; j < ahead && j < count; ++j) load_key_tile(j);
+    if constexpr (!L::copy_warp_ring)
+      for (int j = 0; j < ahead && j < count; ++j) load_key_tile(j);
   }
   float* lse2_rows = reinterpret_cast<float*>(smem + L::stats);
   float* delta_rows = lse2_rows + R;
   load_row_stats<R, L::threads>(lse2_rows, delta_rows, p, work.batch, work.head_q, work.q0);
   __syncthreads();  // the barriers are initialized and the statistics written before anyone reads them
+  if constexpr (L::copy_warp_ring) {
+    if (threadIdx.x >= L::math_threads) {
+      warpgroup_release_registers<L::helper_registers>();
+      // The copy thread: key tile j into slot j % stages once every math warp is done with tile
+      // j - stages there. The other helper threads have nothing to do.
+      if (threadIdx.x == L::copy_warp * 32)
+        for (int j = 0; j < count; ++j) {
+          if (j >= stages) mbarrier_wait(slot_empty(j % stages), (j / stages - 1) & 1);
+          load_key_tile(j);
+        }
+      return;
+    }
+    warpgroup_claim_registers<L::math_registers>();
+  }
 
   // Where a pattern splits tiles between the warpgroups, the warp index is read from lane 0, so that
   // ptxas knows the branch on the warpgroup (below) is the same in every lane (C7520).
@@ -161,8 +192,10 @@ __global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
   if (count > 0) mbarrier_wait(own_ready, 0);
   int previous = 0;  // tile j - 1's slot
   for (int j = 0; j < count; ++j) {
-    __syncthreads();  // every warpgroup is done with the slot thread 0 refills now
-    if (threadIdx.x == 0 && j + ahead < count) load_key_tile(j + ahead);
+    if constexpr (!L::copy_warp_ring) {
+      __syncthreads();  // every warpgroup is done with the slot thread 0 refills now
+      if (threadIdx.x == 0 && j + ahead < count) load_key_tile(j + ahead);
+    }
     const int slot = j % stages;
     mbarrier_wait(slot_ready(slot), (j / stages) & 1);
 
@@ -251,6 +284,8 @@ __global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
     };
     if constexpr (L::dim_groups == 2) {
       walk_tile_by_roles(0);
+      __syncwarp();
+      if (threadIdx.x % 32 == 0) mbarrier_arrive(slot_empty(slot));  // this warp's products are done with it
     } else {
       if (!may_skip || warpgroup_queries_active<Cfg>(p, group, work.q0, key0, mask)) walk_tile(WarpgroupActive<true>{});
       else walk_tile(WarpgroupActive<false>{});
@@ -259,7 +294,9 @@ __global__ void __launch_bounds__(BackwardDqSm90Layout<Cfg>::threads, 1)
   }
   if (overlap && count > 0) add_dq(previous);
 
-  __syncthreads();  // every product is done with Q and dO, which dQ is staged over
+  // Every product is done with Q and dO, which dQ is staged over.
+  if constexpr (L::copy_warp_ring) named_barrier(L::math_barrier, L::math_threads);
+  else __syncthreads();
   T* dq_out = static_cast<T*>(p.dq) + work.batch * p.dq_batch_stride + work.head_q * p.dq_head_stride;
   // At d = 256 the two warps of a row slice each store their dims of it.
   store_rows<Tr, L::own_dims>(dq, p.scale, reinterpret_cast<T*>(smem) + dim0, dq_out + dim0, p.dq_row_stride, work.q0,

@@ -23,7 +23,7 @@
 // tells it that both warpgroups are done with the slot it refills, as in the forward's wgmma kernel.
 // At d = 256 instead a third warpgroup gives its registers to the math warps (setmaxnreg) and one of
 // its threads fills the ring, refilling a slot once the eight math warps have arrived on its "empty"
-// mbarrier, so that no math thread issues a copy or meets the others but for the hand-overs (5% faster
+// mbarrier, so that no math thread issues a copy or meets the others but for the hand-overs (3-4% faster
 // dense on the H100). At d = 64 that lost 10% (two CTAs an SM of 123 registers a thread without it:
 // one's exponentials already run under the other's products), and at d = 128 it gained nothing.
 #pragma once

@@ -116,9 +116,10 @@ int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTil
   if (t.part == BackwardPart::dq && t.wgmma) {
     // BackwardDqSm90Layout: unpadded swizzled Q and dO, the K and V rings, at d = 256 the warpgroups'
     // hand-over of P (fp32) and dS, the rows' lse2 and delta, the mbarriers (Q and dO's, a full one per
-    // slot and at d = 256 an empty one); plus 1 KB to align the base to a swizzle atom.
+    // slot and, where a copy warp fills the ring (4 warps of rows, d = 256), an empty one); plus 1 KB to
+    // align the base to a swizzle atom.
     const int d = wgmma_tile_dim(spec.head_dim), rows = t.block_rows(), cols = t.block_cols;
-    const int slot_barriers = spec.head_dim == 256 ? 2 * t.stages : t.stages;
+    const int slot_barriers = t.threads() > 256 ? 2 * t.stages : t.stages;
     return 1024 + 2 * rows * d * 2 + 2 * t.stages * cols * d * 2 + hand_over_bytes(spec, t) + 2 * rows * 4 +
            8 * (slot_barriers + 1);
   }

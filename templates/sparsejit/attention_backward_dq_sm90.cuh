@@ -30,12 +30,13 @@
 
 #include "sparsejit/attention_backward.cuh"
 #include "sparsejit/attention_forward_sm90.cuh"  // tma.cuh, wgmma.cuh
+#include "sparsejit/backward_warp_roles.cuh"
 #include "sparsejit/warpgroup_hand_over.cuh"
 
 namespace sjit_kernels {
 
 template <class Cfg>
-struct BackwardDqSm90Layout {
+struct BackwardDqSm90Layout : BackwardWarpRoles {
   using Tr = BackwardTraits<Cfg>;
   static_assert(((Tr::head_dim == 64 || Tr::head_dim == 96 || Tr::head_dim == 128) && Cfg::warps == 8 &&
                  (Tr::block_n == 64 || Tr::block_n == 128)) ||
@@ -45,13 +46,9 @@ struct BackwardDqSm90Layout {
   // The two warpgroups split the CTA's queries (64 each) or, at d = 256, the head dims (see above).
   static constexpr int query_groups = Cfg::warps / 4, dim_groups = 2 / query_groups;
   static constexpr int own_dims = Tr::head_dim / dim_groups;  // the dims of a warpgroup's dQ
-  // The copy warp's warpgroup (d = 256, above): 2 x 128 x 232 + 128 x 40, the 384 x 168 registers the
-  // launch gives the CTA.
+  // The copy warp's warpgroup at d = 256 (above; backward_warp_roles.cuh).
   static constexpr bool copy_warp_ring = dim_groups == 2;
-  static constexpr int math_threads = 256, math_warps = 8, threads = copy_warp_ring ? 384 : math_threads;
-  static constexpr int math_registers = 232, helper_registers = 40;
-  static constexpr int copy_warp = math_warps;
-  static constexpr int math_barrier = 3;  // named (0 is __syncthreads', 1 and 2 warpgroup_barrier's)
+  static constexpr int threads = math_threads + (copy_warp_ring ? helper_threads : 0);
   static_assert(!copy_warp_ring || Cfg::stages == 2, "the copy warp's ring: a slot is free once its tile is done");
   static constexpr int rows = Tr::block_rows, cols = Tr::block_n;
   // Tiles in whole 64-column swizzle blocks: at d = 96 as at 128, columns 96 .. 127 zero-filled by the

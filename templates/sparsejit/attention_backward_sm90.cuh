@@ -48,13 +48,14 @@
 
 #include "sparsejit/attention_backward.cuh"
 #include "sparsejit/attention_forward_sm90.cuh"  // tma.cuh, wgmma.cuh
+#include "sparsejit/backward_warp_roles.cuh"
 #include "sparsejit/global_signals.cuh"
 #include "sparsejit/warpgroup_hand_over.cuh"
 
 namespace sjit_kernels {
 
 template <class Cfg>
-struct BackwardSm90Layout {
+struct BackwardSm90Layout : BackwardWarpRoles {
   using Tr = BackwardTraits<Cfg>;
   static_assert(Tr::block_n == 64, "wgmma dK/dV: 64-query tiles");
   static_assert(((Tr::head_dim == 64 || Tr::head_dim == 96 || Tr::head_dim == 128) && Cfg::warps == 8) ||
@@ -63,12 +64,7 @@ struct BackwardSm90Layout {
   // The math warpgroups split the CTA's keys (64 each) or, at d = 256, the head dims (see above).
   static constexpr int key_groups = Cfg::warps / 4, dim_groups = 2 / key_groups;
   static constexpr int own_dims = Tr::head_dim / dim_groups;  // the dims of a warpgroup's dK and dV
-  static constexpr int math_threads = 256, math_warps = 8, threads = math_threads + 128;
-  // 2 x 128 x 232 + 128 x 40: the 384 x 168 registers the launch gives the CTA (setmaxnreg.inc would
-  // wait forever for more).
-  static constexpr int math_registers = 232, helper_registers = 40;
-  static constexpr int copy_warp = math_warps, dq_warp = math_warps + 1;
-  static constexpr int math_barrier = 3;  // named (0 is __syncthreads', 1 and 2 warpgroup_barrier's)
+  static constexpr int threads = math_threads + helper_threads, dq_warp = copy_warp + 1;
 
   static constexpr int rows = Tr::block_rows, cols = Tr::block_n;
   static constexpr int tile_dim = swizzled_tile_cols(Tr::head_dim);  // d = 96: 128

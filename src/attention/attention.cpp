@@ -289,8 +289,8 @@ struct Attention::State {
     return bwd;
   }
   // What the backward of `a` (checked, not a full pattern) runs on `target`: the dK/dV pass's tiling
-  // and key-major schedule, which is the same for both ways of summing dQ and says how many tiles a
-  // query row sees, and from that, how dQ is summed.
+  // and key-major schedule, which with atomic dQ's tiling says how many tiles a query row sees, and
+  // from that, how dQ is summed; then the tiling and schedule of the way chosen (the same keys a CTA).
   struct BackwardPlan {
     bool sm90 = false;
     codegen::BackwardTiling kv_tiling;
@@ -327,6 +327,16 @@ struct Attention::State {
     plan.atomic = attention::choose_dq_summation(spec, plan.sm90, plan.key_tiles_per_row, group,
                                                  attention::forced_dq_summation(), a.dq_summation, tuned) ==
                   DqSummation::atomic;
+    // Without atomic dQ the dK/dV pass may walk wider query tiles (d = 64 on Hopper): the same key
+    // tiles, its own schedule.
+    if (!plan.atomic) {
+      const codegen::BackwardTiling pass_tiling = backward_tilings(backward_spec(false), plan.sm90).dkdv;
+      if (pass_tiling.block_rows() != plan.kv_tiling.block_rows())
+        throw Error("attention backward: internal: the dK/dV tilings of both ways of summing dQ differ in keys");
+      if (plan.key_schedule && pass_tiling != plan.kv_tiling)
+        plan.key_schedule = &schedule(*a.pattern, target, pass_tiling.block_rows(), pass_tiling.block_cols, true, capture);
+      plan.kv_tiling = pass_tiling;
+    }
     return plan;
   }
   // plan_backward for the args of a call (checked), on the dense kernels' State where backward() would

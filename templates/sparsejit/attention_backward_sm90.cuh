@@ -57,7 +57,8 @@ namespace sjit_kernels {
 template <class Cfg>
 struct BackwardSm90Layout : BackwardWarpRoles {
   using Tr = BackwardTraits<Cfg>;
-  static_assert(Tr::block_n == 64, "wgmma dK/dV: 64-query tiles");
+  static_assert(Tr::block_n == 64 || (Tr::block_n == 128 && Tr::head_dim == 64 && !Cfg::atomic_dq),
+                "wgmma dK/dV: 64-query tiles (128 at d = 64 without atomic dQ)");
   static_assert(((Tr::head_dim == 64 || Tr::head_dim == 96 || Tr::head_dim == 128) && Cfg::warps == 8) ||
                     (Tr::head_dim == 256 && Cfg::warps == 4 && !Cfg::atomic_dq),
                 "wgmma dK/dV: head_dim 64, 96 or 128 with 8 warps (128 keys), or 256 with 4 (64 keys) and the dQ pass");

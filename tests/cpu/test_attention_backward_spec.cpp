@@ -141,6 +141,19 @@ TEST_CASE("the Hopper dK/dV and dQ tilings: key text, defaults, refusals", "[att
   CHECK(codegen::default_backward_tiling(backward_spec(96, true), BackwardPart::dq, true).block_cols == 128);
   CHECK(codegen::default_backward_tiling(spec, BackwardPart::dq, false).block_cols == 64);
   CHECK(codegen::default_backward_tiling(spec, BackwardPart::dkdv, true).block_cols == 64);
+  // The d = 64 dK/dV pass without atomic dQ walks 128-query tiles on Hopper, dense or with pattern
+  // blocks of 128; with atomic dQ, narrower blocks, or off Hopper, 64.
+  AttentionSpec d64 = backward_spec(64, true);
+  CHECK(codegen::default_backward_tiling(d64, BackwardPart::dkdv, true).block_cols == 128);
+  CHECK(codegen::default_backward_tiling(d64, BackwardPart::dkdv, false).block_cols == 64);
+  CHECK(codegen::default_backward_tiling(backward_spec(64, false), BackwardPart::dkdv, true).block_cols == 64);
+  d64.sparsity = Sparsity::block_sparse;
+  for (const int block : {16, 32, 64, 128}) {
+    d64.block_size = block;
+    CAPTURE(block);
+    CHECK(codegen::default_backward_tiling(d64, BackwardPart::dkdv, true).block_cols == (block == 128 ? 128 : 64));
+  }
+  CHECK(codegen::parse_backward_tiling("part=dkdv,warps=8,cols=128,stages=2,path=wgmma").block_cols == 128);
   CHECK(codegen::parse_backward_tiling("part=dq,warps=8,cols=64,stages=2,path=wgmma").block_cols == 64);
   CHECK(codegen::default_backward_tiling(spec, BackwardPart::dq, false).warps == 4);
   CHECK_FALSE(codegen::default_backward_tiling(spec, BackwardPart::dq, false).wgmma);
@@ -180,8 +193,15 @@ TEST_CASE("the Hopper dK/dV and dQ tilings: key text, defaults, refusals", "[att
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dq,warps=4,cols=128,stages=2,path=wgmma"),
                     Contains("part=dkdv with warps=8 (or 4 at head_dim 256) and cols=64") &&
                         Contains("part=dq with warps=8 and cols=64 or 128 (or warps=4 and cols=64 at head_dim 256)"));
-  CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dkdv,warps=8,cols=128,stages=2,path=wgmma"),
-                    Contains("'part=dkdv,warps=8,cols=128,stages=2,path=wgmma'"));
+  CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dkdv,warps=8,cols=32,stages=2,path=wgmma"),
+                    Contains("'part=dkdv,warps=8,cols=32,stages=2,path=wgmma'"));
+  // 128-query dK/dV tiles: only at d = 64 without atomic dQ.
+  const codegen::BackwardTiling wide_dkdv = codegen::parse_backward_tiling("part=dkdv,warps=8,cols=128,stages=2,path=wgmma");
+  CHECK_NOTHROW(codegen::attention_backward_source(backward_spec(64, true), wide_dkdv));
+  CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(64, false), wide_dkdv),
+                    Contains("cols=128 only at head_dim 64 without atomic dQ") && Contains("with atomic dQ"));
+  CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(128, true), wide_dkdv),
+                    Contains("not at head_dim 128"));
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dq,warps=8,cols=32,stages=2,path=wgmma"), Contains("cols=64 or 128"));
   // 128-key tiles in three slots need more shared memory than a block has at d = 128, not at d = 64.
   const codegen::BackwardTiling deep_dq = codegen::parse_backward_tiling("part=dq,warps=8,cols=128,stages=3,path=wgmma");

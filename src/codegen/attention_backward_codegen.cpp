@@ -98,7 +98,7 @@ BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart p
   t.wgmma = hopper_head_dim && (part == BackwardPart::dkdv || part == BackwardPart::dq);
   // At d = 64 the Hopper dK/dV pass without atomic dQ walks 128-query tiles where pattern blocks are
   // that wide (or there is no pattern): S^T and dP^T are m64n128 products, which read the warpgroup's
-  // K and V rows once for 128 queries instead of twice (3-4% faster dense backward on the H100,
+  // K and V rows once for 128 queries instead of twice (1-3% faster backward on the H100,
   // docs/attention-log.md, "Landed: 128-query tiles in the d = 64 dK/dV pass"). With atomic dQ the
   // pass stays on 64: its dS tiles and dQ products are laid out for 64 queries.
   if (part == BackwardPart::dkdv && hopper_kernel && spec.head_dim == 64 && !atomic_dq(spec) &&

@@ -9,7 +9,8 @@
 // Sparsity never costs work on inactive tiles: the list of key tiles is known before any load (the
 // dense range, or the block-sparse schedule built on the host), so an inactive tile is never loaded,
 // waited for or synchronized on. Element masks are applied only to tiles that need them (the causal
-// edge, the sequence end, pattern blocks smaller than the tile).
+// edge, the sequence end, pattern blocks smaller than the tile), and a warp skips the math of a tile
+// that none of its rows may see (pattern blocks shorter than the query tile).
 #pragma once
 
 #include "sparsejit/attention_params.cuh"
@@ -190,6 +191,20 @@ __device__ __forceinline__ bool tile_needs_mask(const AttentionForwardParams& p,
       Cfg::causal != kNotCausal &&
       key0 + block_n - 1 > q_row0 + (Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0);
   return partial || causal_edge || pattern_mask != kWholeTile;
+}
+
+// Whether any row of the warp may see a key of the tile: with pattern blocks shorter than the tile the
+// tile is in the CTA's list for the union of its rows' key blocks, and a warp whose own rows have no
+// active block in it skips the tile's math (its scores would all be masked: the same output, bit for
+// bit). The warp's rows span `rows` pattern rows from `first`; each has groups_per_tile_row bits.
+template <class Tr>
+__device__ __forceinline__ bool warp_sees_tile(unsigned long long pattern_mask, int warp_row0) {
+  constexpr int warp_rows = 16 * Tr::m_tiles;
+  constexpr int rows = warp_rows > Tr::group_rows ? warp_rows / Tr::group_rows : 1;
+  constexpr int bits = rows * Tr::groups_per_tile_row;
+  constexpr unsigned long long row_bits = bits >= 64 ? ~0ull : (1ull << bits) - 1;
+  const int first = warp_row0 / Tr::group_rows;
+  return (pattern_mask >> (first * Tr::groups_per_tile_row)) & row_bits;
 }
 
 // S = Q K^T for the warp's rows and one key tile.
@@ -554,6 +569,7 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads)
     const int slot = j % stages;
     const int key0 = tiles.tile(j) * Tr::block_n;
     const unsigned long long pattern_mask = tiles.pattern_mask(j);
+    if (!warp_sees_tile<Tr>(pattern_mask, warp_row0)) continue;  // a uniform branch: the warp's rows
 
     float s[Tr::m_tiles][Tr::n_tiles][4];
     score_tile<Tr, Cfg::q_in_registers>(s, q_frag, q_tile, k_ring + slot * Tr::kv_tile_elems, warp_row0);

@@ -169,9 +169,13 @@ AttentionConfig default_config(const AttentionSpec& in, int compute_capability) 
   if (spec.sparsity != Sparsity::dense && spec.block_size <= 64) {
     // A query tile taller than a pattern block visits the union of its rows' key blocks: with random
     // patterns that doubles the work (measured: block 64 under 128-row tiles ran 3.1x over
-    // proportional at density 0.1; 64-row tiles: 1.27x). 32-key tiles (0.537 ms vs 0.574 with 64).
+    // proportional at density 0.1; 64-row tiles: 1.27x). 32-key tiles (0.537 ms vs 0.574 with 64),
+    // 16-key ones for blocks of 16: a tile is then one key block, so the CTA loads only the blocks
+    // its four rows see (H100, B2 H16 S8192 d = 128: 2.11-2.16 ms against 3.35-3.39 at density 0.1,
+    // 0.52-0.53 against 0.86-0.91 at 0.02, 5.95-6.12 against 5.9-6.3 at 0.5; docs/attention-log.md,
+    // "Landed: small pattern blocks").
     c.m_tiles = 1;
-    c.block_n = 32;
+    c.block_n = std::min(32, spec.block_size);
     c.q_in_registers = spec.head_dim <= 128 ? 1 : 0;
   }
   return c;

@@ -242,30 +242,35 @@ __device__ __forceinline__ void score_tile(float (&s)[Tr::m_tiles][Tr::n_tiles][
 }
 
 // Sets the scores of keys a row may not see to -inf: past the sequence end, past the causal edge,
-// or in an inactive pattern block of this tile.
+// or in an inactive pattern block of this tile. A pattern block holds whole 8-key mma tiles, so the
+// bit of a score's block is the row's first bit plus a constant of the unrolled loop.
 template <class Cfg>
 __device__ __forceinline__ void mask_tile(float (&s)[AttentionForwardTraits<Cfg>::m_tiles][AttentionForwardTraits<Cfg>::n_tiles][4],
                                           const AttentionForwardParams& p, int q_row0, int warp_row0, int key0,
                                           unsigned long long pattern_mask) {
   using Tr = AttentionForwardTraits<Cfg>;
+  static_assert(Tr::group_cols % 8 == 0, "a pattern block holds whole 8-key mma tiles");
   const int lane = threadIdx.x % 32;
   const int offset = Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0;
 #pragma unroll
   for (int mt = 0; mt < Tr::m_tiles; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < Tr::n_tiles; ++nt)
+    for (int h = 0; h < 2; ++h) {
+      const int row_local = warp_row0 + mt * 16 + lane / 4 + h * 8;
+      // The row's first bit in the tile mask: bit row_bit + c says whether its pattern block c is active.
+      const int row_bit = (row_local / Tr::group_rows) * Tr::groups_per_tile_row;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row_local = warp_row0 + mt * 16 + lane / 4 + (e / 2) * 8;
-        const int col_local = nt * 8 + 2 * (lane % 4) + (e % 2);
-        bool allowed = key0 + col_local < p.seq_k;
-        if constexpr (Cfg::causal != kNotCausal) allowed = allowed && key0 + col_local <= q_row0 + row_local + offset;
-        if (pattern_mask != kWholeTile) {
-          const int bit = (row_local / Tr::group_rows) * Tr::groups_per_tile_row + col_local / Tr::group_cols;
-          allowed = allowed && ((pattern_mask >> bit) & 1ull);
+      for (int nt = 0; nt < Tr::n_tiles; ++nt) {
+        const bool block_active = (pattern_mask >> (row_bit + nt * 8 / Tr::group_cols)) & 1ull;
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          const int col_local = nt * 8 + 2 * (lane % 4) + (e % 2);
+          bool allowed = block_active && key0 + col_local < p.seq_k;
+          if constexpr (Cfg::causal != kNotCausal) allowed = allowed && key0 + col_local <= q_row0 + row_local + offset;
+          if (!allowed) s[mt][nt][e] = -infinity();
         }
-        if (!allowed) s[mt][nt][e] = -infinity();
       }
+    }
 }
 
 // Row h (g or g + 8) of mma tile mt: its maximum score over the tile (the warp's 4 lanes of the row).

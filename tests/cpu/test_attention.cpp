@@ -295,6 +295,13 @@ TEST_CASE("resolve() on the wgmma path: defaults, checks, and which path an unse
   CHECK(resolve(make_spec(64, DType::bf16, Causal::top_left, Sparsity::block_sparse, 128), {}, 90).block_m() == 64);
   CHECK(path_on_h100(128, Causal::none, Sparsity::block_sparse, 32) == AttentionPath::mma);
   CHECK(path_on_h100(64, Causal::top_left, Sparsity::block_sparse, 16) == AttentionPath::mma);
+  // Small pattern blocks on mma.sync: 64-row tiles of 32 keys, or of one key block of 16.
+  for (const int bs : {16, 32, 64}) {
+    const AttentionConfig small = resolve(make_spec(128, DType::bf16, Causal::none, Sparsity::block_sparse, bs), {});
+    CAPTURE(bs);
+    CHECK(small.block_m() == 64);
+    CHECK(small.block_n == std::min(bs, 32));
+  }
   CHECK(path_on_h100(256, Causal::none, Sparsity::dense, 0) == AttentionPath::wgmma);
   CHECK(path_on_h100(256, Causal::top_left, Sparsity::block_sparse, 128) == AttentionPath::wgmma);
   CHECK(resolve(make_spec(256, DType::bf16, Causal::none, Sparsity::block_sparse, 64), {}, 90).block_m() == 64);

@@ -114,8 +114,9 @@ AttentionConfig wgmma_default_config(const AttentionSpec& spec, AttentionPath pa
 //   TFLOP/s) on wgmma_ws against 2.751, causal 0.800 against 1.399; blocks of 128 at 0.1 0.171
 //   against 0.325; blocks of 64 at 0.1 0.282 against 0.398 (one warpgroup, as at d = 128).
 // Measured slower (mma.sync stays): blocks of 32 or 16 (1.55 ms against 1.20 at block 32, density 0.1:
-// the 64 x 64 tile visits more masked work; d = 256: 1.00 against 0.567), and d = 32 has no wgmma
-// kernel.
+// the 64 x 64 tile visits more masked work; d = 256: 1.00 against 0.567; with the thirtieth session's
+// masks 0.983 against 0.851, though wgmma_ws wins at density 0.5: docs/attention-log.md, "Which
+// kernel wins at small blocks now"), and d = 32 has no wgmma kernel.
 bool wgmma_is_default(const AttentionSpec& spec) {
   if (!kernel_takes_head_dim(AttentionPath::wgmma, spec.head_dim)) return false;
   return spec.sparsity == Sparsity::dense || spec.block_size >= 64;

@@ -574,7 +574,7 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads)
     const int slot = j % stages;
     const int key0 = tiles.tile(j) * Tr::block_n;
     const unsigned long long pattern_mask = tiles.pattern_mask(j);
-    if (!warp_sees_tile<Tr>(pattern_mask, warp_row0)) continue;  // a uniform branch: the warp's rows
+    if (!warp_sees_tile<Tr>(pattern_mask, warp_row0)) continue;  // the same for every lane of the warp
 
     float s[Tr::m_tiles][Tr::n_tiles][4];
     score_tile<Tr, Cfg::q_in_registers>(s, q_frag, q_tile, k_ring + slot * Tr::kv_tile_elems, warp_row0);

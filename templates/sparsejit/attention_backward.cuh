@@ -58,27 +58,33 @@ __device__ __forceinline__ bool backward_tile_needs_mask(const AttentionBackward
 
 // Scores of masked elements to -inf. Rows are `row0 + r` and columns `col0 + c` of the score tile;
 // `keys_are_rows` says which side is the key (dkdv computes S^T). Pattern bits index the tile's
-// (row group, column group) in the same orientation as the schedule that produced them.
+// (row group, column group) in the same orientation as the schedule that produced them. A pattern
+// block holds whole 8-column mma tiles, so a score's bit is its row's first bit plus a constant of
+// the unrolled loop (as in the forward's mask_tile).
 template <class Cfg, bool keys_are_rows, class Tr = BackwardTraits<Cfg>>
 __device__ __forceinline__ void mask_backward_tile(float (&s)[1][Tr::n_tiles][4], const AttentionBackwardParams& p,
                                                    int row0, int col0, int warp_row0, unsigned long long pattern_mask) {
+  static_assert(Tr::group_cols % 8 == 0, "a pattern block holds whole 8-column mma tiles");
   const int lane = threadIdx.x % 32;
   const int offset = Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0;
 #pragma unroll
-  for (int nt = 0; nt < Tr::n_tiles; ++nt)
+  for (int h = 0; h < 2; ++h) {
+    const int r = warp_row0 + lane / 4 + h * 8;
+    const int row_bit = (r / Tr::group_rows) * Tr::groups_per_tile_row;  // all ones for a whole tile
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = warp_row0 + lane / 4 + (e / 2) * 8, c = nt * 8 + 2 * (lane % 4) + (e % 2);
-      const int key = keys_are_rows ? row0 + r : col0 + c;
-      const int query = keys_are_rows ? col0 + c : row0 + r;
-      bool allowed = key < p.seq_k && query < p.seq_q;
-      if constexpr (Cfg::causal != kNotCausal) allowed = allowed && key <= query + offset;
-      if (pattern_mask != kWholeTile) {
-        const int bit = (r / Tr::group_rows) * Tr::groups_per_tile_row + c / Tr::group_cols;
-        allowed = allowed && ((pattern_mask >> bit) & 1ull);
+    for (int nt = 0; nt < Tr::n_tiles; ++nt) {
+      const bool block_active = (pattern_mask >> (row_bit + nt * 8 / Tr::group_cols)) & 1ull;
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        const int c = nt * 8 + 2 * (lane % 4) + (e % 2);
+        const int key = keys_are_rows ? row0 + r : col0 + c;
+        const int query = keys_are_rows ? col0 + c : row0 + r;
+        bool allowed = block_active && key < p.seq_k && query < p.seq_q;
+        if constexpr (Cfg::causal != kNotCausal) allowed = allowed && key <= query + offset;
+        if (!allowed) s[0][nt][e] = -infinity();
       }
-      if (!allowed) s[0][nt][e] = -infinity();
     }
+  }
 }
 
 // The Hopper kernels' two copies of a tile's work, for a warpgroup whose rows are active in the tile

@@ -73,6 +73,12 @@ bool wgmma_backward_takes_head_dim(int head_dim) {
   return head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256;
 }
 
+namespace {
+// The Hopper dK/dV pass takes 128-query tiles only at d = 64 without atomic dQ: with atomic dQ its dS
+// tiles and dQ products are laid out for 64 queries (BackwardSm90Layout's static_assert says the same).
+bool wgmma_dkdv_takes_128_queries(const AttentionSpec& spec) { return spec.head_dim == 64 && !atomic_dq(spec); }
+}  // namespace
+
 BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart part, bool sm90) {
   BackwardTiling t;
   t.part = part;
@@ -99,9 +105,8 @@ BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart p
   // At d = 64 the Hopper dK/dV pass without atomic dQ walks 128-query tiles where pattern blocks are
   // that wide (or there is no pattern): S^T and dP^T are m64n128 products, which read the warpgroup's
   // K and V rows once for 128 queries instead of twice (1-3% faster backward on the H100,
-  // docs/attention-log.md, "Landed: 128-query tiles in the d = 64 dK/dV pass"). With atomic dQ the
-  // pass stays on 64: its dS tiles and dQ products are laid out for 64 queries.
-  if (part == BackwardPart::dkdv && hopper_kernel && spec.head_dim == 64 && !atomic_dq(spec) &&
+  // docs/attention-log.md, "Landed: 128-query tiles in the d = 64 dK/dV pass").
+  if (part == BackwardPart::dkdv && hopper_kernel && wgmma_dkdv_takes_128_queries(spec) &&
       (spec.sparsity == Sparsity::dense || spec.block_size >= 128))
     t.block_cols = 128;
   return t;
@@ -160,7 +165,7 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
   if (t.wgmma && !wgmma_backward_takes_head_dim(spec.head_dim))
     throw InvalidArgument(fmt::format("attention backward: path=wgmma takes head_dim 64, 96, 128 or 256, not {}",
                                       spec.head_dim));
-  if (t.wgmma && t.part == BackwardPart::dkdv && t.block_cols == 128 && (spec.head_dim != 64 || atomic_dq(spec)))
+  if (t.wgmma && t.part == BackwardPart::dkdv && t.block_cols == 128 && !wgmma_dkdv_takes_128_queries(spec))
     throw InvalidArgument(fmt::format("attention backward: path=wgmma part=dkdv takes cols=128 only at head_dim 64 "
                                       "without atomic dQ (a deterministic spec), not at head_dim {}{}",
                                       spec.head_dim, atomic_dq(spec) ? " with atomic dQ" : ""));

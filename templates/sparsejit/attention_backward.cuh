@@ -58,22 +58,20 @@ __device__ __forceinline__ bool backward_tile_needs_mask(const AttentionBackward
 
 // Scores of masked elements to -inf. Rows are `row0 + r` and columns `col0 + c` of the score tile;
 // `keys_are_rows` says which side is the key (dkdv computes S^T). Pattern bits index the tile's
-// (row group, column group) in the same orientation as the schedule that produced them. A pattern
-// block holds whole 8-column mma tiles, so a score's bit is its row's first bit plus a constant of
-// the unrolled loop (as in the forward's mask_tile).
+// (row group, column group) in the same orientation as the schedule that produced them (a whole
+// tile's mask is all ones).
 template <class Cfg, bool keys_are_rows, class Tr = BackwardTraits<Cfg>>
 __device__ __forceinline__ void mask_backward_tile(float (&s)[1][Tr::n_tiles][4], const AttentionBackwardParams& p,
                                                    int row0, int col0, int warp_row0, unsigned long long pattern_mask) {
-  static_assert(Tr::group_cols % 8 == 0, "a pattern block holds whole 8-column mma tiles");
   const int lane = threadIdx.x % 32;
   const int offset = Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = warp_row0 + lane / 4 + h * 8;
-    const int row_bit = (r / Tr::group_rows) * Tr::groups_per_tile_row;  // all ones for a whole tile
+    const int row_bit = tile_mask_row_bit<Tr>(r);
 #pragma unroll
     for (int nt = 0; nt < Tr::n_tiles; ++nt) {
-      const bool block_active = (pattern_mask >> (row_bit + nt * 8 / Tr::group_cols)) & 1ull;
+      const bool block_active = tile_mask_active<Tr>(pattern_mask, row_bit, nt);
 #pragma unroll
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
         const int c = nt * 8 + 2 * (lane % 4) + (e % 2);
@@ -101,8 +99,7 @@ template <class Cfg>
 __device__ __forceinline__ unsigned long long warpgroup_mask_bits(int group) {
   using Tr = BackwardTraits<Cfg>;
   if constexpr (Tr::group_rows <= 64) {
-    constexpr int bits = 64 / Tr::group_rows * Tr::groups_per_tile_row;
-    return ((1ull << bits) - 1) << (group * bits);
+    return tile_mask_rows<Tr, 64>(64 * group);
   } else {
     return kWholeTile;
   }

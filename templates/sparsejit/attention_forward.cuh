@@ -193,18 +193,35 @@ __device__ __forceinline__ bool tile_needs_mask(const AttentionForwardParams& p,
   return partial || causal_edge || pattern_mask != kWholeTile;
 }
 
+// A tile's pattern mask has groups_per_tile_row bits for each pattern row of the tile, row-major
+// (Tr: the forward's or the backward's traits). The bits of rows [row0, row0 + ROWS), where ROWS is a
+// whole number of pattern rows or lies inside one:
+template <class Tr, int ROWS>
+__device__ __forceinline__ unsigned long long tile_mask_rows(int row0) {
+  constexpr int rows = ROWS > Tr::group_rows ? ROWS / Tr::group_rows : 1;
+  constexpr int bits = rows * Tr::groups_per_tile_row;
+  constexpr unsigned long long row_bits = bits >= 64 ? ~0ull : (1ull << bits) - 1;
+  return row_bits << (row0 / Tr::group_rows * Tr::groups_per_tile_row);
+}
+// The first bit of a row's pattern blocks; a pattern block holds whole 8-column mma tiles, so the bit
+// of the row's scores in mma tile nt is that plus a constant of the unrolled loop (tile_mask_active).
+template <class Tr>
+__device__ __forceinline__ int tile_mask_row_bit(int row) {
+  static_assert(Tr::group_cols % 8 == 0, "a pattern block holds whole 8-column mma tiles");
+  return row / Tr::group_rows * Tr::groups_per_tile_row;
+}
+template <class Tr>
+__device__ __forceinline__ bool tile_mask_active(unsigned long long pattern_mask, int row_bit, int nt) {
+  return (pattern_mask >> (row_bit + nt * 8 / Tr::group_cols)) & 1ull;
+}
+
 // Whether any row of the warp may see a key of the tile: with pattern blocks shorter than the tile the
 // tile is in the CTA's list for the union of its rows' key blocks, and a warp whose own rows have no
 // active block in it skips the tile's math (its scores would all be masked: the same output, bit for
-// bit). The warp's rows span `rows` pattern rows from `first`; each has groups_per_tile_row bits.
+// bit).
 template <class Tr>
 __device__ __forceinline__ bool warp_sees_tile(unsigned long long pattern_mask, int warp_row0) {
-  constexpr int warp_rows = 16 * Tr::m_tiles;
-  constexpr int rows = warp_rows > Tr::group_rows ? warp_rows / Tr::group_rows : 1;
-  constexpr int bits = rows * Tr::groups_per_tile_row;
-  constexpr unsigned long long row_bits = bits >= 64 ? ~0ull : (1ull << bits) - 1;
-  const int first = warp_row0 / Tr::group_rows;
-  return (pattern_mask >> (first * Tr::groups_per_tile_row)) & row_bits;
+  return (pattern_mask & tile_mask_rows<Tr, 16 * Tr::m_tiles>(warp_row0)) != 0;
 }
 
 // S = Q K^T for the warp's rows and one key tile.
@@ -242,14 +259,12 @@ __device__ __forceinline__ void score_tile(float (&s)[Tr::m_tiles][Tr::n_tiles][
 }
 
 // Sets the scores of keys a row may not see to -inf: past the sequence end, past the causal edge,
-// or in an inactive pattern block of this tile. A pattern block holds whole 8-key mma tiles, so the
-// bit of a score's block is the row's first bit plus a constant of the unrolled loop.
+// or in an inactive pattern block of this tile (a whole tile's mask is all ones).
 template <class Cfg>
 __device__ __forceinline__ void mask_tile(float (&s)[AttentionForwardTraits<Cfg>::m_tiles][AttentionForwardTraits<Cfg>::n_tiles][4],
                                           const AttentionForwardParams& p, int q_row0, int warp_row0, int key0,
                                           unsigned long long pattern_mask) {
   using Tr = AttentionForwardTraits<Cfg>;
-  static_assert(Tr::group_cols % 8 == 0, "a pattern block holds whole 8-key mma tiles");
   const int lane = threadIdx.x % 32;
   const int offset = Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0;
 #pragma unroll
@@ -257,11 +272,10 @@ __device__ __forceinline__ void mask_tile(float (&s)[AttentionForwardTraits<Cfg>
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row_local = warp_row0 + mt * 16 + lane / 4 + h * 8;
-      // The row's first bit in the tile mask: bit row_bit + c says whether its pattern block c is active.
-      const int row_bit = (row_local / Tr::group_rows) * Tr::groups_per_tile_row;
+      const int row_bit = tile_mask_row_bit<Tr>(row_local);
 #pragma unroll
       for (int nt = 0; nt < Tr::n_tiles; ++nt) {
-        const bool block_active = (pattern_mask >> (row_bit + nt * 8 / Tr::group_cols)) & 1ull;
+        const bool block_active = tile_mask_active<Tr>(pattern_mask, row_bit, nt);
 #pragma unroll
         for (int e = 2 * h; e < 2 * h + 2; ++e) {
           const int col_local = nt * 8 + 2 * (lane % 4) + (e % 2);

@@ -14,6 +14,7 @@
 #include "attention/backward_policy.h"
 #include "attention/tensor_maps.h"
 #include "attention/tile_schedule.h"
+#include "attention/wide_tiles.h"
 #include "codegen/attention_codegen.h"
 #include "jit/jit.h"
 #include "runtime/context.h"
@@ -173,18 +174,47 @@ struct Attention::State {
   // The dense kernels of the same head dim, dtype and causality: a pattern with every block active
   // runs there, since the schedule would only add work (measured 4-10% on the H100).
   std::unique_ptr<Attention> dense_twin;
+  // Pattern blocks of 16 or 32 with the default tiling: the wide tiling (attention/wide_tiles.h), which
+  // a pattern whose blocks fill most of its tiles runs on through a twin on Hopper. Unset where this
+  // object makes no such choice (a tiling asked for or tuned, other specs).
+  std::optional<AttentionConfig> wide_config;
+  std::unique_ptr<Attention> wide_twin;
+  // Whether each pattern seen last (by digest) runs wide, most recent first.
+  std::list<std::pair<std::uint64_t, bool>> wide_choices;
 
-  Attention& dense() {
+  // Another Attention this one hands some calls to, made on first use.
+  Attention& twin(std::unique_ptr<Attention>& slot, const AttentionSpec& twin_spec, const AttentionConfig& twin_config) {
     std::lock_guard lock(mutex);
-    if (!dense_twin) {
-      AttentionSpec d = spec;
-      d.sparsity = Sparsity::dense;
-      d.pass = Pass::forward;
-      AttentionConfig twin;  // the device's default tiling for the dense spec, on the path the caller named
-      twin.path = asked_path;
-      dense_twin = std::make_unique<Attention>(d, twin);
+    if (!slot) slot = std::make_unique<Attention>(twin_spec, twin_config);
+    return *slot;
+  }
+  Attention& dense() {
+    AttentionSpec d = spec;
+    d.sparsity = Sparsity::dense;
+    AttentionConfig c;  // the device's default tiling for the dense spec, on the path the caller named
+    c.path = asked_path;
+    return twin(dense_twin, d, c);
+  }
+  Attention& wide() { return twin(wide_twin, spec, *wide_config); }
+
+  // Whether a forward with `pattern` (not a full one) runs on the wide twin on a device that is
+  // (`hopper`) or is not compute capability 9.0. Counting the tiles reads the whole pattern, so each
+  // pattern's answer is kept.
+  bool runs_wide(const BlockPattern& pattern, bool hopper) {
+    if (!wide_config || !hopper) return false;
+    {
+      std::lock_guard lock(mutex);
+      for (auto it = wide_choices.begin(); it != wide_choices.end(); ++it)
+        if (it->first == pattern.digest()) {
+          wide_choices.splice(wide_choices.begin(), wide_choices, it);
+          return it->second;
+        }
     }
-    return *dense_twin;
+    const bool wide = attention::wide_tiles_pay(spec, pattern, config);
+    std::lock_guard lock(mutex);
+    wide_choices.emplace_front(pattern.digest(), wide);
+    if (wide_choices.size() > kSchedulesKept) wide_choices.pop_back();
+    return wide;
   }
   // Device schedules of the patterns seen last, most recent first. A pattern is named by its digest
   // (XXH3-64 over its content) together with the context.
@@ -435,7 +465,11 @@ Attention::Attention(const AttentionSpec& spec, const AttentionConfig& config) :
                                       key(state_->spec)));
   state_->spec.pass = Pass::forward;  // one object runs both passes
   state_->asked_path = config.path;
-  state_->config = resolve(state_->spec, tuning::attention_config_for(state_->spec, config), current_compute_capability());
+  const AttentionConfig tuned = tuning::attention_config_for(state_->spec, config);
+  state_->config = resolve(state_->spec, tuned, current_compute_capability());
+  // With no tiling asked for or stored, small pattern blocks choose their kernel per pattern.
+  if (tuned == AttentionConfig{} && state_->config.path == AttentionPath::mma)
+    state_->wide_config = attention::wide_tile_config(state_->spec);
 }
 
 Attention::Attention(const AttentionSpec& spec, const BlockPattern& pattern, const AttentionConfig& config)
@@ -471,10 +505,19 @@ AttentionConfig Attention::config() const { return state_->config; }
 void Attention::prepare() { state_->kernel(jit::current_target()); }
 
 void Attention::prepare(const BlockPattern& pattern) {
+  attention::check_pattern_fits_spec(state_->spec, pattern);
   if (runs_dense_kernels(state_->spec, &pattern)) return state_->dense().prepare();  // as forward() runs it
   const jit::Target target = jit::current_target();
+  if (state_->runs_wide(pattern, target.device->arch == "sm_90a")) return state_->wide().prepare(pattern);
   state_->kernel(target);
   if (state_->spec.sparsity == Sparsity::block_sparse) state_->schedule(pattern, target);
+}
+
+AttentionConfig Attention::forward_config(const BlockPattern& pattern) {
+  attention::check_pattern_fits_spec(state_->spec, pattern);
+  if (runs_dense_kernels(state_->spec, &pattern)) return state_->dense().config();
+  if (state_->runs_wide(pattern, current_compute_capability() == 90)) return state_->wide().config();
+  return state_->config;
 }
 
 void Attention::prepare_backward(const AttentionBackwardArgs& in, Stream stream) {
@@ -490,8 +533,10 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   const AttentionForwardArgs a = state_->checked(in);
   if (a.batch == 0 || a.seq_q == 0) return;
   if (runs_dense_kernels(spec, a.pattern)) return state_->dense().forward(without_pattern(a), stream);
-
   const jit::Target target = jit::current_target();
+  if (spec.sparsity == Sparsity::block_sparse && state_->runs_wide(*a.pattern, target.device->arch == "sm_90a"))
+    return state_->wide().forward(a, stream);
+
   // A dense twin's caller holds the block-sparse object, whose prepare(pattern) readies the twin.
   const Capture capture = capture_of(stream, "prepare(pattern) (prepare() for a dense spec)");
   const jit::LoadedKernel& kernel = state_->kernel(target, capture);
@@ -687,6 +732,9 @@ std::vector<std::string> attention_kernel_keys(const AttentionSpec& in, std::str
     bwd.deterministic = true;
     add_backward_keys();
   }
+  // Small pattern blocks: the wide tiling that dense-ish patterns run on (Attention::forward_config).
+  if (const std::optional<AttentionConfig> wide = attention::wide_tile_config(spec); sm90 && wide)
+    keys.push_back(codegen::attention_kernel_key(spec, resolve(spec, *wide, 90)));
   return keys;
 }
 

@@ -50,12 +50,19 @@ Strides or_contiguous(const Strides& s, std::int64_t heads, std::int64_t seq, in
 
 }  // namespace
 
+void check_pattern_fits_spec(const AttentionSpec& spec, const BlockPattern& pattern) {
+  if (spec.sparsity == Sparsity::dense)
+    throw InvalidArgument(fmt::format("attention: a pattern was given to the dense spec '{}': use sparsity=bsr",
+                                      key(spec)));
+  if (pattern.block_size() != spec.block_size)
+    throw InvalidArgument(fmt::format("attention: the pattern has block size {} but the spec '{}' was made for {}",
+                                      pattern.block_size(), key(spec), spec.block_size));
+}
+
 void check_pattern(const AttentionSpec& spec, const BlockPattern& pattern, std::int64_t heads_q, std::int64_t seq_q,
                    std::int64_t seq_k) {
+  check_pattern_fits_spec(spec, pattern);
   const int bs = spec.block_size;
-  if (pattern.block_size() != bs)
-    throw InvalidArgument(fmt::format("attention: the pattern has block size {} but the spec '{}' was made for {}",
-                                      pattern.block_size(), key(spec), bs));
   if (pattern.heads() != 1 && pattern.heads() != heads_q)
     throw InvalidArgument(fmt::format("attention: the pattern has {} heads: use 1 (shared) or heads_q = {}",
                                       pattern.heads(), heads_q));
@@ -111,9 +118,7 @@ AttentionForwardArgs checked_forward_args(const AttentionSpec& spec, const Atten
   }
 
   if (spec.sparsity == Sparsity::dense) {
-    if (a.pattern != nullptr)
-      throw InvalidArgument(fmt::format("attention: a pattern was given to the dense spec '{}': use sparsity=bsr",
-                                        key(spec)));
+    if (a.pattern != nullptr) check_pattern_fits_spec(spec, *a.pattern);  // refuses
     return a;
   }
   if (a.seq_k == 0 || a.seq_q == 0) {

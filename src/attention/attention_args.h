@@ -15,6 +15,9 @@ AttentionForwardArgs checked_forward_args(const AttentionSpec& spec, const Atten
 AttentionBackwardArgs checked_backward_args(const AttentionSpec& spec, const AttentionBackwardArgs& args,
                                             const BlockPattern* baked);
 
+// Checks that the spec takes a pattern (it is not dense) of this pattern's block size.
+void check_pattern_fits_spec(const AttentionSpec& spec, const BlockPattern& pattern);
+
 // Checks that a pattern fits the spec and the sequence lengths.
 void check_pattern(const AttentionSpec& spec, const BlockPattern& pattern, std::int64_t heads_q, std::int64_t seq_q,
                    std::int64_t seq_k);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attention/tile_schedule.h"
+#include "attention/wide_tiles.h"
 #include "sparsejit/attention_reference.h"
 #include "sparsejit/sparsejit.h"
 #include "support/test_support.h"
@@ -436,6 +437,7 @@ void check_schedule(const BlockPattern& p, int block_m, int block_n) {
   REQUIRE(s.item_tile_begin.back() == std::int64_t(s.tile_index.size()));
   REQUIRE(s.tile_mask.size() == s.tile_index.size());
   REQUIRE(s.tiles() == std::int64_t(s.tile_index.size()));
+  CHECK(attention::count_active_tiles(p, block_m, block_n) == s.tiles());
   for (std::int64_t item = 0; item < items; ++item) {
     const std::int32_t begin = s.item_tile_begin[item], end = s.item_tile_begin[item + 1];
     REQUIRE(begin <= end);
@@ -534,6 +536,51 @@ TEST_CASE("the tile schedule computes exactly the elements the pattern allows", 
           ++shapes_checked;
         }
   CHECK(shapes_checked > 300);
+}
+
+// Pattern blocks of 16 and 32: which patterns take the wide tiles (attention/wide_tiles.h).
+TEST_CASE("small pattern blocks: the wide tiling, and which patterns take it", "[attention][schedule][config]") {
+  for (const int d : kHeadDims)
+    for (const int bs : kBlockSizes)
+      for (const Sparsity sparsity : {Sparsity::dense, Sparsity::block_sparse, Sparsity::baked}) {
+        const AttentionSpec spec = make_spec(d, DType::bf16, Causal::none, sparsity, bs, 1);
+        CAPTURE(key(spec));
+        const std::optional<AttentionConfig> wide = attention::wide_tile_config(spec);
+        const bool chooses = sparsity == Sparsity::block_sparse && bs <= 32 && (d == 64 || d == 96 || d == 128);
+        REQUIRE(wide.has_value() == chooses);
+        if (!wide) continue;
+        CHECK(wide->path == AttentionPath::wgmma_ws);
+        CHECK(wide->block_m() == 128);
+        CHECK(wide->block_n == 128);
+        CHECK(resolve(spec, *wide, 90) == *wide);  // a tiling the kernel takes, every field set
+      }
+
+  const std::int64_t seq = 4096;
+  auto pays = [&](int d, int bs, const BlockPattern& p) {
+    const AttentionSpec spec = make_spec(d, DType::bf16, Causal::none, Sparsity::block_sparse, bs);
+    return attention::wide_tiles_pay(spec, p, default_config(spec, 90));
+  };
+  // Random blocks: a dense-ish pattern fills every 128 x 128 tile, a sparse one leaves most of them
+  // empty while its 64-row tiles stay few.
+  for (const int bs : {16, 32}) {
+    CAPTURE(bs);
+    CHECK(pays(128, bs, patterns::random(bs, seq, seq, 0.5, 3)));
+    CHECK_FALSE(pays(128, bs, patterns::random(bs, seq, seq, 0.05, 3)));
+    CHECK_FALSE(pays(128, bs, patterns::random(bs, seq, seq, 0.0, 3)));
+  }
+  // At d = 64 mma.sync loses less a score: blocks of 32 stay there up to about 0.4.
+  CHECK(pays(128, 32, patterns::random(32, seq, seq, 0.3, 3)));
+  CHECK_FALSE(pays(64, 32, patterns::random(32, seq, seq, 0.3, 3)));
+  CHECK(pays(64, 32, patterns::random(32, seq, seq, 0.6, 3)));
+  // The tiles decide, not the density: a band of 16 blocks of 16 (6% of the blocks) fills the wide
+  // tiles along the diagonal and takes them; random blocks at that density do not.
+  const BlockPattern band = patterns::sliding_window(16, seq, seq, 8, 7);
+  REQUIRE(band.stats().density < 0.07);
+  CHECK(pays(128, 16, band));
+  CHECK_FALSE(pays(128, 16, patterns::random(16, seq, seq, band.stats().density, 3)));
+  // A spec without the choice never pays.
+  CHECK_FALSE(attention::wide_tiles_pay(make_spec(128, DType::bf16, Causal::none, Sparsity::block_sparse, 64),
+                                        patterns::random(64, seq, seq, 0.9, 3), {}));
 }
 
 TEST_CASE("the tile schedule of small hand-made patterns", "[attention][schedule]") {
@@ -845,6 +892,32 @@ TEST_CASE("Attention::forward checks the pattern against the spec and the shapes
     a.pattern = &p;
     refused(a, "2 heads");
   }
+}
+
+TEST_CASE("Attention::forward_config and prepare(pattern) check the pattern against the spec", "[attention][args]") {
+  const AttentionSpec bsr = make_spec(64, DType::bf16, Causal::none, Sparsity::block_sparse, 32);
+  Attention attention(bsr);
+  const BlockPattern p64 = patterns::random(64, 100, 130, 0.5, 7, 1);
+  CHECK_THROWS_WITH(attention.forward_config(p64), Contains("block size 64") && Contains("made for 32"));
+  CHECK_THROWS_WITH(attention.prepare(p64), Contains("block size 64"));
+  Attention dense(make_spec(64, DType::bf16, Causal::none, Sparsity::dense, 0));
+  const BlockPattern p32 = patterns::random(32, 100, 130, 0.5, 7, 1);
+  CHECK_THROWS_WITH(dense.forward_config(p32), Contains("dense spec") && Contains("sparsity=bsr"));
+  CHECK_THROWS_WITH(dense.prepare(p32), Contains("dense spec"));
+  // A pattern with every block active runs on the dense kernels, with their tiling.
+  AttentionSpec dense_of_bsr = bsr;
+  dense_of_bsr.sparsity = Sparsity::dense;
+  CHECK(attention.forward_config(patterns::dense(32, 100, 130)) == Attention(dense_of_bsr).config());
+  if (!gpu_available() || current_device().cc_major != 9) {
+    // Off Hopper every other pattern runs on config().
+    CHECK(attention.forward_config(p32) == attention.config());
+    CHECK(attention.forward_config(patterns::random(32, 2048, 2048, 0.9, 7, 1)) == attention.config());
+  }
+  // A tiling asked for is always the one run.
+  AttentionConfig mma;
+  mma.path = AttentionPath::mma;
+  Attention asked(bsr, mma);
+  CHECK(asked.forward_config(patterns::random(32, 2048, 2048, 0.9, 7, 1)) == asked.config());
 }
 
 TEST_CASE("a baked Attention takes its own pattern or none, and no other", "[attention][args]") {

@@ -309,3 +309,21 @@ TEST_CASE("attention_kernel_keys names the kernels an Attention loads, per arch"
   spec.sparsity = Sparsity::baked;
   CHECK_THROWS_WITH(attention_kernel_keys(spec, "sm_90a"), Contains("baked"));
 }
+
+TEST_CASE("attention_kernel_keys adds the wide tiling of small pattern blocks on sm_90a", "[attention][spec]") {
+  AttentionSpec spec;
+  spec.head_dim = 128;
+  spec.sparsity = Sparsity::block_sparse;
+  for (const int bs : {16, 32}) {
+    spec.block_size = bs;
+    CAPTURE(bs);
+    const std::vector<std::string> hopper = attention_kernel_keys(spec, "sm_90a");
+    REQUIRE(hopper.size() == 8);  // the forward, the backward's three, its deterministic twin's, the wide forward
+    CHECK_THAT(hopper[0], Contains("path=mma"));
+    const std::string fwd = fmt::format("attention:d=128,dtype=bf16,causal=none,sparsity=bsr,block={},pass=fwd|", bs);
+    CHECK(hopper[7] == fwd + "warps=8,mt=1,bn=128,stages=2,qreg=0,path=wgmma_ws");
+    CHECK(attention_kernel_keys(spec, "sm_80").size() == 4);  // no wgmma kernels there
+  }
+  spec.head_dim = 256;  // no persistent kernel at d = 256: no wide tiling
+  for (const std::string& k : attention_kernel_keys(spec, "sm_90a")) CHECK_THAT(k, !Contains("wgmma_ws"));
+}

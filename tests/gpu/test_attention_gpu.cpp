@@ -60,9 +60,10 @@ std::vector<float> from_layout(const std::vector<float>& dev, std::int64_t b, st
 
 using test::upload;
 
-// Runs the GPU forward on q, k, v (quantized values, [B, H, S, D]) with a fresh NaN-poisoned output.
+// Runs the GPU forward on q, k, v (quantized values, [B, H, S, D]) with a fresh NaN-poisoned output;
+// in_graph: prepared, captured into a CUDA graph on a stream of its own, and the graph launched.
 Result run_gpu(const Case& c, Attention& attention, const std::vector<float>& q, const std::vector<float>& k,
-               const std::vector<float>& v, const BlockPattern* pattern) {
+               const std::vector<float>& v, const BlockPattern* pattern, bool in_graph = false) {
   const DType dt = c.spec.dtype;
   const std::int64_t d = c.spec.head_dim;
   DeviceBuffer dq = upload(dt, to_layout(q, c.batch, c.heads_q, c.seq_q, d, c.bshd));
@@ -82,8 +83,19 @@ Result run_gpu(const Case& c, Attention& attention, const std::vector<float>& q,
     a.k_strides = a.v_strides = Strides::bshd(c.heads_kv, c.seq_k, d);
   }
   a.pattern = c.spec.sparsity == Sparsity::block_sparse ? pattern : nullptr;
-  attention.forward(a);
-  synchronize();
+  if (in_graph) {
+    const OwnedStream stream;
+    if (a.pattern) attention.prepare(*a.pattern);
+    else attention.prepare();
+    begin_capture(stream.get());
+    attention.forward(a, stream.get());
+    const CudaGraph graph = end_capture(stream.get());
+    graph.launch(stream.get());
+    synchronize(stream.get());
+  } else {
+    attention.forward(a);
+    synchronize();
+  }
 
   Result r;
   std::vector<unsigned char> o_bytes(o_elems * 2);
@@ -525,5 +537,55 @@ TEST_CASE("wgmma_ws path: CTAs that take many work items give bit for bit the ou
     const Result again = run_gpu(persistent, b, q, k, v, pp);  // the same Attention launched twice
     REQUIRE(std::memcmp(again.o.data(), got.o.data(), got.o.size() * 4) == 0);
     expect_matches(persistent, got, run_reference(persistent, q, k, v, pp));
+  }
+}
+
+// Pattern blocks of 16 and 32 on Hopper: an Attention built without a tiling runs each pattern on the
+// kernel it is expected to be faster on (src/attention/wide_tiles.h), the persistent wgmma kernel
+// where the active blocks fill its 128 x 128 tiles and mma.sync elsewhere. One object serves both
+// kinds of pattern; each matches the reference, also when captured into a graph after prepare(pattern).
+TEST_CASE("small pattern blocks run dense-ish patterns on the wide tiles and sparse ones on mma.sync",
+          "[gpu][attention][sm90]") {
+  if (!on_hopper()) return;
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  struct Run {
+    const char* what;
+    double density;  // random blocks; a negative density: a band of 16 blocks around the diagonal
+    AttentionPath runs_on;
+  };
+  struct Problem {
+    Case c;
+    std::vector<Run> runs;
+  };
+  const std::vector<Problem> problems = {
+      {{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 16), 1, 4, 2, 1203, 1195},
+       {{"random 0.5", 0.5, AttentionPath::wgmma_ws},
+        {"random 0.03", 0.03, AttentionPath::mma},
+        {"band", -1, AttentionPath::wgmma_ws}}},
+      {{spec_of(64, DType::f16, Causal::top_left, Sparsity::block_sparse, 32), 2, 4, 4, 1100, 1100},
+       {{"random 0.08", 0.08, AttentionPath::mma}, {"random 0.8", 0.8, AttentionPath::wgmma_ws}}},
+      {{spec_of(96, DType::bf16, Causal::bottom_right, Sparsity::block_sparse, 32), 1, 2, 1, 700, 1000},
+       {{"random 0.6", 0.6, AttentionPath::wgmma_ws}}},
+  };
+  for (const Problem& problem : problems) {
+    const Case& c = problem.c;
+    const std::int64_t d = c.spec.head_dim;
+    Attention attention(c.spec);
+    REQUIRE(attention.config().path == AttentionPath::mma);
+    for (const Run& run : problem.runs) {
+      INFO(c.name() << ", " << run.what);
+      const int bs = c.spec.block_size;
+      const BlockPattern pattern = run.density < 0 ? patterns::sliding_window(bs, c.seq_q, c.seq_k, 8, 7)
+                                                   : patterns::random(bs, c.seq_q, c.seq_k, run.density, rng());
+      REQUIRE(attention.forward_config(pattern).path == run.runs_on);
+      const auto q = test::quantized(c.spec.dtype, test::random_rows(rng, c.batch * c.heads_q * c.seq_q, int(d), 1.0f));
+      const auto k = test::quantized(c.spec.dtype, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, int(d), 1.0f));
+      const auto v = test::quantized(c.spec.dtype, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, int(d), 1.0f));
+      const auto want = run_reference(c, q, k, v, &pattern);
+      expect_matches(c, run_gpu(c, attention, q, k, v, &pattern), want);
+      expect_matches(c, run_gpu(c, attention, q, k, v, &pattern, true), want);
+    }
   }
 }

@@ -147,6 +147,14 @@ class Attention {
 
   const AttentionSpec& spec() const;
   AttentionConfig config() const;  // after resolve()
+  // The tiling a forward with `pattern` runs on the current device. That is config(), except:
+  // - a pattern with every block active runs on the dense kernels, with their default tiling;
+  // - with pattern blocks of 16 or 32, on Hopper, an object built without a tiling (none given, none
+  //   stored by the tuner) runs a pattern whose active blocks fill most of the 128 x 128 tiles on the
+  //   persistent wgmma kernel (path wgmma_ws), and sparser patterns on config()'s mma.sync tiles: the
+  //   first is 2-2.5 times faster a score, the second visits fewer scores (docs/attention.md, "Small
+  //   pattern blocks"). Refuses a pattern the spec cannot take (a dense spec, another block size).
+  AttentionConfig forward_config(const BlockPattern& pattern);
 
  private:
   friend struct AttentionInternals;  // the library's own access (src/attention/attention_internals.h)
@@ -162,7 +170,8 @@ void attention_backward(const AttentionSpec& spec, const AttentionBackwardArgs& 
 // ("sm_90a", "sm_80", ...; the default tilings, no tuning database): the forward's, then the
 // backward's pre-pass, dK/dV pass, and dQ pass or dQ conversion; on sm_90a a spec without
 // `deterministic` adds the three of its deterministic twin, whose dQ pass the backward runs where a
-// query row sees few key tiles. For warming a cache without a GPU
+// query row sees few key tiles, and a spec with pattern blocks of 16 or 32 adds last the forward's
+// wide tiling, which dense-ish patterns run (Attention::forward_config). For warming a cache without a GPU
 // (`sjit compile KEY --arch A`, `sjit demo --compile-only`). A baked spec is refused (its keys need
 // the pattern).
 std::vector<std::string> attention_kernel_keys(const AttentionSpec& spec, std::string_view arch);

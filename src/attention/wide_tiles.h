@@ -1,0 +1,23 @@
+// Pattern blocks of 16 and 32 on Hopper: which forward kernel a pattern runs on. The default,
+// mma.sync on 64-row tiles, visits little more than the active blocks but pays 1.75-2.5 times as much
+// a score as the persistent wgmma kernel on 128 x 128 tiles, which visits every tile holding any
+// active block. Sparse patterns run faster on the first, dense-ish ones on the second, so the choice is
+// made per pattern from the tiles each would visit (docs/attention.md, "Small pattern blocks").
+#pragma once
+
+#include <optional>
+
+#include "sparsejit/attention.h"
+
+namespace sjit::attention {
+
+// The wide tiling a forward with this spec may run instead of its default on Hopper: wgmma_ws, two
+// math warpgroups, 128 x 128 tiles. nullopt where the spec has no such choice: dense and baked specs,
+// pattern blocks of 64 or more, head dims other than 64, 96 and 128.
+std::optional<AttentionConfig> wide_tile_config(const AttentionSpec& spec);
+
+// Whether a forward with `pattern` is expected to run faster on wide_tile_config(spec) than on
+// `narrow` (the spec's mma.sync default): the tiles each visits, times what a score costs on each.
+bool wide_tiles_pay(const AttentionSpec& spec, const BlockPattern& pattern, const AttentionConfig& narrow);
+
+}  // namespace sjit::attention

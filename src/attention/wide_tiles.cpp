@@ -8,15 +8,16 @@ namespace {
 // What a score of an active tile costs on the mma.sync default (64-row tiles of 16 or 32 keys) over
 // what it costs on the wide tiles: the time over the scores of the tiles visited, measured on the
 // H100 with random patterns at densities 0.05 to 0.5 (thirty-first session, docs/attention-log.md,
-// "Small pattern blocks: the kernel chosen per pattern"). It varies by less than 10% with the
-// density; a causal mask raises it (d = 128, blocks of 32: 2.85), which only moves the crossover
-// towards the wide tiles. A short problem that fills few SMs raises it to about 3.
+// "Small pattern blocks: the kernel chosen per pattern"). It varies by about 10% with the density; a
+// causal mask raises it (d = 128, blocks of 32: 2.85), and so does a short problem that fills few SMs
+// (about 3): both would have the wide tiles chosen a little earlier than they are.
 double narrow_cost_per_score(const AttentionSpec& spec) {
   const bool blocks_of_16 = spec.block_size == 16;
   switch (spec.head_dim) {
     case 64: return blocks_of_16 ? 2.15 : 1.75;
     case 96: return blocks_of_16 ? 2.35 : 2.1;
-    default: return blocks_of_16 ? 2.5 : 2.4;  // d = 128
+    case 256: return blocks_of_16 ? 2.45 : 2.05;  // against wgmma's 128 x 64 tiles
+    default: return blocks_of_16 ? 2.5 : 2.4;     // d = 128
   }
 }
 
@@ -24,13 +25,14 @@ double narrow_cost_per_score(const AttentionSpec& spec) {
 
 std::optional<AttentionConfig> wide_tile_config(const AttentionSpec& spec) {
   const bool small_blocks = spec.sparsity == Sparsity::block_sparse && spec.block_size <= 32;
-  const bool head_dim_taken = spec.head_dim == 64 || spec.head_dim == 96 || spec.head_dim == 128;
-  if (!small_blocks || !head_dim_taken) return std::nullopt;
+  const bool has_wgmma = spec.head_dim == 64 || spec.head_dim == 96 || spec.head_dim == 128 || spec.head_dim == 256;
+  if (!small_blocks || !has_wgmma) return std::nullopt;
+  const bool persistent = spec.head_dim != 256;
   AttentionConfig c;
-  c.path = AttentionPath::wgmma_ws;
+  c.path = persistent ? AttentionPath::wgmma_ws : AttentionPath::wgmma;
   c.warps = 8;
   c.m_tiles = 1;
-  c.block_n = 128;
+  c.block_n = persistent ? 128 : 64;
   c.stages = 2;
   c.q_in_registers = 0;
   return c;

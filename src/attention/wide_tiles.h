@@ -1,8 +1,8 @@
 // Pattern blocks of 16 and 32 on Hopper: which forward kernel a pattern runs on. The default,
 // mma.sync on 64-row tiles, visits little more than the active blocks but pays 1.75-2.5 times as much
-// a score as the persistent wgmma kernel on 128 x 128 tiles, which visits every tile holding any
-// active block. Sparse patterns run faster on the first, dense-ish ones on the second, so the choice is
-// made per pattern from the tiles each would visit (docs/attention.md, "Small pattern blocks").
+// a score as a wgmma kernel on 128-row tiles, which visits every tile holding any active block.
+// Sparse patterns run faster on the first, dense-ish ones on the second, so the choice is made per
+// pattern from the tiles each would visit (docs/attention.md, "Small pattern blocks").
 #pragma once
 
 #include <optional>
@@ -11,9 +11,10 @@
 
 namespace sjit::attention {
 
-// The wide tiling a forward with this spec may run instead of its default on Hopper: wgmma_ws, two
-// math warpgroups, 128 x 128 tiles. nullopt where the spec has no such choice: dense and baked specs,
-// pattern blocks of 64 or more, head dims other than 64, 96 and 128.
+// The wide tiling a forward with this spec may run instead of its default on Hopper: two math
+// warpgroups on 128-row tiles, on wgmma_ws with 128-key tiles, or at head_dim 256 (which wgmma_ws does
+// not take) on wgmma with 64-key tiles, the dense default there. nullopt where the spec has no such
+// choice: dense and baked specs, pattern blocks of 64 or more, head_dim 32 (no wgmma kernel).
 std::optional<AttentionConfig> wide_tile_config(const AttentionSpec& spec);
 
 // Whether a forward with `pattern` is expected to run faster on wide_tile_config(spec) than on

@@ -546,12 +546,13 @@ TEST_CASE("small pattern blocks: the wide tiling, and which patterns take it", "
         const AttentionSpec spec = make_spec(d, DType::bf16, Causal::none, sparsity, bs, 1);
         CAPTURE(key(spec));
         const std::optional<AttentionConfig> wide = attention::wide_tile_config(spec);
-        const bool chooses = sparsity == Sparsity::block_sparse && bs <= 32 && (d == 64 || d == 96 || d == 128);
+        const bool chooses = sparsity == Sparsity::block_sparse && bs <= 32 && d != 32;  // d = 32: no wgmma
         REQUIRE(wide.has_value() == chooses);
         if (!wide) continue;
-        CHECK(wide->path == AttentionPath::wgmma_ws);
+        // The persistent kernel, or at d = 256, which it does not take, the one-item kernel.
+        CHECK(wide->path == (d == 256 ? AttentionPath::wgmma : AttentionPath::wgmma_ws));
         CHECK(wide->block_m() == 128);
-        CHECK(wide->block_n == 128);
+        CHECK(wide->block_n == (d == 256 ? 64 : 128));
         CHECK(resolve(spec, *wide, 90) == *wide);  // a tiling the kernel takes, every field set
       }
 
@@ -572,6 +573,8 @@ TEST_CASE("small pattern blocks: the wide tiling, and which patterns take it", "
   CHECK(pays(128, 32, patterns::random(32, seq, seq, 0.3, 3)));
   CHECK_FALSE(pays(64, 32, patterns::random(32, seq, seq, 0.3, 3)));
   CHECK(pays(64, 32, patterns::random(32, seq, seq, 0.6, 3)));
+  CHECK(pays(256, 16, patterns::random(16, seq, seq, 0.25, 3)));
+  CHECK_FALSE(pays(256, 16, patterns::random(16, seq, seq, 0.05, 3)));
   // The tiles decide, not the density: a band of 16 blocks of 16 (6% of the blocks) fills the wide
   // tiles along the diagonal and takes them; random blocks at that density do not.
   const BlockPattern band = patterns::sliding_window(16, seq, seq, 8, 7);

@@ -12,6 +12,7 @@
 
 using namespace sjit;
 using Catch::Matchers::Contains;
+using Catch::Matchers::EndsWith;
 
 namespace {
 
@@ -324,6 +325,8 @@ TEST_CASE("attention_kernel_keys adds the wide tiling of small pattern blocks on
     CHECK(hopper[7] == fwd + "warps=8,mt=1,bn=128,stages=2,qreg=0,path=wgmma_ws");
     CHECK(attention_kernel_keys(spec, "sm_80").size() == 4);  // no wgmma kernels there
   }
-  spec.head_dim = 256;  // no persistent kernel at d = 256: no wide tiling
-  for (const std::string& k : attention_kernel_keys(spec, "sm_90a")) CHECK_THAT(k, !Contains("wgmma_ws"));
+  spec.head_dim = 256;  // no persistent kernel at d = 256: the one-item kernel's 128 x 64 tiles
+  CHECK_THAT(attention_kernel_keys(spec, "sm_90a").back(), Contains("d=256") && EndsWith("bn=64,stages=2,qreg=0,path=wgmma"));
+  spec.head_dim = 32;  // no wgmma kernel at all
+  for (const std::string& k : attention_kernel_keys(spec, "sm_90a")) CHECK_THAT(k, !Contains("path=wgmma"));
 }

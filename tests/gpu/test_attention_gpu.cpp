@@ -568,6 +568,9 @@ TEST_CASE("small pattern blocks run dense-ish patterns on the wide tiles and spa
        {{"random 0.08", 0.08, AttentionPath::mma}, {"random 0.8", 0.8, AttentionPath::wgmma_ws}}},
       {{spec_of(96, DType::bf16, Causal::bottom_right, Sparsity::block_sparse, 32), 1, 2, 1, 700, 1000},
        {{"random 0.6", 0.6, AttentionPath::wgmma_ws}}},
+      // d = 256: the one-item kernel's 128 x 64 tiles.
+      {{spec_of(256, DType::bf16, Causal::none, Sparsity::block_sparse, 16), 1, 2, 2, 1040, 1000},
+       {{"random 0.5", 0.5, AttentionPath::wgmma}, {"random 0.05", 0.05, AttentionPath::mma}}},
   };
   for (const Problem& problem : problems) {
     const Case& c = problem.c;

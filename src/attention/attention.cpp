@@ -468,8 +468,7 @@ Attention::Attention(const AttentionSpec& spec, const AttentionConfig& config) :
   const AttentionConfig tuned = tuning::attention_config_for(state_->spec, config);
   state_->config = resolve(state_->spec, tuned, current_compute_capability());
   // With no tiling asked for or stored, small pattern blocks choose their kernel per pattern.
-  if (tuned == AttentionConfig{} && state_->config.path == AttentionPath::mma)
-    state_->wide_config = attention::wide_tile_config(state_->spec);
+  if (tuned == AttentionConfig{}) state_->wide_config = attention::wide_tile_config(state_->spec);
 }
 
 Attention::Attention(const AttentionSpec& spec, const BlockPattern& pattern, const AttentionConfig& config)

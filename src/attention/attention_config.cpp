@@ -71,8 +71,12 @@ bool causal_d64(const AttentionSpec& spec) {
 //   so two CTAs an SM, whose loads and stores overlap each other's math (dense 578 TFLOP/s; 128-key
 //   tiles, one CTA an SM: 579 with two stages, 562 with three; at density 0.1 0.224 ms against 0.243
 //   and 0.254), causal or not;
-// - pattern blocks of 64 or less: one warpgroup of 64 rows and 64-key tiles, for the reason given for
-//   the mma.sync path below;
+// - pattern blocks of 64 or less: one warpgroup of 64 rows, for the reason given for the mma.sync
+//   path below, and tiles one key block wide (16, 32 or 64 keys): with blocks of 32 and 16 the CTA then
+//   loads only the blocks its rows see (thirty-first session, B2 H16 S8192 d = 128, against mma.sync's
+//   64 x 32 and 64 x 16 tiles: blocks of 32 0.647 ms at density 0.1 against 0.902, 2.225 at 0.5
+//   against 3.284; blocks of 16 1.405 against 1.596, 3.790 against 4.552; 64 x 64 tiles: 0.983 and
+//   2.157 at 0.1; docs/attention-log.md, "Small pattern blocks on wgmma");
 // - dense at d = 64, causal or not: one warpgroup of 64 rows and 128-key tiles (73 KB: three CTAs an
 //   SM). The tuner found it the fastest of 144 mixes at B4 H32 S4096 (sixteenth session,
 //   docs/tuning.md): 1.119 ms against 1.269-1.281 for two warpgroups and 64-key tiles (491 TFLOP/s,
@@ -93,7 +97,8 @@ AttentionConfig wgmma_default_config(const AttentionSpec& spec, AttentionPath pa
   // warpgroup and 128-key tiles (above).
   const bool sparse = spec.sparsity != Sparsity::dense;
   const bool dense_d64 = path == AttentionPath::wgmma && !sparse && spec.head_dim == 64;
-  c.block_n = path == AttentionPath::wgmma_ws || dense_d64 ? 128 : 64;
+  const bool small_blocks = path == AttentionPath::wgmma && sparse && spec.block_size <= 32;
+  c.block_n = path == AttentionPath::wgmma_ws || dense_d64 ? 128 : small_blocks ? spec.block_size : 64;
   c.warps = (sparse && (spec.block_size <= 64 || causal_d64(spec))) || dense_d64 ? 4 : 8;
   return c;
 }
@@ -113,14 +118,12 @@ AttentionConfig wgmma_default_config(const AttentionSpec& spec, AttentionPath pa
 // - d = 96 (B2 H16 S8192, same session), its tiles in whole swizzle blocks: dense 1.485 ms (555
 //   TFLOP/s) on wgmma_ws against 2.751, causal 0.800 against 1.399; blocks of 128 at 0.1 0.171
 //   against 0.325; blocks of 64 at 0.1 0.282 against 0.398 (one warpgroup, as at d = 128).
-// Measured slower (mma.sync stays): blocks of 32 or 16 (1.55 ms against 1.20 at block 32, density 0.1:
-// the 64 x 64 tile visits more masked work; d = 256: 1.00 against 0.567; with the thirtieth session's
-// masks 0.983 against 0.851, though wgmma_ws wins at density 0.5: docs/attention-log.md, "Which
-// kernel wins at small blocks now"), and d = 32 has no wgmma kernel.
-bool wgmma_is_default(const AttentionSpec& spec) {
-  if (!kernel_takes_head_dim(AttentionPath::wgmma, spec.head_dim)) return false;
-  return spec.sparsity == Sparsity::dense || spec.block_size >= 64;
-}
+// - pattern blocks of 32 and 16 (thirty-first session), on tiles one key block wide (above): at d = 128
+//   28-32% faster than mma.sync with blocks of 32 and 11-17% with blocks of 16, at d = 96 and 256
+//   16-31% and 0-10%, causal top-left 43-46% and 7-16% (at d = 96 and 256, blocks of 16 at density
+//   0.1, 1-2% slower: 1.330 against 1.302 ms, 0.883 against 0.875).
+// d = 32 has no wgmma kernel: mma.sync stays.
+bool wgmma_is_default(const AttentionSpec& spec) { return kernel_takes_head_dim(AttentionPath::wgmma, spec.head_dim); }
 
 // Which Hopper kernel: the persistent, warp-specialized one (wgmma_ws, 128-key tiles) where it was
 // measured faster on the H100 (same-run A/B, session of 2026-11-23, sixth; docs/attention-log.md):
@@ -213,7 +216,10 @@ AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c, int compute_
       refuse(fmt::format("path = {} takes head_dim {}, not {}{}", path, head_dims_taken(c.path), spec.head_dim,
                          c.path == AttentionPath::wgmma_ws ? " (path = wgmma takes 256)" : ""));
     if (c.m_tiles != 1) refuse(fmt::format("mt = {}: path = {} needs 1 (a warpgroup owns 64 rows)", c.m_tiles, path));
-    if (c.block_n != 64 && c.block_n != 128) refuse(fmt::format("bn = {}: path = {} takes 64 or 128", c.block_n, path));
+    const bool small_tile = c.path == AttentionPath::wgmma && (c.block_n == 16 || c.block_n == 32);
+    if (c.block_n != 64 && c.block_n != 128 && !small_tile)
+      refuse(fmt::format("bn = {}: path = {} takes {}", c.block_n, path,
+                         c.path == AttentionPath::wgmma ? "16, 32, 64 or 128" : "64 or 128"));
     if (c.q_in_registers != 0)
       refuse(fmt::format("qreg = {}: path = {} reads Q from shared memory (0)", c.q_in_registers, path));
   }

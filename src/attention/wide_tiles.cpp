@@ -5,19 +5,20 @@
 namespace sjit::attention {
 namespace {
 
-// What a score of an active tile costs on the mma.sync default (64-row tiles of 16 or 32 keys) over
-// what it costs on the wide tiles: the time over the scores of the tiles visited, measured on the
-// H100 with random patterns at densities 0.05 to 0.5 (thirty-first session, docs/attention-log.md,
-// "Small pattern blocks: the kernel chosen per pattern"). It varies by about 10% with the density; a
-// causal mask raises it (d = 128, blocks of 32: 2.85), and so does a short problem that fills few SMs
-// (about 3): both would have the wide tiles chosen a little earlier than they are.
+// What a score of an active tile costs on the Hopper default (one warpgroup, 64-row tiles one key
+// block wide) over what it costs on the wide tiles: the time over the scores of the tiles visited,
+// measured on the H100 with random patterns near the densities where the two cross (thirty-first
+// session, docs/attention-log.md, "Small pattern blocks on wgmma"). It rises as the density falls
+// (the narrow kernel's fixed costs an item), by 10-20% from 0.5 to 0.1, where the narrow tiles win by
+// far; causal masks and short problems that fill few SMs raise it too, so there the wide tiles would
+// be chosen a little earlier than they are.
 double narrow_cost_per_score(const AttentionSpec& spec) {
   const bool blocks_of_16 = spec.block_size == 16;
   switch (spec.head_dim) {
-    case 64: return blocks_of_16 ? 2.15 : 1.75;
-    case 96: return blocks_of_16 ? 2.35 : 2.1;
-    case 256: return blocks_of_16 ? 2.45 : 2.05;  // against wgmma's 128 x 64 tiles
-    default: return blocks_of_16 ? 2.5 : 2.4;     // d = 128
+    case 64: return blocks_of_16 ? 2.07 : 1.45;
+    case 96: return blocks_of_16 ? 2.3 : 1.6;
+    case 256: return blocks_of_16 ? 2.35 : 1.5;  // against wgmma's 128 x 64 tiles
+    default: return blocks_of_16 ? 2.15 : 1.65;  // d = 128
   }
 }
 

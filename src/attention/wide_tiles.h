@@ -1,8 +1,9 @@
-// Pattern blocks of 16 and 32 on Hopper: which forward kernel a pattern runs on. The default,
-// mma.sync on 64-row tiles, visits little more than the active blocks but pays 1.75-2.5 times as much
-// a score as a wgmma kernel on 128-row tiles, which visits every tile holding any active block.
-// Sparse patterns run faster on the first, dense-ish ones on the second, so the choice is made per
-// pattern from the tiles each would visit (docs/attention.md, "Small pattern blocks").
+// Pattern blocks of 16 and 32 on Hopper: which forward kernel a pattern runs on. The default, one
+// warpgroup on 64-row tiles one key block wide, visits little more than the active blocks but pays
+// 1.45-2.35 times as much a score as two warpgroups on 128-row tiles that span 8 or 4 key blocks,
+// which visit every tile holding any active block. Sparse patterns run faster on the first, dense-ish
+// ones on the second, so the choice is made per pattern from the tiles each would visit
+// (docs/attention.md, "Small pattern blocks").
 #pragma once
 
 #include <optional>
@@ -18,7 +19,7 @@ namespace sjit::attention {
 std::optional<AttentionConfig> wide_tile_config(const AttentionSpec& spec);
 
 // Whether a forward with `pattern` is expected to run faster on wide_tile_config(spec) than on
-// `narrow` (the spec's mma.sync default): the tiles each visits, times what a score costs on each.
+// `narrow` (the spec's default on Hopper): the tiles each visits, times what a score costs on each.
 bool wide_tiles_pay(const AttentionSpec& spec, const BlockPattern& pattern, const AttentionConfig& narrow);
 
 }  // namespace sjit::attention

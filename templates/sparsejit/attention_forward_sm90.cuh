@@ -31,7 +31,9 @@ struct AttentionSm90Layout {
   static_assert(Cfg::warps % 4 == 0, "wgmma path: whole warpgroups");
   static_assert(Tr::head_dim == 64 || Tr::head_dim == 96 || Tr::head_dim == 128 || Tr::head_dim == 256,
                 "wgmma path: head_dim 64, 96, 128 or 256");
-  static_assert(Tr::block_n == 64 || Tr::block_n == 128, "wgmma path: block_n 64 or 128");
+  // 16- and 32-key tiles serve pattern blocks of 16 and 32 (a tile one key block wide).
+  static_assert(Tr::block_n == 16 || Tr::block_n == 32 || Tr::block_n == 64 || Tr::block_n == 128,
+                "wgmma path: block_n 16, 32, 64 or 128");
   // Tiles are whole 64-column swizzle blocks: at d = 96 the second block's last 32 columns are zeros
   // (the copies fill them), which S = Q K^T never reads (its k-steps stop at d) and O += P V does not
   // write (its N is d).

@@ -51,6 +51,7 @@ template <class Cfg>
 struct AttentionWsLayout {
   using Tr = AttentionForwardTraits<Cfg>;
   using Base = AttentionSm90Layout<Cfg>;  // its static_asserts hold here too
+  static_assert(Tr::block_n == 64 || Tr::block_n == 128, "wgmma_ws path: block_n 64 or 128");
   static constexpr int math_threads = Tr::threads, threads = math_threads + 128;
   static constexpr int copy_warp = Cfg::warps;
   // Two math warpgroups: 2 x 128 x 240 + 128 x 24 registers fit the 65536 of the SM (the launch gives

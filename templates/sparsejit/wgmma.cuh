@@ -152,14 +152,18 @@ __device__ __forceinline__ void warpgroup_claim_registers() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGISTERS));
 }
 
-// Generated operand lists: 64-row wgmma with N = 64, 96, 128 or 256 columns, fp32 accumulators.
+// Generated operand lists: 64-row wgmma with N = 16, 32, 64, 96, 128 or 256 columns, fp32 accumulators.
 // clang-format off
 // The accumulator operands of one 64 x N tile: N / 8 chunks of 4 floats (see the layout above).
-#define SJIT_WGMMA_ACC_N64 \
+#define SJIT_WGMMA_ACC_N16 \
       "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
-      "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+      "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
+#define SJIT_WGMMA_ACC_N32 \
+      SJIT_WGMMA_ACC_N16, \
       "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
-      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+#define SJIT_WGMMA_ACC_N64 \
+      SJIT_WGMMA_ACC_N32, \
       "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
       "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
       "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
@@ -198,11 +202,32 @@ __device__ __forceinline__ void warpgroup_claim_registers() {
       "+f"(d[29][0]), "+f"(d[29][1]), "+f"(d[29][2]), "+f"(d[29][3]), \
       "+f"(d[30][0]), "+f"(d[30][1]), "+f"(d[30][2]), "+f"(d[30][3]), \
       "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]), "+f"(d[31][3])
+#define SJIT_WGMMA_REGS_N16 "{%0, %1, %2, %3, %4, %5, %6, %7},\n"
+#define SJIT_WGMMA_REGS_N32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},\n"
 #define SJIT_WGMMA_REGS_N64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"
 #define SJIT_WGMMA_REGS_N96 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47},\n"
 #define SJIT_WGMMA_REGS_N128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},\n"
 
 #define SJIT_WGMMA_REGS_N256 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},\n"
+// D[64 x 16] and D[64 x 32] (+)= A[64 x 16] B[16 x N], A and B from shared memory (both K-major): the
+// scores of 16- and 32-key tiles (small pattern blocks).
+#define SJIT_WGMMA_SS_N16(TY)                                                                       \
+  asm volatile(                                                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"                                                 \
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32." TY "." TY "\n"                                  \
+      SJIT_WGMMA_REGS_N16                                                    \
+      "%8, %9, p, 1, 1, 0, 0;\n}\n"                                                                 \
+      : SJIT_WGMMA_ACC_N16 \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+#define SJIT_WGMMA_SS_N32(TY)                                                                       \
+  asm volatile(                                                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                                 \
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY "\n"                                  \
+      SJIT_WGMMA_REGS_N32                                                    \
+      "%16, %17, p, 1, 1, 0, 0;\n}\n"                                                               \
+      : SJIT_WGMMA_ACC_N32 \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+
 // D[64 x 64] (+)= A[64 x 16] B[16 x 64], A and B from shared memory. TRANS is "0, 0" (both K-major) or
 // "1, 1" (A M-major and B N-major: both transposed by the instruction).
 #define SJIT_WGMMA_SS_N64(TY, TRANS)                                                                \
@@ -269,8 +294,12 @@ __device__ __forceinline__ void warpgroup_claim_registers() {
 template <class T, int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], unsigned long long desc_a, unsigned long long desc_b,
                                          int accumulate) {
-  static_assert(N == 64 || N == 128, "wgmma_ss: N must be 64 or 128");
-  if constexpr (N == 64) {
+  static_assert(N == 16 || N == 32 || N == 64 || N == 128, "wgmma_ss: N must be 16, 32, 64 or 128");
+  if constexpr (N == 16) {
+    if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N16("bf16"); else SJIT_WGMMA_SS_N16("f16");
+  } else if constexpr (N == 32) {
+    if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N32("bf16"); else SJIT_WGMMA_SS_N32("f16");
+  } else if constexpr (N == 64) {
     if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N64("bf16", "0, 0"); else SJIT_WGMMA_SS_N64("f16", "0, 0");
   } else {
     if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N128("bf16"); else SJIT_WGMMA_SS_N128("f16");
@@ -321,16 +350,22 @@ __device__ __forceinline__ void wgmma_rs_steps(float (&d)[N / 8][4], const unsig
   for (int kk = 0; kk < K_STEPS; ++kk) wgmma_rs<T, N>(d, a[kk], nmajor_descriptor(b_tile, b_rows, kk), 1);
 }
 
+#undef SJIT_WGMMA_SS_N16
+#undef SJIT_WGMMA_SS_N32
 #undef SJIT_WGMMA_SS_N64
 #undef SJIT_WGMMA_RS_N64
 #undef SJIT_WGMMA_RS_N96
 #undef SJIT_WGMMA_SS_N128
 #undef SJIT_WGMMA_RS_N128
 #undef SJIT_WGMMA_RS_N256
+#undef SJIT_WGMMA_ACC_N16
+#undef SJIT_WGMMA_ACC_N32
 #undef SJIT_WGMMA_ACC_N64
 #undef SJIT_WGMMA_ACC_N96
 #undef SJIT_WGMMA_ACC_N128
 #undef SJIT_WGMMA_ACC_N256
+#undef SJIT_WGMMA_REGS_N16
+#undef SJIT_WGMMA_REGS_N32
 #undef SJIT_WGMMA_REGS_N64
 #undef SJIT_WGMMA_REGS_N96
 #undef SJIT_WGMMA_REGS_N128

@@ -232,7 +232,8 @@ TEST_CASE("resolve() on the wgmma path: defaults, checks, and which path an unse
         CHECK(c.path == AttentionPath::wgmma);
         CHECK(c.m_tiles == 1);
         CHECK((c.warps == 4 || c.warps == 8));
-        CHECK((c.block_n == 64 || c.block_n == 128));
+        // Pattern blocks of 16 and 32: tiles one key block wide.
+        CHECK(c.block_n == (sparsity != Sparsity::dense && bs <= 32 ? bs : c.block_n == 64 ? 64 : 128));
         CHECK(c.q_in_registers == 0);
         CHECK(resolve(spec, c) == c);
         CHECK(parse_attention_config(key(c)) == c);
@@ -247,8 +248,9 @@ TEST_CASE("resolve() on the wgmma path: defaults, checks, and which path an unse
   AttentionConfig bad = wgmma;
   bad.m_tiles = 2;
   CHECK_THROWS_WITH(resolve(d128, bad), Contains("mt = 2") && Contains("wgmma"));
-  bad = wgmma, bad.block_n = 32;
-  CHECK_THROWS_WITH(resolve(d128, bad), Contains("bn = 32") && Contains("wgmma"));
+  bad = wgmma, bad.block_n = 32;  // taken: the one-item kernel has 16- and 32-key tiles
+  CHECK(resolve(d128, bad).block_n == 32);
+  CHECK(resolve(d128, AttentionConfig{4, 1, 16, 2, 0, AttentionPath::wgmma}).block_n == 16);
   CHECK_THROWS_WITH(resolve(make_spec(32, DType::bf16, Causal::none, Sparsity::dense, 0), wgmma),
                     Contains("head_dim 64, 96, 128 or 256, not 32"));
   // d = 256: the one-item kernel with 64-key tiles (two warpgroups, Q and two slots: 193 KB); 128-key
@@ -272,7 +274,7 @@ TEST_CASE("resolve() on the wgmma path: defaults, checks, and which path an unse
   CHECK(ws_default.block_m() == 128);
   CHECK(parse_attention_config(key(ws_default)) == ws_default);
   bad = ws, bad.block_n = 32;
-  CHECK_THROWS_WITH(resolve(d128, bad), Contains("bn = 32") && Contains("wgmma_ws"));
+  CHECK_THROWS_WITH(resolve(d128, bad), Contains("bn = 32") && Contains("wgmma_ws takes 64 or 128"));
   bad = AttentionConfig{8, 1, 128, 3, 0}, bad.path = AttentionPath::wgmma_ws;
   CHECK_THROWS_WITH(resolve(d128, bad), Contains("shared memory"));
   // A config with tiling fields but no path keeps meaning the mma.sync kernel, on any device.
@@ -294,19 +296,26 @@ TEST_CASE("resolve() on the wgmma path: defaults, checks, and which path an unse
   CHECK(path_on_h100(64, Causal::bottom_right, Sparsity::block_sparse, 64) == AttentionPath::wgmma);
   CHECK(path_on_h100(64, Causal::top_left, Sparsity::block_sparse, 128) == AttentionPath::wgmma);
   CHECK(resolve(make_spec(64, DType::bf16, Causal::top_left, Sparsity::block_sparse, 128), {}, 90).block_m() == 64);
-  CHECK(path_on_h100(128, Causal::none, Sparsity::block_sparse, 32) == AttentionPath::mma);
-  CHECK(path_on_h100(64, Causal::top_left, Sparsity::block_sparse, 16) == AttentionPath::mma);
-  // Small pattern blocks on mma.sync: 64-row tiles of 32 keys, or of one key block of 16.
+  // Small pattern blocks: on Hopper one warpgroup on tiles one key block wide, on mma.sync 64-row tiles
+  // of 32 keys, or of one key block of 16.
   for (const int bs : {16, 32, 64}) {
-    const AttentionConfig small = resolve(make_spec(128, DType::bf16, Causal::none, Sparsity::block_sparse, bs), {});
     CAPTURE(bs);
+    const AttentionSpec spec = make_spec(128, DType::bf16, Causal::none, Sparsity::block_sparse, bs);
+    const AttentionConfig small = resolve(spec, {});
+    CHECK(small.path == AttentionPath::mma);
     CHECK(small.block_m() == 64);
     CHECK(small.block_n == std::min(bs, 32));
+    const AttentionConfig hopper = resolve(spec, {}, 90);
+    CHECK(hopper.path == AttentionPath::wgmma);
+    CHECK(hopper.block_m() == 64);
+    CHECK(hopper.block_n == bs);
   }
+  CHECK(path_on_h100(64, Causal::top_left, Sparsity::block_sparse, 16) == AttentionPath::wgmma);
   CHECK(path_on_h100(256, Causal::none, Sparsity::dense, 0) == AttentionPath::wgmma);
   CHECK(path_on_h100(256, Causal::top_left, Sparsity::block_sparse, 128) == AttentionPath::wgmma);
   CHECK(resolve(make_spec(256, DType::bf16, Causal::none, Sparsity::block_sparse, 64), {}, 90).block_m() == 64);
-  CHECK(path_on_h100(256, Causal::none, Sparsity::block_sparse, 32) == AttentionPath::mma);
+  CHECK(path_on_h100(256, Causal::none, Sparsity::block_sparse, 32) == AttentionPath::wgmma);
+  CHECK(path_on_h100(32, Causal::none, Sparsity::block_sparse, 32) == AttentionPath::mma);
   CHECK(path_on_h100(96, Causal::none, Sparsity::dense, 0) == AttentionPath::wgmma_ws);
   CHECK(path_on_h100(96, Causal::top_left, Sparsity::block_sparse, 128) == AttentionPath::wgmma_ws);
   CHECK(path_on_h100(96, Causal::none, Sparsity::block_sparse, 64) == AttentionPath::wgmma);
@@ -569,10 +578,12 @@ TEST_CASE("small pattern blocks: the wide tiling, and which patterns take it", "
     CHECK_FALSE(pays(128, bs, patterns::random(bs, seq, seq, 0.05, 3)));
     CHECK_FALSE(pays(128, bs, patterns::random(bs, seq, seq, 0.0, 3)));
   }
-  // At d = 64 mma.sync loses less a score: blocks of 32 stay there up to about 0.4.
-  CHECK(pays(128, 32, patterns::random(32, seq, seq, 0.3, 3)));
+  // Blocks of 32 lose less a score on the narrow tiles: they stay there up to about 0.4.
+  CHECK_FALSE(pays(128, 32, patterns::random(32, seq, seq, 0.3, 3)));
+  CHECK(pays(128, 32, patterns::random(32, seq, seq, 0.6, 3)));
+  CHECK(pays(128, 16, patterns::random(16, seq, seq, 0.3, 3)));
   CHECK_FALSE(pays(64, 32, patterns::random(32, seq, seq, 0.3, 3)));
-  CHECK(pays(64, 32, patterns::random(32, seq, seq, 0.6, 3)));
+  CHECK(pays(64, 32, patterns::random(32, seq, seq, 0.7, 3)));
   CHECK(pays(256, 16, patterns::random(16, seq, seq, 0.25, 3)));
   CHECK_FALSE(pays(256, 16, patterns::random(16, seq, seq, 0.05, 3)));
   // The tiles decide, not the density: a band of 16 blocks of 16 (6% of the blocks) fills the wide

@@ -493,6 +493,19 @@ TEST_CASE("wgmma path: every tiling it accepts computes the same attention", "[g
     c.config = config;
     check_case(c, rng);
   }
+  // 16- and 32-key tiles (the one-item kernel, for pattern blocks of 16 and 32): a tile half a block,
+  // one block, or two blocks wide, one and two warpgroups, two and three stages.
+  for (const int d : {64, 128, 256})
+    for (const int bs : {16, 32})
+      for (const AttentionConfig config : {wgmma(4, 16, 2), wgmma(4, 32, 3), wgmma(8, 16, 3), wgmma(8, 32, 2)}) {
+        if (d == 256 && config.stages == 3) continue;
+        Case c{spec_of(d, d == 64 ? DType::f16 : DType::bf16, bs == 16 ? Causal::top_left : Causal::none,
+                       Sparsity::block_sparse, bs),
+               1, 2, 1, 517, 530, 0.3};
+        c.per_head_pattern = bs == 32;
+        c.config = config;
+        check_case(c, rng);
+      }
 }
 
 TEST_CASE("wgmma_ws path: CTAs that take many work items give bit for bit the output of one CTA an item",
@@ -541,10 +554,11 @@ TEST_CASE("wgmma_ws path: CTAs that take many work items give bit for bit the ou
 }
 
 // Pattern blocks of 16 and 32 on Hopper: an Attention built without a tiling runs each pattern on the
-// kernel it is expected to be faster on (src/attention/wide_tiles.h), the persistent wgmma kernel
-// where the active blocks fill its 128 x 128 tiles and mma.sync elsewhere. One object serves both
-// kinds of pattern; each matches the reference, also when captured into a graph after prepare(pattern).
-TEST_CASE("small pattern blocks run dense-ish patterns on the wide tiles and sparse ones on mma.sync",
+// tiles it is expected to be faster on (src/attention/wide_tiles.h), two warpgroups on 128-row tiles
+// where the active blocks fill them, one warpgroup on tiles one key block wide elsewhere. One object
+// serves both kinds of pattern; each matches the reference, also when captured into a graph after
+// prepare(pattern).
+TEST_CASE("small pattern blocks run dense-ish patterns on the wide tiles and sparse ones on narrow tiles",
           "[gpu][attention][sm90]") {
   if (!on_hopper()) return;
   const std::uint64_t seed = test::fresh_seed();
@@ -553,7 +567,7 @@ TEST_CASE("small pattern blocks run dense-ish patterns on the wide tiles and spa
   struct Run {
     const char* what;
     double density;  // random blocks; a negative density: a band of 16 blocks around the diagonal
-    AttentionPath runs_on;
+    bool wide;       // runs on the 128-row tiles (else on the default tiling)
   };
   struct Problem {
     Case c;
@@ -561,28 +575,33 @@ TEST_CASE("small pattern blocks run dense-ish patterns on the wide tiles and spa
   };
   const std::vector<Problem> problems = {
       {{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 16), 1, 4, 2, 1203, 1195},
-       {{"random 0.5", 0.5, AttentionPath::wgmma_ws},
-        {"random 0.03", 0.03, AttentionPath::mma},
-        {"band", -1, AttentionPath::wgmma_ws}}},
+       {{"random 0.5", 0.5, true}, {"random 0.03", 0.03, false}, {"band", -1, true}}},
       {{spec_of(64, DType::f16, Causal::top_left, Sparsity::block_sparse, 32), 2, 4, 4, 1100, 1100},
-       {{"random 0.08", 0.08, AttentionPath::mma}, {"random 0.8", 0.8, AttentionPath::wgmma_ws}}},
+       {{"random 0.08", 0.08, false}, {"random 0.8", 0.8, true}}},
       {{spec_of(96, DType::bf16, Causal::bottom_right, Sparsity::block_sparse, 32), 1, 2, 1, 700, 1000},
-       {{"random 0.6", 0.6, AttentionPath::wgmma_ws}}},
+       {{"random 0.6", 0.6, true}}},
       // d = 256: the one-item kernel's 128 x 64 tiles.
       {{spec_of(256, DType::bf16, Causal::none, Sparsity::block_sparse, 16), 1, 2, 2, 1040, 1000},
-       {{"random 0.5", 0.5, AttentionPath::wgmma}, {"random 0.05", 0.05, AttentionPath::mma}}},
+       {{"random 0.5", 0.5, true}, {"random 0.05", 0.05, false}}},
   };
   for (const Problem& problem : problems) {
     const Case& c = problem.c;
     const std::int64_t d = c.spec.head_dim;
     Attention attention(c.spec);
-    REQUIRE(attention.config().path == AttentionPath::mma);
+    const AttentionConfig narrow = attention.config();
+    REQUIRE(narrow.path == AttentionPath::wgmma);
+    REQUIRE(narrow.block_m() == 64);
+    REQUIRE(narrow.block_n == c.spec.block_size);
     for (const Run& run : problem.runs) {
       INFO(c.name() << ", " << run.what);
       const int bs = c.spec.block_size;
       const BlockPattern pattern = run.density < 0 ? patterns::sliding_window(bs, c.seq_q, c.seq_k, 8, 7)
                                                    : patterns::random(bs, c.seq_q, c.seq_k, run.density, rng());
-      REQUIRE(attention.forward_config(pattern).path == run.runs_on);
+      const AttentionConfig runs_on = attention.forward_config(pattern);
+      REQUIRE(runs_on.block_m() == (run.wide ? 128 : 64));
+      if (!run.wide) REQUIRE(runs_on == narrow);
+      // The wide tiles: the persistent kernel, or at d = 256, which it does not take, the one-item one.
+      if (run.wide) REQUIRE(runs_on.path == (d == 256 ? AttentionPath::wgmma : AttentionPath::wgmma_ws));
       const auto q = test::quantized(c.spec.dtype, test::random_rows(rng, c.batch * c.heads_q * c.seq_q, int(d), 1.0f));
       const auto k = test::quantized(c.spec.dtype, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, int(d), 1.0f));
       const auto v = test::quantized(c.spec.dtype, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, int(d), 1.0f));

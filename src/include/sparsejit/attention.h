@@ -152,8 +152,8 @@ class Attention {
   // - with pattern blocks of 16 or 32, on Hopper, an object built without a tiling (none given, none
   //   stored by the tuner) runs a pattern whose active blocks fill most of the 128-row tiles of a
   //   wgmma kernel there (wgmma_ws with 128-key tiles; wgmma with 64-key tiles at head_dim 256), and
-  //   sparser patterns on config()'s mma.sync tiles: the first is 2-2.5 times faster a score, the
-  //   second visits fewer scores (docs/attention.md, "Small pattern blocks").
+  //   sparser patterns on config()'s 64-row tiles one key block wide: the first is 1.5-2.3 times
+  //   faster a score, the second visits fewer scores (docs/attention.md, "Small pattern blocks").
   // Refuses a pattern the spec cannot take (a dense spec, another block size).
   AttentionConfig forward_config(const BlockPattern& pattern);
 

@@ -23,8 +23,14 @@ timeout 120 ./build-gpu/sjit bench attention --iters 10 --density 1,0.5,0.25,0.1
   # Pattern blocks of 64 (the dK/dV pass skips a warpgroup's inactive keys), at d = 128 and 96.
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 64 --density 0.5,0.1 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 64 --d 96 --density 0.1 --backward
-  timeout 90 ./build-gpu/sjit bench attention --iters 10 --block 32 --density 0.5,0.1,0.02 --backward
-  timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --density 0.1,0.02
+  # Pattern blocks of 32 and 16: each pattern on the narrow or the wide tiles (the config column says
+  # which), random blocks and a sliding window of 16 blocks.
+  timeout 90 ./build-gpu/sjit bench attention --iters 10 --block 32 --density 0.5,0.25,0.1,0.02 --backward
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --density 0.5,0.25,0.1,0.02
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --window 8,7 --backward
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --window 8,7 --config warps=4,mt=1,bn=16,stages=2,qreg=0,path=wgmma
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 32 --window 4,3 --backward
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 32 --window 4,3 --config warps=4,mt=1,bn=32,stages=2,qreg=0,path=wgmma
   # GQA, 4 query heads a K/V head: the backward chooses the dQ pass below 20 key tiles a query row.
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --heads-kv 4 --density 1,0.25,0.1 --backward
   # A training step captured into a CUDA graph, timed alternately with the same calls made directly.

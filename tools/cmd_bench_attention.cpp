@@ -20,6 +20,7 @@ struct AttentionBenchOptions {
   int block = 128;
   std::vector<double> densities = {1, 0.5, 0.25, 0.1, 0.05, 0.02};
   std::string pattern_file;
+  std::vector<std::int64_t> window;  // blocks before and after the diagonal: a sliding window
   bool baked = false;
   bool per_head = false;
   bool backward = false;
@@ -172,6 +173,10 @@ int run_attention(const AttentionBenchOptions& o) {
   std::vector<std::pair<std::string, BlockPattern>> patterns_to_run;
   if (!o.pattern_file.empty()) {
     patterns_to_run.emplace_back(o.pattern_file, BlockPattern::load(o.pattern_file));
+  } else if (!o.window.empty()) {
+    patterns_to_run.emplace_back(fmt::format("window {},{}", o.window[0], o.window[1]),
+                                 patterns::sliding_window(o.block, o.seq, seq_k, o.window[0], o.window[1],
+                                                          o.per_head ? int(o.heads) : 1));
   } else {
     for (const double density : o.densities)
       patterns_to_run.emplace_back(fmt::format("{:g}", density),
@@ -237,6 +242,11 @@ Runner add_bench_attention(CLI::App& bench) {
   cmd->add_option("--density", o->densities, "Densities of random patterns (diagonal + random key blocks)")
       ->delimiter(',');
   cmd->add_option("--pattern", o->pattern_file, "A pattern file (BlockPattern::save) instead of random patterns");
+  cmd->add_option("--window", o->window,
+                  "BEFORE,AFTER: a sliding window of key blocks around the diagonal instead of random patterns")
+      ->delimiter(',')
+      ->expected(2)
+      ->excludes("--pattern");
   cmd->add_flag("--baked", o->baked, "Also time the pattern baked into the kernel");
   cmd->add_flag("--per-head", o->per_head, "A different random pattern for every head");
   cmd->add_flag("--backward", o->backward, "Also time the backward (dQ, dK, dV) and forward + backward");

@@ -119,7 +119,7 @@ AttentionConfig wgmma_default_config(const AttentionSpec& spec, AttentionPath pa
 //   TFLOP/s) on wgmma_ws against 2.751, causal 0.800 against 1.399; blocks of 128 at 0.1 0.171
 //   against 0.325; blocks of 64 at 0.1 0.282 against 0.398 (one warpgroup, as at d = 128).
 // - pattern blocks of 32 and 16 (thirty-first session), on tiles one key block wide (above): at d = 128
-//   28-32% faster than mma.sync with blocks of 32 and 11-17% with blocks of 16, at d = 96 and 256
+//   26-32% faster than mma.sync with blocks of 32 and 12-17% with blocks of 16, at d = 96 and 256
 //   16-31% and 0-10%, causal top-left 43-46% and 7-16% (at d = 96 and 256, blocks of 16 at density
 //   0.1, 1-2% slower: 1.330 against 1.302 ms, 0.883 against 0.875).
 // d = 32 has no wgmma kernel: mma.sync stays.

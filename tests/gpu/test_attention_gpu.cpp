@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <future>
 #include <optional>
 
 #include "sparsejit/attention_reference.h"
@@ -60,10 +61,11 @@ std::vector<float> from_layout(const std::vector<float>& dev, std::int64_t b, st
 
 using test::upload;
 
-// Runs the GPU forward on q, k, v (quantized values, [B, H, S, D]) with a fresh NaN-poisoned output;
-// in_graph: prepared, captured into a CUDA graph on a stream of its own, and the graph launched.
+// Runs the GPU forward on q, k, v (quantized values, [B, H, S, D]) with a fresh NaN-poisoned output, on
+// `stream`; in_graph: prepared, captured into a CUDA graph on a stream of its own, and the graph launched.
 Result run_gpu(const Case& c, Attention& attention, const std::vector<float>& q, const std::vector<float>& k,
-               const std::vector<float>& v, const BlockPattern* pattern, bool in_graph = false) {
+               const std::vector<float>& v, const BlockPattern* pattern, bool in_graph = false,
+               Stream stream = nullptr) {
   const DType dt = c.spec.dtype;
   const std::int64_t d = c.spec.head_dim;
   DeviceBuffer dq = upload(dt, to_layout(q, c.batch, c.heads_q, c.seq_q, d, c.bshd));
@@ -93,8 +95,8 @@ Result run_gpu(const Case& c, Attention& attention, const std::vector<float>& q,
     graph.launch(stream.get());
     synchronize(stream.get());
   } else {
-    attention.forward(a);
-    synchronize();
+    attention.forward(a, stream);
+    synchronize(stream);
   }
 
   Result r;
@@ -609,5 +611,41 @@ TEST_CASE("small pattern blocks run dense-ish patterns on the wide tiles and spa
       expect_matches(c, run_gpu(c, attention, q, k, v, &pattern), want);
       expect_matches(c, run_gpu(c, attention, q, k, v, &pattern, true), want);
     }
+  }
+}
+
+// One Attention used from several threads at once, each with its own stream, pattern and buffers:
+// the kernels, twins (dense, wide) and schedules it makes on first use are made while other threads
+// ask for them. Every thread's output matches the reference (checked on this thread: Catch2's
+// assertions are not thread-safe).
+TEST_CASE("one Attention serves forwards from several threads at once", "[gpu][attention]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const Case c{spec_of(64, DType::bf16, Causal::top_left, Sparsity::block_sparse, 16), 1, 2, 2, 700, 700};
+  // Dense-ish (the wide tiles on Hopper), sparse (the narrow ones), full (the dense twin), middling.
+  constexpr std::array kDensities{0.6, 0.05, 1.0, 0.3};
+  constexpr int kThreads = 8;
+  struct Job {
+    BlockPattern pattern;
+    std::vector<float> q, k, v;
+  };
+  std::vector<Job> jobs;
+  for (int t = 0; t < kThreads; ++t) {
+    auto rows = [&](std::int64_t n) { return test::quantized(DType::bf16, test::random_rows(rng, n, 64, 1.0f)); };
+    jobs.push_back({patterns::random(16, c.seq_q, c.seq_k, kDensities[t % 4], rng()), rows(2 * c.seq_q),
+                    rows(2 * c.seq_k), rows(2 * c.seq_k)});
+  }
+  Attention attention(c.spec);
+  std::vector<std::future<Result>> results;
+  for (const Job& job : jobs)
+    results.push_back(std::async(std::launch::async, [&] {
+      const OwnedStream stream;
+      return run_gpu(c, attention, job.q, job.k, job.v, &job.pattern, false, stream.get());
+    }));
+  for (int t = 0; t < kThreads; ++t) {
+    INFO("thread " << t << ", density " << kDensities[t % 4]);
+    const Job& job = jobs[std::size_t(t)];
+    expect_matches(c, results[std::size_t(t)].get(), run_reference(c, job.q, job.k, job.v, &job.pattern));
   }
 }

@@ -141,12 +141,23 @@ BlockPattern pattern_for(const Case& c, std::uint64_t seed) {
                           c.per_head_pattern ? int(c.heads_q) : 1);
 }
 
+// Fresh q, k and v of the case's shape: unit-variance rows, quantized to its dtype.
+struct Inputs {
+  std::vector<float> q, k, v;
+};
+Inputs random_inputs(const Case& c, std::mt19937_64& rng) {
+  auto rows = [&](std::int64_t n) {
+    return test::quantized(c.spec.dtype, test::random_rows(rng, c.batch * n, c.spec.head_dim, 1.0f));
+  };
+  Inputs in;
+  in.q = rows(c.heads_q * c.seq_q);
+  in.k = rows(c.heads_kv * c.seq_k);
+  in.v = rows(c.heads_kv * c.seq_k);
+  return in;
+}
+
 void check_case(const Case& c, std::mt19937_64& rng) {
-  const std::int64_t d = c.spec.head_dim;
-  const DType dt = c.spec.dtype;
-  const auto q = test::quantized(dt, test::random_rows(rng, c.batch * c.heads_q * c.seq_q, int(d), 1.0f));
-  const auto k = test::quantized(dt, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, int(d), 1.0f));
-  const auto v = test::quantized(dt, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, int(d), 1.0f));
+  const auto [q, k, v] = random_inputs(c, rng);
   std::optional<BlockPattern> pattern;
   if (c.spec.sparsity != Sparsity::dense) pattern = pattern_for(c, rng());
   Attention attention =
@@ -532,10 +543,7 @@ TEST_CASE("wgmma_ws path: CTAs that take many work items give bit for bit the ou
   for (Problem problem : problems) {
     Case& c = problem.c;
     c.per_head_pattern = c.spec.sparsity != Sparsity::dense;
-    const std::int64_t d = c.spec.head_dim;
-    const auto q = test::quantized(c.spec.dtype, test::random_rows(rng, c.batch * c.heads_q * c.seq_q, int(d), 1.0f));
-    const auto k = test::quantized(c.spec.dtype, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, int(d), 1.0f));
-    const auto v = test::quantized(c.spec.dtype, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, int(d), 1.0f));
+    const auto [q, k, v] = random_inputs(c, rng);
     std::optional<BlockPattern> pattern;
     if (c.spec.sparsity != Sparsity::dense) pattern = pattern_for(c, rng());
     const int warps = c.spec.sparsity != Sparsity::dense && c.spec.block_size <= 64 ? 4 : 8;
@@ -604,9 +612,7 @@ TEST_CASE("small pattern blocks run dense-ish patterns on the wide tiles and spa
       if (!run.wide) REQUIRE(runs_on == narrow);
       // The wide tiles: the persistent kernel, or at d = 256, which it does not take, the one-item one.
       if (run.wide) REQUIRE(runs_on.path == (d == 256 ? AttentionPath::wgmma : AttentionPath::wgmma_ws));
-      const auto q = test::quantized(c.spec.dtype, test::random_rows(rng, c.batch * c.heads_q * c.seq_q, int(d), 1.0f));
-      const auto k = test::quantized(c.spec.dtype, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, int(d), 1.0f));
-      const auto v = test::quantized(c.spec.dtype, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, int(d), 1.0f));
+      const auto [q, k, v] = random_inputs(c, rng);
       const auto want = run_reference(c, q, k, v, &pattern);
       expect_matches(c, run_gpu(c, attention, q, k, v, &pattern), want);
       expect_matches(c, run_gpu(c, attention, q, k, v, &pattern, true), want);
@@ -628,24 +634,21 @@ TEST_CASE("one Attention serves forwards from several threads at once", "[gpu][a
   constexpr int kThreads = 8;
   struct Job {
     BlockPattern pattern;
-    std::vector<float> q, k, v;
+    Inputs in;
   };
   std::vector<Job> jobs;
-  for (int t = 0; t < kThreads; ++t) {
-    auto rows = [&](std::int64_t n) { return test::quantized(DType::bf16, test::random_rows(rng, n, 64, 1.0f)); };
-    jobs.push_back({patterns::random(16, c.seq_q, c.seq_k, kDensities[t % 4], rng()), rows(2 * c.seq_q),
-                    rows(2 * c.seq_k), rows(2 * c.seq_k)});
-  }
+  for (int t = 0; t < kThreads; ++t)
+    jobs.push_back({patterns::random(16, c.seq_q, c.seq_k, kDensities[t % 4], rng()), random_inputs(c, rng)});
   Attention attention(c.spec);
   std::vector<std::future<Result>> results;
   for (const Job& job : jobs)
     results.push_back(std::async(std::launch::async, [&] {
       const OwnedStream stream;
-      return run_gpu(c, attention, job.q, job.k, job.v, &job.pattern, false, stream.get());
+      return run_gpu(c, attention, job.in.q, job.in.k, job.in.v, &job.pattern, false, stream.get());
     }));
   for (int t = 0; t < kThreads; ++t) {
     INFO("thread " << t << ", density " << kDensities[t % 4]);
     const Job& job = jobs[std::size_t(t)];
-    expect_matches(c, results[std::size_t(t)].get(), run_reference(c, job.q, job.k, job.v, &job.pattern));
+    expect_matches(c, results[std::size_t(t)].get(), run_reference(c, job.in.q, job.in.k, job.in.v, &job.pattern));
   }
 }

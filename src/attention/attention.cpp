@@ -514,6 +514,9 @@ void Attention::prepare(const BlockPattern& pattern) {
 
 AttentionConfig Attention::forward_config(const BlockPattern& pattern) {
   attention::check_pattern_fits_spec(state_->spec, pattern);
+  if (state_->baked && !(pattern == *state_->baked))
+    throw InvalidArgument(fmt::format("attention: the pattern given (digest {:016x}) is not the one baked into the "
+                                      "kernel ({:016x})", pattern.digest(), state_->baked->digest()));
   if (runs_dense_kernels(state_->spec, &pattern)) return state_->dense().config();
   if (state_->runs_wide(pattern, current_compute_capability() == 90)) return state_->wide().config();
   return state_->config;

@@ -927,6 +927,11 @@ TEST_CASE("Attention::forward_config and prepare(pattern) check the pattern agai
     CHECK(attention.forward_config(p32) == attention.config());
     CHECK(attention.forward_config(patterns::random(32, 2048, 2048, 0.9, 7, 1)) == attention.config());
   }
+  // A baked object runs its own pattern.
+  const BlockPattern baked_pattern = patterns::random(32, 100, 130, 0.5, 9, 1);
+  Attention baked(bsr, baked_pattern);
+  CHECK(baked.forward_config(baked_pattern) == baked.config());
+  CHECK_THROWS_WITH(baked.forward_config(p32), Contains("not the one baked"));
   // A tiling asked for is always the one run.
   AttentionConfig mma;
   mma.path = AttentionPath::mma;

@@ -154,7 +154,7 @@ class Attention {
   //   wgmma kernel there (wgmma_ws with 128-key tiles; wgmma with 64-key tiles at head_dim 256), and
   //   sparser patterns on config()'s 64-row tiles one key block wide: the first is 1.5-2.3 times
   //   faster a score, the second visits fewer scores (docs/attention.md, "Small pattern blocks").
-  // Refuses a pattern the spec cannot take (a dense spec, another block size).
+  // Refuses a pattern the spec cannot take (a dense spec, another block size, not the baked one).
   AttentionConfig forward_config(const BlockPattern& pattern);
 
  private:

@@ -60,6 +60,15 @@ Capture capture_of(Stream stream, const char* prepare_call) { return {stream_is_
 
 std::size_t round_up_8(std::size_t bytes) { return (bytes + 7) / 8 * 8; }
 
+// The first entry of a most-recent-first list that `matches`, moved to the front; null if none.
+template <class List, class Match>
+typename List::value_type* find_recent(List& list, Match matches) {
+  const auto it = std::find_if(list.begin(), list.end(), matches);
+  if (it == list.end()) return nullptr;
+  list.splice(list.begin(), list, it);
+  return &list.front();
+}
+
 // Threads of a forward CTA: the config's warps, and the copy warpgroup of the persistent kernel.
 int forward_threads(const AttentionConfig& config) {
   return 32 * config.warps + (config.path == AttentionPath::wgmma_ws ? 128 : 0);
@@ -204,11 +213,8 @@ struct Attention::State {
     if (!wide_config || !hopper) return false;
     {
       std::lock_guard lock(mutex);
-      for (auto it = wide_choices.begin(); it != wide_choices.end(); ++it)
-        if (it->first == pattern.digest()) {
-          wide_choices.splice(wide_choices.begin(), wide_choices, it);
-          return it->second;
-        }
+      if (const auto* known = find_recent(wide_choices, [&](const auto& c) { return c.first == pattern.digest(); }))
+        return known->second;
     }
     const bool wide = attention::wide_tiles_pay(spec, pattern, config);
     std::lock_guard lock(mutex);
@@ -260,14 +266,13 @@ struct Attention::State {
   const DeviceSchedule& schedule(const BlockPattern& pattern, const jit::Target& target, int block_m, int block_n,
                                  bool transposed, const Capture& capture = {}) {
     std::lock_guard lock(mutex);
-    for (auto it = schedules.begin(); it != schedules.end(); ++it) {
-      DeviceSchedule& d = **it;
-      if (d.context == target.context && d.pattern_digest == pattern.digest() && d.block_m == block_m &&
-          d.block_n == block_n && d.transposed == transposed) {
-        d.in_graph = d.in_graph || capture.active;
-        schedules.splice(schedules.begin(), schedules, it);
-        return *schedules.front();
-      }
+    if (auto* known = find_recent(schedules, [&](const std::unique_ptr<DeviceSchedule>& d) {
+          return d->context == target.context && d->pattern_digest == pattern.digest() && d->block_m == block_m &&
+                 d->block_n == block_n && d->transposed == transposed;
+        })) {
+      DeviceSchedule& d = **known;
+      d.in_graph = d.in_graph || capture.active;
+      return d;
     }
     capture.refuse(fmt::format("build and upload the {} tile schedule of its pattern ({:016x})",
                                transposed ? "key-major" : "query-major", pattern.digest()));

@@ -87,10 +87,9 @@ void require_full_register_share(const jit::LoadedKernel& kernel, int threads) {
 
 // The mean number of active key tiles (of the dK/dV pass's rows) a query row sees: the active (key
 // tile, query row) pairs over the query rows, before the causal cut. Dense counts every key tile.
-double active_key_tiles_per_query_row(const DeviceSchedule* key_schedule, const codegen::BackwardTiling& kv_tiling,
-                                      std::int64_t key_tiles, std::int64_t seq_q) {
+double active_key_tiles_per_query_row(const DeviceSchedule* key_schedule, std::int64_t key_tiles, std::int64_t seq_q) {
   if (!key_schedule) return double(key_tiles);
-  const double active_rows = double(key_schedule->tiles) * kv_tiling.block_cols / key_schedule->pattern_heads;
+  const double active_rows = double(key_schedule->tiles) * key_schedule->block_n / key_schedule->pattern_heads;
   return active_rows / double(std::max<std::int64_t>(seq_q, 1));
 }
 
@@ -341,7 +340,8 @@ struct Attention::State {
     plan.key_tiles = (a.seq_k + plan.kv_tiling.block_rows() - 1) / plan.kv_tiling.block_rows();
     if (spec.sparsity != Sparsity::dense && a.seq_q > 0 && a.seq_k > 0) {
       plan.key_schedule =
-          &schedule(*a.pattern, target, plan.kv_tiling.block_rows(), plan.kv_tiling.block_cols, true, capture);
+          &schedule(*a.pattern, target, plan.kv_tiling.block_rows(), codegen::dkdv_schedule_cols(spec, plan.kv_tiling),
+                    true, capture);
       // The kernels rank a group's CTAs by the schedule's key tiles (key_tile_owner). The pattern's
       // shape (checked against the lengths) gives it ceil(Sk / block_rows) of them, or one more where
       // its blocks are wider than a CTA's keys: the last block's second half may lie past Sk, and its
@@ -353,7 +353,7 @@ struct Attention::State {
                                 "Sk = {} needs {}", tiles, a.seq_k, plan.key_tiles));
       plan.key_tiles = tiles;
     }
-    plan.key_tiles_per_row = active_key_tiles_per_query_row(plan.key_schedule, plan.kv_tiling, plan.key_tiles, a.seq_q);
+    plan.key_tiles_per_row = active_key_tiles_per_query_row(plan.key_schedule, plan.key_tiles, a.seq_q);
     const std::int64_t group = a.heads_q / std::max<std::int64_t>(a.heads_kv, 1);
     // A stored tuning (nullopt at once with the autotune policy off; remembered per process otherwise)
     // decides only where nothing before it in choose_dq_summation does.
@@ -369,7 +369,8 @@ struct Attention::State {
       if (pass_tiling.block_rows() != plan.kv_tiling.block_rows())
         throw Error("attention backward: internal: the dK/dV tilings of both ways of summing dQ differ in keys");
       if (plan.key_schedule && pass_tiling != plan.kv_tiling)
-        plan.key_schedule = &schedule(*a.pattern, target, pass_tiling.block_rows(), pass_tiling.block_cols, true, capture);
+        plan.key_schedule = &schedule(*a.pattern, target, pass_tiling.block_rows(),
+                                      codegen::dkdv_schedule_cols(spec, pass_tiling), true, capture);
       plan.kv_tiling = pass_tiling;
     }
     return plan;
@@ -672,7 +673,8 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   // kernels have one parameter, and the driver reads only the parameters a kernel declares.
   sjit_kernels::AttentionBackwardTensorMaps maps{};
   if (kv_grid > 0 && kv_tiling.wgmma)
-    maps = attention::backward_tensor_maps(a, spec.dtype, spec.head_dim, kv_tiling.block_rows(), kv_tiling.block_cols,
+    maps = attention::backward_tensor_maps(a, spec.dtype, spec.head_dim, kv_tiling.block_rows(),
+                                           codegen::dkdv_schedule_cols(spec, kv_tiling),
                                            p.dq_accum);
   // The Hopper dQ pass's: K and V in boxes of its key tile's rows, Q and dO of its query tile's.
   sjit_kernels::AttentionBackwardTensorMaps dq_maps{};

@@ -112,6 +112,15 @@ BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart p
   return t;
 }
 
+int dkdv_query_runs(const AttentionSpec& spec, const BackwardTiling& t) {
+  const bool narrow_blocks = spec.sparsity != Sparsity::dense && spec.block_size < t.block_cols;
+  return t.wgmma && t.part == BackwardPart::dkdv && narrow_blocks ? t.block_cols / spec.block_size : 1;
+}
+
+int dkdv_schedule_cols(const AttentionSpec& spec, const BackwardTiling& t) {
+  return t.block_cols / dkdv_query_runs(spec, t);
+}
+
 namespace {
 
 // Bytes of the Hopper kernels' hand-over between their warpgroups at d = 256 (WarpgroupHandOver in
@@ -190,10 +199,11 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
       "  static constexpr int sparsity = {};\n"
       "  static constexpr int pattern_block = {};\n"
       "  static constexpr bool atomic_dq = {};\n"
+      "  static constexpr int query_runs = {};\n"
       "}};\n",
       out.kernel_key, header, cuda_type(spec.dtype), spec.head_dim, t.warps, t.block_cols,
       t.stages, causal, name(spec.causal), sparsity, spec.sparsity == Sparsity::dense ? 1 << 20 : spec.block_size,
-      atomic_dq(spec) ? "true" : "false");
+      atomic_dq(spec) ? "true" : "false", dkdv_query_runs(spec, t));
   out.source_name = fmt::format("attention_backward_{}{}.cu", part_name(t.part), t.wgmma ? "_sm90" : "");
   out.name_expression = fmt::format("sjit_kernels::attention_backward_{}{}<Cfg>", part_name(t.part), t.wgmma ? "_sm90" : "");
   out.dynamic_shared_bytes = attention_backward_shared_bytes(spec, t);

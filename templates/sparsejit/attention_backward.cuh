@@ -56,13 +56,19 @@ __device__ __forceinline__ bool backward_tile_needs_mask(const AttentionBackward
   return partial || causal_edge || pattern_mask != kWholeTile;
 }
 
-// Scores of masked elements to -inf. Rows are `row0 + r` and columns `col0 + c` of the score tile;
-// `keys_are_rows` says which side is the key (dkdv computes S^T). Pattern bits index the tile's
-// (row group, column group) in the same orientation as the schedule that produced them (a whole
-// tile's mask is all ones).
-template <class Cfg, bool keys_are_rows, class Tr = BackwardTraits<Cfg>>
+// The index of a tile's column c (a constant of the unrolled loops), where the tile's columns are
+// contiguous from col0.
+__device__ __forceinline__ int column_index(int col0, int c) { return col0 + c; }
+
+// Scores of masked elements to -inf. Rows are `row0 + r` and columns `column_index(cols, c)` of the
+// score tile: `cols` is the first column's index, or in the Hopper dK/dV pass the tile's
+// PackedQueries (runs of queries from several places). `keys_are_rows` says which side is the key
+// (dkdv computes S^T). Pattern bits index the tile's (row group, column group) in the same
+// orientation as the schedule that produced them (a whole tile's mask is all ones).
+template <class Cfg, bool keys_are_rows, class Tr = BackwardTraits<Cfg>, class Cols>
 __device__ __forceinline__ void mask_backward_tile(float (&s)[1][Tr::n_tiles][4], const AttentionBackwardParams& p,
-                                                   int row0, int col0, int warp_row0, unsigned long long pattern_mask) {
+                                                   int row0, const Cols& cols, int warp_row0,
+                                                   unsigned long long pattern_mask) {
   const int lane = threadIdx.x % 32;
   const int offset = Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0;
 #pragma unroll
@@ -75,8 +81,8 @@ __device__ __forceinline__ void mask_backward_tile(float (&s)[1][Tr::n_tiles][4]
 #pragma unroll
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
         const int c = nt * 8 + 2 * (lane % 4) + (e % 2);
-        const int key = keys_are_rows ? row0 + r : col0 + c;
-        const int query = keys_are_rows ? col0 + c : row0 + r;
+        const int key = keys_are_rows ? row0 + r : column_index(cols, c);
+        const int query = keys_are_rows ? column_index(cols, c) : row0 + r;
         bool allowed = block_active && key < p.seq_k && query < p.seq_q;
         if constexpr (Cfg::causal != kNotCausal) allowed = allowed && key <= query + offset;
         if (!allowed) s[0][nt][e] = -infinity();
@@ -335,6 +341,7 @@ struct QueryTile {
 // otherwise visit the same query tile at the same moment and queue their dQ atomics on the same rows.
 template <class Cfg, int C>
 struct QueryTileWalk {
+  static constexpr int run_rows = C;
   static constexpr int max_group = 64;  // query heads per K/V head with per-head patterns (host-checked)
   int start[max_group + 1];  // flat position of each query head's first tile
   int first[max_group];      // its first q tile (dense) or list position (sparse)
@@ -390,6 +397,68 @@ struct QueryTileWalk {
     else return {own.kv_head * group + g, pos, kWholeTile};
   }
 };
+
+// The queries of a Hopper dK/dV tile: RUNS runs of RUN_ROWS consecutive rows, each of its own query
+// head and first row. Where pattern blocks are narrower than the tile (16 or 32 queries in a 64-query
+// tile), the walk lists the query blocks any of the CTA's keys see, one a run, and a tile takes the
+// next RUNS of them wherever they lie: contiguous 64-query tiles would also hold the blocks between
+// them (random blocks of 32 at density 0.1: a CTA's 128 keys see 34% of the blocks but 57% of the
+// 64-query tiles). Elsewhere RUNS = 1: the tile's rows are contiguous. A walk's last tile may hold
+// fewer real runs (`runs`); the others repeat its last one with no active pattern block, so that they
+// load real rows (finite scores, all masked: P and dS are 0) and add nothing.
+template <int RUN_ROWS, int RUNS>
+struct PackedQueries {
+  int head_q[RUNS], q0[RUNS];
+  int runs;
+  unsigned long long mask;  // bit (key group * RUNS + run), as a tile of RUNS column groups; or kWholeTile
+  __device__ __forceinline__ int last_query() const {
+    int last = q0[0];
+#pragma unroll
+    for (int i = 1; i < RUNS; ++i) last = max(last, q0[i]);
+    return last + RUN_ROWS - 1;
+  }
+};
+template <int RUN_ROWS, int RUNS>
+__device__ __forceinline__ int column_index(const PackedQueries<RUN_ROWS, RUNS>& t, int c) {
+  return t.q0[c / RUN_ROWS] + c % RUN_ROWS;
+}
+// backward_tile_needs_mask for a tile of query runs (keys its rows): any run's own reasons, or a
+// pattern block of the tile inactive.
+template <class Cfg, int RUN_ROWS, int RUNS>
+__device__ __forceinline__ bool backward_tile_needs_mask(const AttentionBackwardParams& p,
+                                                         const PackedQueries<RUN_ROWS, RUNS>& t, int key0, int key_rows) {
+  bool needs = t.mask != kWholeTile;
+#pragma unroll
+  for (int i = 0; i < RUNS; ++i) needs = needs || backward_tile_needs_mask<Cfg>(p, t.q0[i], RUN_ROWS, key0, key_rows, kWholeTile);
+  return needs;
+}
+// Tile `tile` of a QueryTileWalk<Cfg, RUN_ROWS> of `entries` query runs, RUNS to a tile. The key-major
+// schedule's masks have a bit for each of the KEY_GROUPS pattern blocks of the CTA's keys.
+template <int RUNS, int KEY_GROUPS, class Walk>
+__device__ __forceinline__ PackedQueries<Walk::run_rows, RUNS> locate_packed(const Walk& walk,
+                                                                              const AttentionBackwardParams& p,
+                                                                              const KeyTileOwner& own, int tile,
+                                                                              int entries) {
+  static_assert(KEY_GROUPS * RUNS <= 64, "a tile's pattern mask has 64 bits");
+  PackedQueries<Walk::run_rows, RUNS> t;
+  t.runs = RUNS == 1 ? 1 : min(RUNS, entries - tile * RUNS);
+  unsigned long long mask = 0;
+#pragma unroll
+  for (int i = 0; i < RUNS; ++i) {
+    const QueryTile e = walk.locate(p, own, tile * RUNS + (RUNS == 1 ? 0 : min(i, t.runs - 1)));
+    t.head_q[i] = e.head_q;
+    t.q0[i] = e.q_tile * Walk::run_rows;
+    if constexpr (RUNS == 1) {
+      mask = e.mask;
+    } else if (i < t.runs) {
+#pragma unroll
+      for (int g = 0; g < KEY_GROUPS; ++g) mask |= ((e.mask >> g) & 1ull) << (g * RUNS + i);
+    }
+  }
+  constexpr unsigned long long all_bits = KEY_GROUPS * RUNS == 64 ? ~0ull : (1ull << (KEY_GROUPS * RUNS)) - 1;
+  t.mask = RUNS > 1 && mask == all_bits ? kWholeTile : mask;
+  return t;
+}
 
 // at[0] += a, at[1] += b in global memory; one vector atomic on sm_90 (red.global.add.v2.f32).
 __device__ __forceinline__ void atomic_add_pair(float* at, float a, float b) {

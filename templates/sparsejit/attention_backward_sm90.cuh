@@ -68,6 +68,13 @@ struct BackwardSm90Layout : BackwardWarpRoles {
   static constexpr int threads = math_threads + helper_threads, dq_warp = copy_warp + 1;
 
   static constexpr int rows = Tr::block_rows, cols = Tr::block_n;
+  // A tile's queries: `runs` runs of run_rows rows, one pattern block each where blocks are narrower
+  // than the tile (PackedQueries), else one run of the tile's contiguous rows. The copies of Q, dO and
+  // the dQ reductions move a run at a time.
+  static constexpr int runs = Cfg::query_runs, run_rows = cols / runs;
+  static_assert(runs == 1 || (Cfg::sparsity != kDense && Cfg::pattern_block == run_rows),
+                "query runs: one pattern block each");
+  using Tile = PackedQueries<run_rows, runs>;
   static constexpr int tile_dim = swizzled_tile_cols(Tr::head_dim);  // d = 96: 128
   static constexpr int own_bytes = rows * tile_dim * 2;           // the K and V tiles
   static constexpr int other_bytes = cols * tile_dim * 2;         // one Q or dO slot
@@ -110,8 +117,8 @@ struct BackwardSm90Layout : BackwardWarpRoles {
   // The walk and the tile each ring slot holds. Here rather than in static shared memory: the extern
   // array's 1 KB alignment would pad a static block to 1 KB.
   struct Indices {
-    QueryTileWalk<Cfg, cols> walk;
-    QueryTile slot_tile[Cfg::stages];
+    QueryTileWalk<Cfg, run_rows> walk;
+    Tile slot_tile[Cfg::stages];
   };
   static constexpr int indices = barriers + 8 * barrier_count;
   static constexpr int used_bytes = indices + int(sizeof(Indices));
@@ -132,19 +139,19 @@ __device__ __forceinline__ void count_group_done(unsigned* done) {
   add_release_gpu(done);
 }
 
-// Whether warpgroup `group`'s 64 keys of a tile may see any of its `cols` queries from q0: one of their
-// pattern blocks is active (a tile's bits split by warpgroup where blocks are 64 keys or fewer; with
-// larger blocks the walk only lists tiles that are), they start before the key sequence's end, and
-// (causal) the first of them is not past the tile's last query.
+// Whether warpgroup `group`'s 64 keys of a tile may see any of its queries, the last of which is
+// `last_query`: one of their pattern blocks is active (a tile's bits split by warpgroup where blocks
+// are 64 keys or fewer; with larger blocks the walk only lists tiles that are), they start before the
+// key sequence's end, and (causal) the first of them is not past the tile's last query.
 template <class Cfg>
-__device__ __forceinline__ bool warpgroup_keys_active(const AttentionBackwardParams& p, int group, int key0, int q0,
-                                                      int cols, unsigned long long pattern_mask) {
+__device__ __forceinline__ bool warpgroup_keys_active(const AttentionBackwardParams& p, int group, int key0,
+                                                      int last_query, unsigned long long pattern_mask) {
   using Tr = BackwardTraits<Cfg>;
   const int first_key = key0 + group * 64;
   if (first_key >= p.seq_k) return false;
   if constexpr (Cfg::causal != kNotCausal) {
     const int offset = Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0;
-    if (first_key > q0 + cols - 1 + offset) return false;
+    if (first_key > last_query + offset) return false;
   }
   if constexpr (Tr::group_rows <= 64)
     if (pattern_mask != kWholeTile && (pattern_mask & warpgroup_mask_bits<Cfg>(group)) == 0) return false;
@@ -215,14 +222,19 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
   float* lse2_ring = reinterpret_cast<float*>(smem + L::lse2_ring);
   float* delta_ring = reinterpret_cast<float*>(smem + L::delta_ring);
   typename L::Indices& indices = *reinterpret_cast<typename L::Indices*>(smem + L::indices);
-  QueryTileWalk<Cfg, C>& walk = indices.walk;
+  QueryTileWalk<Cfg, L::run_rows>& walk = indices.walk;
+  using Tile = typename L::Tile;
+  constexpr int runs = L::runs, run_rows = L::run_rows;
 
   const KeyTileOwner own = key_tile_owner<Cfg>(p, R);
+  // Tile j of the walk (of `entries` query runs).
+  auto locate = [&](int j, int entries) { return locate_packed<runs, R / run_rows>(walk, p, own, j, entries); };
   // A schedule item past the end of a short key sequence, or a key tile no query may see, walks
   // nothing; the CTA still counts itself done and converts its share of dQ. Another may still find
   // its pattern column empty once the walk is built: its K and V load for nothing, as it was cheaper
   // not to wait for the walk before requesting them.
-  const bool has_keys = own.key0 < p.seq_k && QueryTileWalk<Cfg, C>::first_query_tile(p, own) < (p.seq_q + C - 1) / C;
+  const bool has_keys = own.key0 < p.seq_k && QueryTileWalk<Cfg, run_rows>::first_query_tile(p, own) <
+                                                  (p.seq_q + run_rows - 1) / run_rows;
 
   auto barrier = [&](int index) { return base + L::barriers + 8 * index; };
   if (threadIdx.x == L::copy_warp * 32 + 1) {  // the descriptors of the walk's copies, fetched while it is built
@@ -253,7 +265,8 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
     tma_load_tile<D, R>(base + L::k_tile, maps.k, barrier(L::kv_ready), own.batch, own.kv_head, own.key0);
     tma_load_tile<D, R>(base + L::v_tile, maps.v, barrier(L::kv_ready), own.batch, own.kv_head, own.key0);
   }
-  const int count = has_keys ? walk.build(p, own) : 0;  // build() ends with a __syncthreads
+  const int entries = has_keys ? walk.build(p, own) : 0;  // query runs; build() ends with a __syncthreads
+  const int count = (entries + runs - 1) / runs;            // tiles
 
   // Where a pattern splits tiles between the warpgroups, the math warps branch on their warpgroup
   // (below): the warp index is then read from lane 0, so that ptxas knows it is the same in every
@@ -271,16 +284,23 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
       for (int j = 0; j < count; ++j) {
         const int slot = j % stages;
         if (j >= stages) mbarrier_wait(barrier(L::slot_empty + slot), (j / stages - 1) & 1);
-        const QueryTile t = walk.locate(p, own, j);
-        const int q0 = t.q_tile * C;
+        const Tile t = locate(j, entries);
         const unsigned full = barrier(L::slot_full + slot);
         if (lane == 0) {
           mbarrier_expect_bytes_only(full, 2 * L::other_bytes);
-          tma_load_tile<D, C>(base + L::q_ring + slot * L::other_bytes, maps.q, full, own.batch, t.head_q, q0);
-          tma_load_tile<D, C>(base + L::do_ring + slot * L::other_bytes, maps.d_o, full, own.batch, t.head_q, q0);
+#pragma unroll
+          for (int i = 0; i < runs; ++i) {
+            tma_load_rows<D, run_rows, C>(base + L::q_ring + slot * L::other_bytes, i * run_rows, maps.q, full,
+                                          own.batch, t.head_q[i], t.q0[i]);
+            tma_load_rows<D, run_rows, C>(base + L::do_ring + slot * L::other_bytes, i * run_rows, maps.d_o, full,
+                                          own.batch, t.head_q[i], t.q0[i]);
+          }
           indices.slot_tile[slot] = t;
         }
-        load_row_stats<C, 32>(lse2_ring + slot * C, delta_ring + slot * C, p, own.batch, t.head_q, q0, lane);
+#pragma unroll
+        for (int i = 0; i < runs; ++i)
+          load_row_stats<run_rows, 32>(lse2_ring + slot * C + i * run_rows, delta_ring + slot * C + i * run_rows, p,
+                                       own.batch, t.head_q[i], t.q0[i], lane);
         mbarrier_arrive(full);
       }
     } else if (Cfg::atomic_dq && warp == L::dq_warp) {
@@ -289,14 +309,18 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
       // have read it.
       if (lane != 0) return;
       for (int j = 0; j < count; ++j) {
-        const QueryTile t = walk.locate(p, own, j);
+        const Tile t = locate(j, entries);
         for (int g = 0; g < 2; ++g) {
           mbarrier_wait(barrier(L::dq_full + g), j & 1);
-          const unsigned tile = base + L::dq_tiles + g * L::dq_bytes;
           const int dim0 = D > 64 ? g * 64 : 0;
-          tma_reduce_add_4d(maps.dq_accum, tile, dim0, t.q_tile * C, t.head_q, own.batch);
-          if (dim0 + 32 < D)
-            tma_reduce_add_4d(maps.dq_accum, tile + L::dq_box_bytes, dim0 + 32, t.q_tile * C, t.head_q, own.batch);
+#pragma unroll
+          for (int i = 0; i < runs; ++i) {  // each real run's rows of both 32-dim boxes
+            if (i >= t.runs) break;
+            const unsigned rows_at = base + L::dq_tiles + g * L::dq_bytes + i * run_rows * 128;
+            tma_reduce_add_4d(maps.dq_accum, rows_at, dim0, t.q0[i], t.head_q[i], own.batch);
+            if (dim0 + 32 < D)
+              tma_reduce_add_4d(maps.dq_accum, rows_at + L::dq_box_bytes, dim0 + 32, t.q0[i], t.head_q[i], own.batch);
+          }
           bulk_commit();
         }
         bulk_wait_read();
@@ -378,8 +402,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
   for (int j = 0; j < count; ++j) {
     const int slot = j % stages;
     mbarrier_wait(barrier(L::slot_full + slot), (j / stages) & 1);  // tile j's Q, dO and statistics
-    const QueryTile t = indices.slot_tile[slot];
-    const int q0 = t.q_tile * C;
+    const Tile t = indices.slot_tile[slot];
     const unsigned q_slot = base + L::q_ring + slot * L::other_bytes;
     const unsigned do_slot = base + L::do_ring + slot * L::other_bytes;
     const float* lse2 = lse2_ring + slot * C;
@@ -412,9 +435,10 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
       if constexpr (active) {
         // The pattern masks nothing of this warpgroup's keys where all their blocks are active.
         const unsigned long long own_bits = warpgroup_mask_bits<Cfg>(group);
-        const unsigned long long mask = (t.mask & own_bits) == own_bits ? kWholeTile : t.mask;
-        if (backward_tile_needs_mask<Cfg>(p, q0, C, own.key0, R, mask))
-          mask_backward_tile<Cfg, true>(s, p, own.key0, q0, warp_row0, mask);
+        Tile own_tile = t;
+        if ((t.mask & own_bits) == own_bits) own_tile.mask = kWholeTile;
+        if (backward_tile_needs_mask<Cfg>(p, own_tile, own.key0, R))
+          mask_backward_tile<Cfg, true>(s, p, own.key0, own_tile, warp_row0, own_tile.mask);
         probabilities_from_scores<Tr>(s, lse2, p.scale_log2);
         wgmma_wait<0>();
         wgmma_fence_operands(ds[0]);
@@ -485,8 +509,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
       wgmma_wait<0>();
       wgmma_fence_operands(s[0]);
       if (group == 0) {
-        if (backward_tile_needs_mask<Cfg>(p, q0, C, own.key0, R, t.mask))
-          mask_backward_tile<Cfg, true>(s, p, own.key0, q0, warp_row0, t.mask);
+        if (backward_tile_needs_mask<Cfg>(p, t, own.key0, R)) mask_backward_tile<Cfg, true>(s, p, own.key0, t, warp_row0, t.mask);
         probabilities_from_scores<Tr>(s, lse2, p.scale_log2);
         share.send_p(s[0]);
 #pragma unroll
@@ -533,7 +556,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
       // Without a pattern that splits tiles (may_skip) only the causal edge (a tile a key tile) and the
       // key sequence's end make a warpgroup's keys inactive, and their masks handle that: one copy (the
       // second made ptxas spill at d = 128).
-      if (!may_skip || warpgroup_keys_active<Cfg>(p, group, own.key0, q0, C, t.mask)) walk_tile(WarpgroupActive<true>{});
+      if (!may_skip || warpgroup_keys_active<Cfg>(p, group, own.key0, t.last_query(), t.mask)) walk_tile(WarpgroupActive<true>{});
       else walk_tile(WarpgroupActive<false>{});
     }
   }

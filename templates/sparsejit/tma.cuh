@@ -139,6 +139,15 @@ __device__ __forceinline__ void tma_load_tile(unsigned dst, const TensorMap& map
   for (int block = 0; block < (HEAD_DIM + 63) / 64; ++block)
     tma_load_4d(dst + block * ROWS * 128, map, barrier, block * 64, row0, head, batch);
 }
+// The same for a map whose box is ROWS rows, into rows [at, at + ROWS) of a tile of TILE_ROWS rows in
+// that layout (`at` a multiple of 8, so that the run starts on a swizzle atom).
+template <int HEAD_DIM, int ROWS, int TILE_ROWS>
+__device__ __forceinline__ void tma_load_rows(unsigned tile, int at, const TensorMap& map, unsigned barrier, int batch,
+                                              int head, int row0) {
+#pragma unroll
+  for (int block = 0; block < (HEAD_DIM + 63) / 64; ++block)
+    tma_load_4d(tile + block * TILE_ROWS * 128 + at * 128, map, barrier, block * 64, row0, head, batch);
+}
 // The reverse: a tile in that layout at `src` to rows [row0, row0 + ROWS) (rows past S, and columns
 // past HEAD_DIM, are dropped).
 template <int HEAD_DIM, int ROWS>

@@ -229,6 +229,38 @@ TEST_CASE("the Hopper dK/dV and dQ tilings: key text, defaults, refusals", "[att
         codegen::attention_backward_source(backward_spec(128, true), hopper_dq).dynamic_shared_bytes);
 }
 
+TEST_CASE("the Hopper dK/dV pass packs query blocks narrower than its tiles into runs", "[attention][backward][codegen]") {
+  using codegen::BackwardPart;
+  auto sparse = [](int head_dim, int block, bool deterministic) {
+    AttentionSpec s = backward_spec(head_dim, deterministic);
+    s.sparsity = Sparsity::block_sparse;
+    s.block_size = block;
+    return s;
+  };
+  for (const int d : {64, 96, 128, 256})
+    for (const bool det : {false, true}) {
+      CAPTURE(d, det);
+      for (const int block : {16, 32, 64, 128}) {
+        CAPTURE(block);
+        const AttentionSpec spec = sparse(d, block, det);
+        const codegen::BackwardTiling dkdv = codegen::default_backward_tiling(spec, BackwardPart::dkdv, true);
+        // A run is one pattern block: as many as the tile's queries hold, where they hold more than one.
+        const int runs = dkdv.block_cols > block ? dkdv.block_cols / block : 1;
+        CHECK(codegen::dkdv_query_runs(spec, dkdv) == runs);
+        CHECK(codegen::dkdv_schedule_cols(spec, dkdv) == dkdv.block_cols / runs);
+        CHECK_THAT(codegen::attention_backward_source(spec, dkdv).source,
+                   Contains(fmt::format("static constexpr int query_runs = {};", runs)));
+        // The mma.sync pass, and the dQ pass, walk contiguous tiles.
+        const codegen::BackwardTiling mma = codegen::default_backward_tiling(spec, BackwardPart::dkdv, false);
+        CHECK(codegen::dkdv_query_runs(spec, mma) == 1);
+        CHECK(codegen::dkdv_schedule_cols(spec, mma) == mma.block_cols);
+        CHECK(codegen::dkdv_query_runs(spec, codegen::default_backward_tiling(spec, BackwardPart::dq, true)) == 1);
+      }
+      const AttentionSpec dense = backward_spec(d, det);
+      CHECK(codegen::dkdv_query_runs(dense, codegen::default_backward_tiling(dense, BackwardPart::dkdv, true)) == 1);
+    }
+}
+
 TEST_CASE("the Hopper dK/dV and dQ kernels compile for sm_90a without spills", "[attention][backward][codegen][nvrtc]") {
   const CacheSettings saved = cache_settings();
   set_cache_settings({saved.dir, CacheMode::off, saved.max_bytes});
@@ -244,6 +276,11 @@ TEST_CASE("the Hopper dK/dV and dQ kernels compile for sm_90a without spills", "
       "attention:d=256,dtype=bf16,causal=br,pass=bwd|part=dkdv,warps=4,cols=64,stages=2,path=wgmma",
       "attention:d=256,dtype=f16,causal=tl,sparsity=bsr,block=16,pass=bwd|part=dkdv,warps=4,cols=64,stages=2,path=wgmma",
       "attention:d=256,dtype=bf16,causal=tl,sparsity=bsr,block=32,pass=bwd|part=dq,warps=4,cols=64,stages=2,path=wgmma",
+      // Query runs of one pattern block (PackedQueries): 2 and 4 a tile.
+      "attention:d=128,dtype=bf16,causal=br,sparsity=bsr,block=32,pass=bwd|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
+      "attention:d=128,dtype=f16,sparsity=bsr,block=16,pass=bwd|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
+      "attention:d=64,dtype=bf16,causal=tl,sparsity=bsr,block=16,pass=bwd,det=1|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
+      "attention:d=96,dtype=bf16,sparsity=bsr,block=32,pass=bwd|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
   };
   std::vector<std::future<CompiledKernel>> compiled;
   for (const std::string& k : keys)

@@ -282,15 +282,46 @@ TEST_CASE("block-sparse attention gradients match the reference for every block 
   check_problem({spec_of(64, DType::bf16, Causal::top_left, Sparsity::baked, 32), 1, 2, 2, 300, 300, 0.4}, rng);
 }
 
+// Pattern blocks of 16 and 32 on Hopper: each 64-query tile of the dK/dV pass is packed from 4 or 2
+// active query blocks wherever they lie (PackedQueries), from several query heads of a K/V head's
+// group, with a walk's last tile padded by blocks that must add nothing. Sparse patterns make short
+// walks (one or two blocks, fewer than a tile holds); lengths cut the last block short; bottom-right
+// causality with Sq < Sk and Sq > Sk puts each run on its own causal edge.
+TEST_CASE("the dK/dV pass packs narrow query blocks into its tiles and gives the reference's gradients",
+          "[gpu][attention][backward]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  int variant = 0;
+  for (const int bs : {16, 32})
+    for (const double density : {0.5, 0.1, 0.02})
+      for (const Causal causal : {Causal::none, Causal::bottom_right}) {
+        ++variant;
+        const int d = variant % 3 == 0 ? 64 : variant % 3 == 1 ? 128 : 96;
+        const std::int64_t seq_q = variant % 2 ? 700 : 333, seq_k = variant % 2 ? 301 : 650;
+        Problem c{spec_of(d, variant % 4 ? DType::bf16 : DType::f16, causal, Sparsity::block_sparse, bs), 2, 8, 2,
+                  seq_q, seq_k, density};
+        c.per_head_pattern = variant % 2 == 0;
+        c.spec.deterministic = variant % 5 == 0;
+        check_problem(c, rng);
+      }
+  // d = 256's dK/dV pass (64 keys a CTA, warpgroups by role) packs them too.
+  for (const int bs : {16, 32}) {
+    Problem c{spec_of(256, DType::bf16, Causal::bottom_right, Sparsity::block_sparse, bs), 1, 4, 1, 411, 389, 0.1};
+    c.per_head_pattern = bs == 32;
+    check_problem(c, rng);
+  }
+}
+
 TEST_CASE("with no active block every gradient is exactly 0 and nothing is NaN", "[gpu][attention][backward]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (const int d : {128, 256}) {
-    const Problem c{spec_of(d, DType::bf16, Causal::none, Sparsity::block_sparse, 64), 2, 2, 1, 300, 200, 0.0};
+  for (const auto [d, bs] : {std::pair{128, 64}, {256, 64}, {128, 16}, {64, 32}}) {
+    const Problem c{spec_of(d, DType::bf16, Causal::none, Sparsity::block_sparse, bs), 2, 2, 1, 300, 200, 0.0};
     CAPTURE(c.name());
     const Inputs in = random_inputs(c, rng);
-    const BlockPattern pattern = patterns::random(64, c.seq_q, c.seq_k, 0.0, 1);
+    const BlockPattern pattern = patterns::random(bs, c.seq_q, c.seq_k, 0.0, 1);
     Attention attention(c.spec);
     const Gradients got = run_gpu(c, attention, in, &pattern);
     for (const auto* g : {&got.dq, &got.dk, &got.dv})

@@ -673,14 +673,13 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   // kernels have one parameter, and the driver reads only the parameters a kernel declares.
   sjit_kernels::AttentionBackwardTensorMaps maps{};
   if (kv_grid > 0 && kv_tiling.wgmma)
-    maps = attention::backward_tensor_maps(a, spec.dtype, spec.head_dim, kv_tiling.block_rows(),
-                                           codegen::dkdv_schedule_cols(spec, kv_tiling),
-                                           p.dq_accum);
+    maps = attention::backward_tensor_maps(a, spec.dtype, spec.head_dim, kv_tiling.block_rows(), kv_tiling.block_cols,
+                                           p.dq_accum, codegen::dkdv_schedule_cols(spec, kv_tiling));
   // The Hopper dQ pass's: K and V in boxes of its key tile's rows, Q and dO of its query tile's.
   sjit_kernels::AttentionBackwardTensorMaps dq_maps{};
   if (q_grid > 0 && q_tiling.wgmma)
     dq_maps = attention::backward_tensor_maps(a, spec.dtype, spec.head_dim, q_tiling.block_cols, q_tiling.block_rows(),
-                                              nullptr);
+                                              nullptr, q_tiling.block_rows());
   void* params[] = {&p, &maps};
   void* dq_params[] = {&p, &dq_maps};
   const auto cu_stream = reinterpret_cast<CUstream>(stream);

@@ -52,16 +52,21 @@ sjit_kernels::AttentionForwardTensorMaps forward_tensor_maps(const AttentionForw
 }
 
 sjit_kernels::AttentionBackwardTensorMaps backward_tensor_maps(const AttentionBackwardArgs& a, DType dtype,
-                                                               int head_dim, int rows, int cols, const float* dq_accum) {
-  sjit_kernels::AttentionBackwardTensorMaps maps{
-      tensor_map(a.q, dtype, head_dim, a.batch, a.heads_q, a.seq_q, a.q_strides, cols),
-      tensor_map(a.d_o, dtype, head_dim, a.batch, a.heads_q, a.seq_q, a.do_strides, cols),
-      tensor_map(a.k, dtype, head_dim, a.batch, a.heads_kv, a.seq_k, a.k_strides, rows),
-      tensor_map(a.v, dtype, head_dim, a.batch, a.heads_kv, a.seq_k, a.v_strides, rows),
-      {}};
-  if (dq_accum != nullptr)
-    maps.dq_accum = tensor_map(dq_accum, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, head_dim, a.batch, a.heads_q, a.seq_q,
-                               Strides::bhsd(a.heads_q, a.seq_q, head_dim), cols);
+                                                               int head_dim, int rows, int cols, const float* dq_accum,
+                                                               int run_cols) {
+  sjit_kernels::AttentionBackwardTensorMaps maps{};
+  maps.k = tensor_map(a.k, dtype, head_dim, a.batch, a.heads_kv, a.seq_k, a.k_strides, rows);
+  maps.v = tensor_map(a.v, dtype, head_dim, a.batch, a.heads_kv, a.seq_k, a.v_strides, rows);
+  auto query_side = [&](int box_rows, sjit_kernels::TensorMap& q, sjit_kernels::TensorMap& d_o,
+                        sjit_kernels::TensorMap& accum) {
+    q = tensor_map(a.q, dtype, head_dim, a.batch, a.heads_q, a.seq_q, a.q_strides, box_rows);
+    d_o = tensor_map(a.d_o, dtype, head_dim, a.batch, a.heads_q, a.seq_q, a.do_strides, box_rows);
+    if (dq_accum != nullptr)
+      accum = tensor_map(dq_accum, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, head_dim, a.batch, a.heads_q, a.seq_q,
+                         Strides::bhsd(a.heads_q, a.seq_q, head_dim), box_rows);
+  };
+  query_side(cols, maps.q, maps.d_o, maps.dq_accum);
+  if (run_cols < cols) query_side(run_cols, maps.q_runs, maps.d_o_runs, maps.dq_accum_runs);
   return maps;
 }
 

@@ -17,9 +17,10 @@ sjit_kernels::AttentionForwardTensorMaps forward_tensor_maps(const AttentionForw
 // Q and dO in boxes of `cols` rows (the query tiles), K and V of `rows` rows (the key tile), for the
 // dK/dV pass (the deterministic dQ pass passes its key tile's rows as `rows` and its query tile's as
 // `cols`); with atomic dQ also the fp32 accumulator [B, Hq, Sq, head_dim] (contiguous), which the
-// pass adds its dQ tiles to in boxes of 32 columns x `cols` rows.
+// pass adds its dQ tiles to in boxes of 32 columns x `cols` rows. Where the dK/dV pass packs its
+// tiles from query runs of `run_cols` < `cols` rows, the same three again in boxes of a run's rows.
 sjit_kernels::AttentionBackwardTensorMaps backward_tensor_maps(const AttentionBackwardArgs& args, DType dtype,
                                                                int head_dim, int rows, int cols,
-                                                               const float* dq_accum);
+                                                               const float* dq_accum, int run_cols);
 
 }  // namespace sjit::attention

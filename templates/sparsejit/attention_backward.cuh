@@ -411,6 +411,14 @@ struct PackedQueries {
   int head_q[RUNS], q0[RUNS];
   int runs;
   unsigned long long mask;  // bit (key group * RUNS + run), as a tile of RUNS column groups; or kWholeTile
+  // Whether the runs lie end to end in one query head (a whole tile of C = RUNS * RUN_ROWS rows from
+  // q0[0]), so that the tile moves by the whole-tile copies.
+  __device__ __forceinline__ bool contiguous() const {
+    bool whole = runs == RUNS;
+#pragma unroll
+    for (int i = 1; i < RUNS; ++i) whole = whole && head_q[i] == head_q[0] && q0[i] == q0[0] + i * RUN_ROWS;
+    return whole;
+  }
   __device__ __forceinline__ int last_query() const {
     int last = q0[0];
 #pragma unroll
@@ -421,6 +429,34 @@ struct PackedQueries {
 template <int RUN_ROWS, int RUNS>
 __device__ __forceinline__ int column_index(const PackedQueries<RUN_ROWS, RUNS>& t, int c) {
   return t.q0[c / RUN_ROWS] + c % RUN_ROWS;
+}
+// load_row_stats for a tile of query runs, by the 32 lanes of a warp, C / 32 rows a lane: every load of
+// the lane issued before its first store (the compiler cannot tell that the shared memory written is
+// not the statistics read, so loads after a store wait for it: a run at a time, each run's loads
+// waited for the last run's stores).
+template <int C, int RUN_ROWS, int RUNS>
+__device__ __forceinline__ void load_run_stats(float* lse2_out, float* delta_out, const AttentionBackwardParams& p,
+                                               int batch, const PackedQueries<RUN_ROWS, RUNS>& t, int lane) {
+  constexpr int per_lane = C / 32;
+  static_assert(C % 32 == 0 && C == RUN_ROWS * RUNS, "a tile's rows: whole warps of its runs");
+  float lse2[per_lane], delta[per_lane];
+#pragma unroll
+  for (int k = 0; k < per_lane; ++k) {
+    const int r = lane + 32 * k;
+    int head = t.head_q[0], q = t.q0[0] + r;
+#pragma unroll
+    for (int i = 1; i < RUNS; ++i)
+      if (r >= i * RUN_ROWS) head = t.head_q[i], q = t.q0[i] + r - i * RUN_ROWS;
+    const long long row = (static_cast<long long>(batch) * p.heads_q + head) * p.seq_q + q;
+    const bool valid = q < p.seq_q;
+    lse2[k] = valid ? p.lse2[row] : infinity();
+    delta[k] = valid ? p.delta[row] : 0.f;
+  }
+#pragma unroll
+  for (int k = 0; k < per_lane; ++k) {
+    lse2_out[lane + 32 * k] = lse2[k];
+    delta_out[lane + 32 * k] = delta[k];
+  }
 }
 // backward_tile_needs_mask for a tile of query runs (keys its rows): any run's own reasons, or a
 // pattern block of the tile inactive.

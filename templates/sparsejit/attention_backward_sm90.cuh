@@ -241,6 +241,11 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
     prefetch_tensor_map(maps.q);
     prefetch_tensor_map(maps.d_o);
     if constexpr (Cfg::atomic_dq) prefetch_tensor_map(maps.dq_accum);
+    if constexpr (L::runs > 1) {
+      prefetch_tensor_map(maps.q_runs);
+      prefetch_tensor_map(maps.d_o_runs);
+      if constexpr (Cfg::atomic_dq) prefetch_tensor_map(maps.dq_accum_runs);
+    }
   }
   if (threadIdx.x == 0) {
     mbarrier_init(barrier(L::kv_ready), 1);
@@ -288,19 +293,21 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
         const unsigned full = barrier(L::slot_full + slot);
         if (lane == 0) {
           mbarrier_expect_bytes_only(full, 2 * L::other_bytes);
+          const unsigned q_slot = base + L::q_ring + slot * L::other_bytes;
+          const unsigned do_slot = base + L::do_ring + slot * L::other_bytes;
+          if (t.contiguous()) {
+            tma_load_tile<D, C>(q_slot, maps.q, full, own.batch, t.head_q[0], t.q0[0]);
+            tma_load_tile<D, C>(do_slot, maps.d_o, full, own.batch, t.head_q[0], t.q0[0]);
+          } else {
 #pragma unroll
-          for (int i = 0; i < runs; ++i) {
-            tma_load_rows<D, run_rows, C>(base + L::q_ring + slot * L::other_bytes, i * run_rows, maps.q, full,
-                                          own.batch, t.head_q[i], t.q0[i]);
-            tma_load_rows<D, run_rows, C>(base + L::do_ring + slot * L::other_bytes, i * run_rows, maps.d_o, full,
-                                          own.batch, t.head_q[i], t.q0[i]);
+            for (int i = 0; i < runs; ++i) {
+              tma_load_rows<D, run_rows, C>(q_slot, i * run_rows, maps.q_runs, full, own.batch, t.head_q[i], t.q0[i]);
+              tma_load_rows<D, run_rows, C>(do_slot, i * run_rows, maps.d_o_runs, full, own.batch, t.head_q[i], t.q0[i]);
+            }
           }
           indices.slot_tile[slot] = t;
         }
-#pragma unroll
-        for (int i = 0; i < runs; ++i)
-          load_row_stats<run_rows, 32>(lse2_ring + slot * C + i * run_rows, delta_ring + slot * C + i * run_rows, p,
-                                       own.batch, t.head_q[i], t.q0[i], lane);
+        load_run_stats<C>(lse2_ring + slot * C, delta_ring + slot * C, p, own.batch, t, lane);
         mbarrier_arrive(full);
       }
     } else if (Cfg::atomic_dq && warp == L::dq_warp) {
@@ -313,13 +320,18 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
         for (int g = 0; g < 2; ++g) {
           mbarrier_wait(barrier(L::dq_full + g), j & 1);
           const int dim0 = D > 64 ? g * 64 : 0;
+          const unsigned tile = base + L::dq_tiles + g * L::dq_bytes;
+          // Each 32-dim box of the tile, or of each real run's rows of it.
+          auto add_rows = [&](const TensorMap& accum, unsigned rows_at, int head_q, int q0) {
+            tma_reduce_add_4d(accum, rows_at, dim0, q0, head_q, own.batch);
+            if (dim0 + 32 < D) tma_reduce_add_4d(accum, rows_at + L::dq_box_bytes, dim0 + 32, q0, head_q, own.batch);
+          };
+          if (t.contiguous()) {
+            add_rows(maps.dq_accum, tile, t.head_q[0], t.q0[0]);
+          } else {
 #pragma unroll
-          for (int i = 0; i < runs; ++i) {  // each real run's rows of both 32-dim boxes
-            if (i >= t.runs) break;
-            const unsigned rows_at = base + L::dq_tiles + g * L::dq_bytes + i * run_rows * 128;
-            tma_reduce_add_4d(maps.dq_accum, rows_at, dim0, t.q0[i], t.head_q[i], own.batch);
-            if (dim0 + 32 < D)
-              tma_reduce_add_4d(maps.dq_accum, rows_at + L::dq_box_bytes, dim0 + 32, t.q0[i], t.head_q[i], own.batch);
+            for (int i = 0; i < runs; ++i)
+              if (i < t.runs) add_rows(maps.dq_accum_runs, tile + i * run_rows * 128, t.head_q[i], t.q0[i]);
           }
           bulk_commit();
         }

@@ -48,9 +48,12 @@ struct AttentionForwardTensorMaps {
 };
 
 // The Hopper dK/dV pass's: Q and dO in boxes of the query tile's rows, K and V of the key tile's; with
-// atomic dQ the fp32 accumulator, which the pass adds to with bulk reductions (32-column boxes).
+// atomic dQ the fp32 accumulator, which the pass adds to with bulk reductions (32-column boxes). Where
+// its tiles are packed from query runs (PackedQueries), the *_runs maps have boxes of a run's rows,
+// for the tiles whose runs do not lie end to end.
 struct AttentionBackwardTensorMaps {
   TensorMap q, d_o, k, v, dq_accum;
+  TensorMap q_runs, d_o_runs, dq_accum_runs;
 };
 
 }  // namespace sjit_kernels

@@ -387,14 +387,25 @@ struct QueryTileWalk {
     return start[heads];
   }
 
-  __device__ QueryTile locate(const AttentionBackwardParams& p, const KeyTileOwner& own, int walked) const {
+  // Where the walk's tile `walked` is: its query head's place in the group and its position in the
+  // schedule's list (dense: its q tile). Shared memory only, so that a caller locating several tiles
+  // issues all their global loads at once.
+  struct Place {
+    int g, pos;
+  };
+  __device__ Place place(int walked) const {
     int j = walked + rotation;
     if (j >= start[group]) j -= start[group];
     int g = 0;
     while (j >= start[g + 1]) ++g;
-    const int pos = first[g] + j - start[g];
-    if constexpr (Cfg::sparsity != kDense) return {own.kv_head * group + g, p.k_tile_index[pos], p.k_tile_mask[pos]};
-    else return {own.kv_head * group + g, pos, kWholeTile};
+    return {g, first[g] + j - start[g]};
+  }
+  __device__ QueryTile tile_at(const AttentionBackwardParams& p, const KeyTileOwner& own, Place at) const {
+    if constexpr (Cfg::sparsity != kDense) return {own.kv_head * group + at.g, p.k_tile_index[at.pos], p.k_tile_mask[at.pos]};
+    else return {own.kv_head * group + at.g, at.pos, kWholeTile};
+  }
+  __device__ QueryTile locate(const AttentionBackwardParams& p, const KeyTileOwner& own, int walked) const {
+    return tile_at(p, own, place(walked));
   }
 };
 
@@ -430,16 +441,30 @@ template <int RUN_ROWS, int RUNS>
 __device__ __forceinline__ int column_index(const PackedQueries<RUN_ROWS, RUNS>& t, int c) {
   return t.q0[c / RUN_ROWS] + c % RUN_ROWS;
 }
-// load_row_stats for a tile of query runs, by the 32 lanes of a warp, C / 32 rows a lane: every load of
-// the lane issued before its first store (the compiler cannot tell that the shared memory written is
-// not the statistics read, so loads after a store wait for it: a run at a time, each run's loads
-// waited for the last run's stores).
+// load_row_stats for a tile of query runs, by the 32 lanes of a warp, C / 32 rows a lane, in two steps:
+// the loads into registers (issued together, and before the caller waits for the ring slot they go
+// to), then the stores. (Loads after a store to shared memory wait for it: the compiler cannot tell the
+// two apart. A run at a time, each run's loads waited for the last run's stores.)
+template <int C>
+struct TileStats {
+  static constexpr int per_lane = C / 32;
+  float lse2[per_lane], delta[per_lane];
+  __device__ __forceinline__ void store(float* lse2_out, float* delta_out, int lane) const {
+#pragma unroll
+    for (int k = 0; k < per_lane; ++k) {
+      lse2_out[lane + 32 * k] = lse2[k];
+      delta_out[lane + 32 * k] = delta[k];
+    }
+  }
+};
 template <int C, int RUN_ROWS, int RUNS>
-__device__ __forceinline__ void load_run_stats(float* lse2_out, float* delta_out, const AttentionBackwardParams& p,
-                                               int batch, const PackedQueries<RUN_ROWS, RUNS>& t, int lane) {
+__device__ __forceinline__ TileStats<C> load_run_stats(const AttentionBackwardParams& p, int batch,
+                                                       const PackedQueries<RUN_ROWS, RUNS>& t, int lane) {
   constexpr int per_lane = C / 32;
   static_assert(C % 32 == 0 && C == RUN_ROWS * RUNS, "a tile's rows: whole warps of its runs");
-  float lse2[per_lane], delta[per_lane];
+  TileStats<C> s;
+  float (&lse2)[per_lane] = s.lse2;
+  float (&delta)[per_lane] = s.delta;
 #pragma unroll
   for (int k = 0; k < per_lane; ++k) {
     const int r = lane + 32 * k;
@@ -452,11 +477,7 @@ __device__ __forceinline__ void load_run_stats(float* lse2_out, float* delta_out
     lse2[k] = valid ? p.lse2[row] : infinity();
     delta[k] = valid ? p.delta[row] : 0.f;
   }
-#pragma unroll
-  for (int k = 0; k < per_lane; ++k) {
-    lse2_out[lane + 32 * k] = lse2[k];
-    delta_out[lane + 32 * k] = delta[k];
-  }
+  return s;
 }
 // backward_tile_needs_mask for a tile of query runs (keys its rows): any run's own reasons, or a
 // pattern block of the tile inactive.
@@ -479,9 +500,15 @@ __device__ __forceinline__ PackedQueries<Walk::run_rows, RUNS> locate_packed(con
   PackedQueries<Walk::run_rows, RUNS> t;
   t.runs = RUNS == 1 ? 1 : min(RUNS, entries - tile * RUNS);
   unsigned long long mask = 0;
+  typename Walk::Place places[RUNS];  // all first, then every run's loads at once
+#pragma unroll
+  for (int i = 0; i < RUNS; ++i) places[i] = walk.place(tile * RUNS + (RUNS == 1 ? 0 : min(i, t.runs - 1)));
+  QueryTile entries_of[RUNS];
+#pragma unroll
+  for (int i = 0; i < RUNS; ++i) entries_of[i] = walk.tile_at(p, own, places[i]);
 #pragma unroll
   for (int i = 0; i < RUNS; ++i) {
-    const QueryTile e = walk.locate(p, own, tile * RUNS + (RUNS == 1 ? 0 : min(i, t.runs - 1)));
+    const QueryTile& e = entries_of[i];
     t.head_q[i] = e.head_q;
     t.q0[i] = e.q_tile * Walk::run_rows;
     if constexpr (RUNS == 1) {

@@ -288,8 +288,10 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
       // counted into the slot's full barrier, whose phase flips once per use.
       for (int j = 0; j < count; ++j) {
         const int slot = j % stages;
-        if (j >= stages) mbarrier_wait(barrier(L::slot_empty + slot), (j / stages - 1) & 1);
+        // Where tile j is and its rows' statistics, in flight while the slot is still in use.
         const Tile t = locate(j, entries);
+        const TileStats<C> stats = load_run_stats<C>(p, own.batch, t, lane);
+        if (j >= stages) mbarrier_wait(barrier(L::slot_empty + slot), (j / stages - 1) & 1);
         const unsigned full = barrier(L::slot_full + slot);
         if (lane == 0) {
           mbarrier_expect_bytes_only(full, 2 * L::other_bytes);
@@ -307,7 +309,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
           }
           indices.slot_tile[slot] = t;
         }
-        load_run_stats<C>(lse2_ring + slot * C, delta_ring + slot * C, p, own.batch, t, lane);
+        stats.store(lse2_ring + slot * C, delta_ring + slot * C, lane);
         mbarrier_arrive(full);
       }
     } else if (Cfg::atomic_dq && warp == L::dq_warp) {

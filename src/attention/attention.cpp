@@ -12,6 +12,7 @@
 #include "attention/attention_args.h"
 #include "attention/attention_internals.h"
 #include "attention/backward_policy.h"
+#include "attention/packed_queries.h"
 #include "attention/tensor_maps.h"
 #include "attention/tile_schedule.h"
 #include "attention/wide_tiles.h"
@@ -189,6 +190,24 @@ struct Attention::State {
   std::unique_ptr<Attention> wide_twin;
   // Whether each pattern seen last (by digest) runs wide, most recent first.
   std::list<std::pair<std::uint64_t, bool>> wide_choices;
+  // Whether the backward's dK/dV pass packs each pattern seen last into its tiles, the same way.
+  std::list<std::pair<std::uint64_t, bool>> packing_choices;
+  // The answer kept in `choices` for `pattern`, or decide()'s, then kept: deciding reads the whole
+  // pattern (counting tiles), so it is done once a pattern.
+  template <class Decide>
+  bool remembered_choice(std::list<std::pair<std::uint64_t, bool>>& choices, const BlockPattern& pattern,
+                         Decide decide) {
+    {
+      std::lock_guard lock(mutex);
+      if (const auto* known = find_recent(choices, [&](const auto& c) { return c.first == pattern.digest(); }))
+        return known->second;
+    }
+    const bool choice = decide();
+    std::lock_guard lock(mutex);
+    choices.emplace_front(pattern.digest(), choice);
+    if (choices.size() > kSchedulesKept) choices.pop_back();
+    return choice;
+  }
 
   // Another Attention this one hands some calls to, made on first use.
   Attention& twin(std::unique_ptr<Attention>& slot, const AttentionSpec& twin_spec, const AttentionConfig& twin_config) {
@@ -206,20 +225,20 @@ struct Attention::State {
   Attention& wide() { return twin(wide_twin, spec, *wide_config); }
 
   // Whether a forward with `pattern` (not a full one) runs on the wide twin on a device that is
-  // (`hopper`) or is not compute capability 9.0. Counting the tiles reads the whole pattern, so each
-  // pattern's answer is kept.
+  // (`hopper`) or is not compute capability 9.0.
   bool runs_wide(const BlockPattern& pattern, bool hopper) {
     if (!wide_config || !hopper) return false;
-    {
-      std::lock_guard lock(mutex);
-      if (const auto* known = find_recent(wide_choices, [&](const auto& c) { return c.first == pattern.digest(); }))
-        return known->second;
-    }
-    const bool wide = attention::wide_tiles_pay(spec, pattern, config);
-    std::lock_guard lock(mutex);
-    wide_choices.emplace_front(pattern.digest(), wide);
-    if (wide_choices.size() > kSchedulesKept) wide_choices.pop_back();
-    return wide;
+    return remembered_choice(wide_choices, pattern, [&] { return attention::wide_tiles_pay(spec, pattern, config); });
+  }
+  // The query rows of the key-major schedule the dK/dV pass of tiling `t` walks for `pattern`: one
+  // pattern block where it packs them into its tiles (attention/packed_queries.h), else its tiles'.
+  // (Both ways of summing dQ walk the same tiles where it may pack: 128 keys x 64 queries.)
+  int key_schedule_cols(const BlockPattern& pattern, const codegen::BackwardTiling& t) {
+    if (codegen::dkdv_query_runs(spec, t) == 1) return t.block_cols;
+    const bool packs = remembered_choice(packing_choices, pattern, [&] {
+      return attention::packing_queries_pays(pattern, t.block_rows(), t.block_cols);
+    });
+    return packs ? pattern.block_size() : t.block_cols;
   }
   // Device schedules of the patterns seen last, most recent first. A pattern is named by its digest
   // (XXH3-64 over its content) together with the context.
@@ -340,7 +359,7 @@ struct Attention::State {
     plan.key_tiles = (a.seq_k + plan.kv_tiling.block_rows() - 1) / plan.kv_tiling.block_rows();
     if (spec.sparsity != Sparsity::dense && a.seq_q > 0 && a.seq_k > 0) {
       plan.key_schedule =
-          &schedule(*a.pattern, target, plan.kv_tiling.block_rows(), codegen::dkdv_schedule_cols(spec, plan.kv_tiling),
+          &schedule(*a.pattern, target, plan.kv_tiling.block_rows(), key_schedule_cols(*a.pattern, plan.kv_tiling),
                     true, capture);
       // The kernels rank a group's CTAs by the schedule's key tiles (key_tile_owner). The pattern's
       // shape (checked against the lengths) gives it ceil(Sk / block_rows) of them, or one more where
@@ -370,7 +389,7 @@ struct Attention::State {
         throw Error("attention backward: internal: the dK/dV tilings of both ways of summing dQ differ in keys");
       if (plan.key_schedule && pass_tiling != plan.kv_tiling)
         plan.key_schedule = &schedule(*a.pattern, target, pass_tiling.block_rows(),
-                                      codegen::dkdv_schedule_cols(spec, pass_tiling), true, capture);
+                                      key_schedule_cols(*a.pattern, pass_tiling), true, capture);
       plan.kv_tiling = pass_tiling;
     }
     return plan;
@@ -658,7 +677,7 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   if (key_schedule) {
     const DeviceSchedule& ks = *key_schedule;
     p.k_item_tile_begin = ks.item_tile_begin, p.k_tile_index = ks.tile_index, p.k_tile_mask = ks.tile_mask;
-    p.k_item_order = ks.item_order, p.k_items_per_head = ks.q_tiles;
+    p.k_item_order = ks.item_order, p.k_items_per_head = ks.q_tiles, p.k_query_rows = ks.block_n;
     p.pattern_heads = ks.pattern_heads;
     if (r.query_schedule) {  // the query-major pass walks the forward's schedule
       const DeviceSchedule& qs = *r.query_schedule;
@@ -674,7 +693,7 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   sjit_kernels::AttentionBackwardTensorMaps maps{};
   if (kv_grid > 0 && kv_tiling.wgmma)
     maps = attention::backward_tensor_maps(a, spec.dtype, spec.head_dim, kv_tiling.block_rows(), kv_tiling.block_cols,
-                                           p.dq_accum, codegen::dkdv_schedule_cols(spec, kv_tiling));
+                                           p.dq_accum, key_schedule ? key_schedule->block_n : kv_tiling.block_cols);
   // The Hopper dQ pass's: K and V in boxes of its key tile's rows, Q and dO of its query tile's.
   sjit_kernels::AttentionBackwardTensorMaps dq_maps{};
   if (q_grid > 0 && q_tiling.wgmma)

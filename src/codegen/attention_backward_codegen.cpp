@@ -117,10 +117,6 @@ int dkdv_query_runs(const AttentionSpec& spec, const BackwardTiling& t) {
   return t.wgmma && t.part == BackwardPart::dkdv && narrow_blocks ? t.block_cols / spec.block_size : 1;
 }
 
-int dkdv_schedule_cols(const AttentionSpec& spec, const BackwardTiling& t) {
-  return t.block_cols / dkdv_query_runs(spec, t);
-}
-
 namespace {
 
 // Bytes of the Hopper kernels' hand-over between their warpgroups at d = 256 (WarpgroupHandOver in

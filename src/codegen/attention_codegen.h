@@ -61,12 +61,11 @@ BackwardTiling parse_backward_tiling(std::string_view text);
 // runs sm_90a code (the dK/dV pass then takes the wgmma kernel where it is faster: d = 128).
 BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart part, bool sm90 = false);
 int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTiling& tiling);
-// The Hopper dK/dV pass with pattern blocks narrower than its query tiles (16 or 32 queries in 64)
-// fills each tile with block_cols / block_size runs of one active query block each, wherever they lie
-// (PackedQueries in attention_backward.cuh); elsewhere 1. Its key-major schedule, and its copies of Q
-// and dO, are then in query tiles of one block: dkdv_schedule_cols rows.
+// The Hopper dK/dV pass with pattern blocks narrower than its query tiles (16 or 32 queries in 64) may
+// fill each tile with block_cols / block_size runs of one active query block each, wherever they lie
+// (PackedQueries in attention_backward.cuh), where the schedule lists such runs (a choice made per
+// pattern: attention/packed_queries.h); elsewhere 1.
 int dkdv_query_runs(const AttentionSpec& spec, const BackwardTiling& tiling);
-int dkdv_schedule_cols(const AttentionSpec& spec, const BackwardTiling& tiling);
 KernelSource attention_backward_source(const AttentionSpec& spec, const BackwardTiling& tiling);
 
 }  // namespace sjit::codegen

@@ -339,30 +339,32 @@ struct QueryTile {
 // memory; build() is called by every thread before any load, so the CTA knows its whole walk first.
 // Each CTA starts its walk at a different place (rotated by its key tile): the CTAs of one head would
 // otherwise visit the same query tile at the same moment and queue their dQ atomics on the same rows.
+// The tiles are C rows, or (the Hopper dK/dV pass, whose schedule may list query runs narrower than
+// its tiles) `rows` rows, given to build().
 template <class Cfg, int C>
 struct QueryTileWalk {
-  static constexpr int run_rows = C;
   static constexpr int max_group = 64;  // query heads per K/V head with per-head patterns (host-checked)
   int start[max_group + 1];  // flat position of each query head's first tile
   int first[max_group];      // its first q tile (dense) or list position (sparse)
   int group;
   int rotation;              // the walk's j-th tile is the (j + rotation) % count-th of the lists
+  int rows;                  // a tile's rows
 
-  // The first query tile that may see the key tile under causality (q_tiles: none may); query tiles
-  // before it are skipped outright.
-  static __device__ int first_query_tile(const AttentionBackwardParams& p, const KeyTileOwner& own) {
-    const int q_tiles = (p.seq_q + C - 1) / C;
+  // The first query tile of `rows` rows that may see the key tile under causality (q_tiles: none may);
+  // query tiles before it are skipped outright.
+  static __device__ int first_query_tile(const AttentionBackwardParams& p, const KeyTileOwner& own, int rows = C) {
+    const int q_tiles = (p.seq_q + rows - 1) / rows;
     if constexpr (Cfg::causal == kNotCausal) return 0;
     const int offset = Cfg::causal == kCausalBottomRight ? p.seq_k - p.seq_q : 0;
     const int first_query = own.key0 - offset > 0 ? own.key0 - offset : 0;
-    return first_query >= p.seq_q ? q_tiles : first_query / C;
+    return first_query >= p.seq_q ? q_tiles : first_query / rows;
   }
 
   // Returns the number of query tiles in the walk.
-  __device__ int build(const AttentionBackwardParams& p, const KeyTileOwner& own) {
+  __device__ int build(const AttentionBackwardParams& p, const KeyTileOwner& own, int tile_rows = C) {
     const int heads = p.heads_q / p.heads_kv;
-    const int q_tiles = (p.seq_q + C - 1) / C;
-    const int first_q_tile = first_query_tile(p, own);
+    const int q_tiles = (p.seq_q + tile_rows - 1) / tile_rows;
+    const int first_q_tile = first_query_tile(p, own, tile_rows);
     if (threadIdx.x < heads) {
       const int head_q = own.kv_head * heads + threadIdx.x;
       int begin = first_q_tile, end = q_tiles;
@@ -379,6 +381,7 @@ struct QueryTileWalk {
     __syncthreads();
     if (threadIdx.x == 0) {
       group = heads;
+      rows = tile_rows;
       start[0] = 0;
       for (int g = 0; g < heads; ++g) start[g + 1] += start[g];
       rotation = start[heads] > 0 ? own.key_tile % start[heads] : 0;
@@ -489,20 +492,28 @@ __device__ __forceinline__ bool backward_tile_needs_mask(const AttentionBackward
   for (int i = 0; i < RUNS; ++i) needs = needs || backward_tile_needs_mask<Cfg>(p, t.q0[i], RUN_ROWS, key0, key_rows, kWholeTile);
   return needs;
 }
-// Tile `tile` of a QueryTileWalk<Cfg, RUN_ROWS> of `entries` query runs, RUNS to a tile. The key-major
-// schedule's masks have a bit for each of the KEY_GROUPS pattern blocks of the CTA's keys.
-template <int RUNS, int KEY_GROUPS, class Walk>
-__device__ __forceinline__ PackedQueries<Walk::run_rows, RUNS> locate_packed(const Walk& walk,
-                                                                              const AttentionBackwardParams& p,
-                                                                              const KeyTileOwner& own, int tile,
-                                                                              int entries) {
+// Tile `tile` of a dK/dV walk (QueryTileWalk) of `entries` entries: where `packing`, query runs of
+// RUN_ROWS rows, RUNS to a tile, whose masks have a bit for each of the KEY_GROUPS pattern blocks of the
+// CTA's keys; otherwise whole tiles of RUN_ROWS * RUNS rows (RUNS runs end to end), with their masks.
+template <int RUN_ROWS, int RUNS, int KEY_GROUPS, class Walk>
+__device__ __forceinline__ PackedQueries<RUN_ROWS, RUNS> locate_packed(const Walk& walk, const AttentionBackwardParams& p,
+                                                                       const KeyTileOwner& own, int tile, int entries,
+                                                                       bool packing) {
   static_assert(KEY_GROUPS * RUNS <= 64, "a tile's pattern mask has 64 bits");
-  PackedQueries<Walk::run_rows, RUNS> t;
-  t.runs = RUNS == 1 ? 1 : min(RUNS, entries - tile * RUNS);
+  PackedQueries<RUN_ROWS, RUNS> t;
+  if (RUNS == 1 || !packing) {
+    const QueryTile e = walk.locate(p, own, tile);
+#pragma unroll
+    for (int i = 0; i < RUNS; ++i) t.head_q[i] = e.head_q, t.q0[i] = e.q_tile * (RUN_ROWS * RUNS) + i * RUN_ROWS;
+    t.runs = RUNS;
+    t.mask = e.mask;
+    return t;
+  }
+  t.runs = min(RUNS, entries - tile * RUNS);
   unsigned long long mask = 0;
   typename Walk::Place places[RUNS];  // all first, then every run's loads at once
 #pragma unroll
-  for (int i = 0; i < RUNS; ++i) places[i] = walk.place(tile * RUNS + (RUNS == 1 ? 0 : min(i, t.runs - 1)));
+  for (int i = 0; i < RUNS; ++i) places[i] = walk.place(tile * RUNS + min(i, t.runs - 1));
   QueryTile entries_of[RUNS];
 #pragma unroll
   for (int i = 0; i < RUNS; ++i) entries_of[i] = walk.tile_at(p, own, places[i]);
@@ -510,16 +521,14 @@ __device__ __forceinline__ PackedQueries<Walk::run_rows, RUNS> locate_packed(con
   for (int i = 0; i < RUNS; ++i) {
     const QueryTile& e = entries_of[i];
     t.head_q[i] = e.head_q;
-    t.q0[i] = e.q_tile * Walk::run_rows;
-    if constexpr (RUNS == 1) {
-      mask = e.mask;
-    } else if (i < t.runs) {
+    t.q0[i] = e.q_tile * RUN_ROWS;
+    if (i < t.runs) {
 #pragma unroll
       for (int g = 0; g < KEY_GROUPS; ++g) mask |= ((e.mask >> g) & 1ull) << (g * RUNS + i);
     }
   }
   constexpr unsigned long long all_bits = KEY_GROUPS * RUNS == 64 ? ~0ull : (1ull << (KEY_GROUPS * RUNS)) - 1;
-  t.mask = RUNS > 1 && mask == all_bits ? kWholeTile : mask;
+  t.mask = mask == all_bits ? kWholeTile : mask;
   return t;
 }
 

@@ -69,8 +69,9 @@ struct BackwardSm90Layout : BackwardWarpRoles {
 
   static constexpr int rows = Tr::block_rows, cols = Tr::block_n;
   // A tile's queries: `runs` runs of run_rows rows, one pattern block each where blocks are narrower
-  // than the tile (PackedQueries), else one run of the tile's contiguous rows. The copies of Q, dO and
-  // the dQ reductions move a run at a time.
+  // than the tile (PackedQueries), else one run of the tile's contiguous rows. The host chooses per
+  // pattern whether the schedule lists such runs (p.k_query_rows == run_rows) or whole tiles. A tile
+  // whose runs do not lie end to end moves (the copies of Q and dO, the dQ reductions) a run at a time.
   static constexpr int runs = Cfg::query_runs, run_rows = cols / runs;
   static_assert(runs == 1 || (Cfg::sparsity != kDense && Cfg::pattern_block == run_rows),
                 "query runs: one pattern block each");
@@ -117,7 +118,7 @@ struct BackwardSm90Layout : BackwardWarpRoles {
   // The walk and the tile each ring slot holds. Here rather than in static shared memory: the extern
   // array's 1 KB alignment would pad a static block to 1 KB.
   struct Indices {
-    QueryTileWalk<Cfg, run_rows> walk;
+    QueryTileWalk<Cfg, cols> walk;
     Tile slot_tile[Cfg::stages];
   };
   static constexpr int indices = barriers + 8 * barrier_count;
@@ -222,19 +223,24 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
   float* lse2_ring = reinterpret_cast<float*>(smem + L::lse2_ring);
   float* delta_ring = reinterpret_cast<float*>(smem + L::delta_ring);
   typename L::Indices& indices = *reinterpret_cast<typename L::Indices*>(smem + L::indices);
-  QueryTileWalk<Cfg, L::run_rows>& walk = indices.walk;
+  QueryTileWalk<Cfg, C>& walk = indices.walk;
   using Tile = typename L::Tile;
   constexpr int runs = L::runs, run_rows = L::run_rows;
 
   const KeyTileOwner own = key_tile_owner<Cfg>(p, R);
-  // Tile j of the walk (of `entries` query runs).
-  auto locate = [&](int j, int entries) { return locate_packed<runs, R / run_rows>(walk, p, own, j, entries); };
+  // Whether the schedule lists query runs to pack into tiles (the host's choice for this pattern) or
+  // whole tiles; the walk's entries are then runs or tiles.
+  const bool packing = runs > 1 && p.k_query_rows == run_rows;
+  const int entry_rows = packing ? run_rows : C;
+  auto locate = [&](int j, int entries) {  // tile j of the walk
+    return locate_packed<run_rows, runs, R / run_rows>(walk, p, own, j, entries, packing);
+  };
   // A schedule item past the end of a short key sequence, or a key tile no query may see, walks
   // nothing; the CTA still counts itself done and converts its share of dQ. Another may still find
   // its pattern column empty once the walk is built: its K and V load for nothing, as it was cheaper
   // not to wait for the walk before requesting them.
-  const bool has_keys = own.key0 < p.seq_k && QueryTileWalk<Cfg, run_rows>::first_query_tile(p, own) <
-                                                  (p.seq_q + run_rows - 1) / run_rows;
+  const bool has_keys = own.key0 < p.seq_k && QueryTileWalk<Cfg, C>::first_query_tile(p, own, entry_rows) <
+                                                  (p.seq_q + entry_rows - 1) / entry_rows;
 
   auto barrier = [&](int index) { return base + L::barriers + 8 * index; };
   if (threadIdx.x == L::copy_warp * 32 + 1) {  // the descriptors of the walk's copies, fetched while it is built
@@ -270,8 +276,9 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
     tma_load_tile<D, R>(base + L::k_tile, maps.k, barrier(L::kv_ready), own.batch, own.kv_head, own.key0);
     tma_load_tile<D, R>(base + L::v_tile, maps.v, barrier(L::kv_ready), own.batch, own.kv_head, own.key0);
   }
-  const int entries = has_keys ? walk.build(p, own) : 0;  // query runs; build() ends with a __syncthreads
-  const int count = (entries + runs - 1) / runs;            // tiles
+  // Runs or tiles; build() ends with a __syncthreads.
+  const int entries = has_keys ? walk.build(p, own, entry_rows) : 0;
+  const int count = packing ? (entries + runs - 1) / runs : entries;  // tiles
 
   // Where a pattern splits tiles between the warpgroups, the math warps branch on their warpgroup
   // (below): the warp index is then read from lane 0, so that ptxas knows it is the same in every
@@ -288,10 +295,19 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
       // counted into the slot's full barrier, whose phase flips once per use.
       for (int j = 0; j < count; ++j) {
         const int slot = j % stages;
-        // Where tile j is and its rows' statistics, in flight while the slot is still in use.
-        const Tile t = locate(j, entries);
-        const TileStats<C> stats = load_run_stats<C>(p, own.batch, t, lane);
+        // Kernels that may pack: where tile j's runs are and their rows' statistics (a load a run,
+        // then one a row) are in flight while the slot is still in use (a window of blocks of 16 ran
+        // 9% slower than unpacked with them after the wait, 2-3% so; docs/attention-log.md, "Landed:
+        // the dK/dV pass packs narrow query blocks"). The others locate and load after the wait, as
+        // before: ahead of it, the dense backward measured 4-5% slower.
+        Tile t;
+        TileStats<C> stats;
+        if constexpr (runs > 1) {
+          t = locate(j, entries);
+          stats = load_run_stats<C>(p, own.batch, t, lane);
+        }
         if (j >= stages) mbarrier_wait(barrier(L::slot_empty + slot), (j / stages - 1) & 1);
+        if constexpr (runs == 1) t = locate(j, entries);
         const unsigned full = barrier(L::slot_full + slot);
         if (lane == 0) {
           mbarrier_expect_bytes_only(full, 2 * L::other_bytes);
@@ -309,6 +325,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
           }
           indices.slot_tile[slot] = t;
         }
+        if constexpr (runs == 1) stats = load_run_stats<C>(p, own.batch, t, lane);
         stats.store(lse2_ring + slot * C, delta_ring + slot * C, lane);
         mbarrier_arrive(full);
       }

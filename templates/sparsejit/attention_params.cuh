@@ -111,6 +111,7 @@ struct AttentionBackwardParams {
   const unsigned long long* k_tile_mask;
   const int* k_item_order;  // each pattern head's key tiles, heaviest first
   int k_items_per_head;  // key tiles per head in the key-major schedule
+  int k_query_rows;      // its query tiles' rows: one pattern block where the Hopper dK/dV pass packs them
   int pattern_heads;
 
   // Atomic dQ's conversion. The Hopper dK/dV pass converts a group's rows (the query heads of one

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/packed_queries.h"
 #include "attention/tile_schedule.h"
 #include "attention/wide_tiles.h"
 #include "sparsejit/attention_reference.h"
@@ -595,6 +596,29 @@ TEST_CASE("small pattern blocks: the wide tiling, and which patterns take it", "
   // A spec without the choice never pays.
   CHECK_FALSE(attention::wide_tiles_pay(make_spec(128, DType::bf16, Causal::none, Sparsity::block_sparse, 64),
                                         patterns::random(64, seq, seq, 0.9, 3), {}));
+}
+
+TEST_CASE("the backward packs query blocks of random sparse patterns, not of windows or dense-ish ones",
+          "[attention][schedule]") {
+  const std::int64_t seq = 4096;
+  auto pays = [&](const BlockPattern& p) { return attention::packing_queries_pays(p, 128, 64); };
+  for (const int bs : {16, 32}) {
+    CAPTURE(bs);
+    // A 64-query tile holds 64 / bs query blocks; a CTA's 128 keys see a random one with probability
+    // 1 - (1 - density)^(128 / bs), a tile with 1 - (1 - density)^(2 * 128 / bs).
+    CHECK(pays(patterns::random(bs, seq, seq, 0.1, 5)));
+    CHECK(pays(patterns::random(bs, seq, seq, 0.02, 5)));
+    CHECK_FALSE(pays(patterns::random(bs, seq, seq, 0.5, 5)));
+    // A window's blocks fill the contiguous tiles they lie in: packing would visit as many.
+    CHECK_FALSE(pays(patterns::sliding_window(bs, seq, seq, 256 / bs, 0)));
+  }
+  CHECK(pays(patterns::random(16, seq, seq, 0.25, 5)));   // 0.90 of the tiles: measured 5-9% faster
+  CHECK_FALSE(pays(patterns::random(32, seq, seq, 0.5, 5)));
+  // Blocks as wide as the tile, or wider, have nothing to pack.
+  CHECK_FALSE(pays(patterns::random(64, seq, seq, 0.1, 5)));
+  CHECK_FALSE(pays(patterns::random(128, seq, seq, 0.1, 5)));
+  // Nothing active: no tile either way.
+  CHECK_FALSE(pays(patterns::random(32, seq, seq, 0.0, 5)));
 }
 
 TEST_CASE("the tile schedule of small hand-made patterns", "[attention][schedule]") {

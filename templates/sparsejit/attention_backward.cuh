@@ -340,7 +340,7 @@ struct QueryTile {
 // Each CTA starts its walk at a different place (rotated by its key tile): the CTAs of one head would
 // otherwise visit the same query tile at the same moment and queue their dQ atomics on the same rows.
 // The tiles are C rows, or (the Hopper dK/dV pass, whose schedule may list query runs narrower than
-// its tiles) `rows` rows, given to build().
+// its tiles) the rows given to build() and first_query_tile().
 template <class Cfg, int C>
 struct QueryTileWalk {
   static constexpr int max_group = 64;  // query heads per K/V head with per-head patterns (host-checked)
@@ -348,7 +348,6 @@ struct QueryTileWalk {
   int first[max_group];      // its first q tile (dense) or list position (sparse)
   int group;
   int rotation;              // the walk's j-th tile is the (j + rotation) % count-th of the lists
-  int rows;                  // a tile's rows
 
   // The first query tile of `rows` rows that may see the key tile under causality (q_tiles: none may);
   // query tiles before it are skipped outright.
@@ -381,7 +380,6 @@ struct QueryTileWalk {
     __syncthreads();
     if (threadIdx.x == 0) {
       group = heads;
-      rows = tile_rows;
       start[0] = 0;
       for (int g = 0; g < heads; ++g) start[g + 1] += start[g];
       rotation = start[heads] > 0 ? own.key_tile % start[heads] : 0;
@@ -417,7 +415,8 @@ struct QueryTileWalk {
 // tile), the walk lists the query blocks any of the CTA's keys see, one a run, and a tile takes the
 // next RUNS of them wherever they lie: contiguous 64-query tiles would also hold the blocks between
 // them (random blocks of 32 at density 0.1: a CTA's 128 keys see 34% of the blocks but 57% of the
-// 64-query tiles). Elsewhere RUNS = 1: the tile's rows are contiguous. A walk's last tile may hold
+// 64-query tiles). Elsewhere RUNS = 1, and where the host keeps contiguous tiles for a pattern the
+// RUNS runs of each lie end to end (locate_packed). A walk's last tile may hold
 // fewer real runs (`runs`); the others repeat its last one with no active pattern block, so that they
 // load real rows (finite scores, all masked: P and dS are 0) and add nothing.
 template <int RUN_ROWS, int RUNS>

@@ -275,17 +275,25 @@ __global__ void __launch_bounds__(256) attention_backward_prep(const AttentionBa
   }
 }
 
-// lse2 and delta of `ROWS` query rows from q0 into shared memory, by THREADS threads, of which the
-// caller is number `thread` (the whole CTA by default). Rows past the end get lse2 = +inf (P = 0) and
+// Query row q of (batch, head_q)'s lse2 and delta. Rows past the end get lse2 = +inf (P = 0) and
 // delta = 0, as for a row that saw no key.
+struct RowStats {
+  float lse2, delta;
+};
+__device__ __forceinline__ RowStats row_stats(const AttentionBackwardParams& p, int batch, int head_q, int q) {
+  if (q >= p.seq_q) return {infinity(), 0.f};
+  const long long row = (static_cast<long long>(batch) * p.heads_q + head_q) * p.seq_q + q;
+  return {p.lse2[row], p.delta[row]};
+}
+
+// lse2 and delta of `ROWS` query rows from q0 into shared memory, by the CTA's THREADS threads.
 template <int ROWS, int THREADS>
 __device__ __forceinline__ void load_row_stats(float* lse2_out, float* delta_out, const AttentionBackwardParams& p,
-                                               int batch, int head_q, int q0, int thread = threadIdx.x) {
-  const long long row_base = (static_cast<long long>(batch) * p.heads_q + head_q) * p.seq_q;
-  for (int r = thread; r < ROWS; r += THREADS) {
-    const bool valid = q0 + r < p.seq_q;
-    lse2_out[r] = valid ? p.lse2[row_base + q0 + r] : infinity();
-    delta_out[r] = valid ? p.delta[row_base + q0 + r] : 0.f;
+                                               int batch, int head_q, int q0) {
+  for (int r = threadIdx.x; r < ROWS; r += THREADS) {
+    const RowStats s = row_stats(p, batch, head_q, q0 + r);
+    lse2_out[r] = s.lse2;
+    delta_out[r] = s.delta;
   }
 }
 
@@ -474,10 +482,9 @@ __device__ __forceinline__ TileStats<C> load_run_stats(const AttentionBackwardPa
 #pragma unroll
     for (int i = 1; i < RUNS; ++i)
       if (r >= i * RUN_ROWS) head = t.head_q[i], q = t.q0[i] + r - i * RUN_ROWS;
-    const long long row = (static_cast<long long>(batch) * p.heads_q + head) * p.seq_q + q;
-    const bool valid = q < p.seq_q;
-    lse2[k] = valid ? p.lse2[row] : infinity();
-    delta[k] = valid ? p.delta[row] : 0.f;
+    const RowStats row = row_stats(p, batch, head, q);
+    lse2[k] = row.lse2;
+    delta[k] = row.delta;
   }
   return s;
 }

@@ -107,7 +107,9 @@ int run_attention(const AttentionBenchOptions& o) {
     bargs.batch = o.batch, bargs.heads_q = o.heads, bargs.heads_kv = heads_kv, bargs.seq_q = o.seq, bargs.seq_k = seq_k;
     bargs.dq_summation = dq_asked;
   }
-  Attention dense_attention(dense, config);
+  // The dense rows and the 'vs dense' columns: the tiling asked for, unless it takes patterns only
+  // (wgmma_gather), where the device's dense default.
+  Attention dense_attention(dense, config.path == AttentionPath::wgmma_gather ? AttentionConfig{} : config);
   const AttentionForwardArgs dense_args = args;
   // --graph: the forward and backward captured into one CUDA graph (on a stream of their own, made
   // ready first), its replays timed on the default stream (a training step without the host's

@@ -12,6 +12,7 @@
 #include "attention/attention_args.h"
 #include "attention/attention_internals.h"
 #include "attention/backward_policy.h"
+#include "attention/gathered_keys.h"
 #include "attention/packed_queries.h"
 #include "attention/tensor_maps.h"
 #include "attention/tile_schedule.h"
@@ -184,25 +185,27 @@ struct Attention::State {
   // runs there, since the schedule would only add work (measured 4-10% on the H100).
   std::unique_ptr<Attention> dense_twin;
   // Pattern blocks of 16 or 32 with the default tiling: the wide tiling (attention/wide_tiles.h), which
-  // a pattern whose blocks fill most of its tiles runs on through a twin on Hopper. Unset where this
-  // object makes no such choice (a tiling asked for or tuned, other specs).
-  std::optional<AttentionConfig> wide_config;
-  std::unique_ptr<Attention> wide_twin;
-  // Whether each pattern seen last (by digest) runs wide, most recent first.
-  std::list<std::pair<std::uint64_t, bool>> wide_choices;
+  // a pattern whose blocks fill most of its tiles runs on through a twin on Hopper, and for blocks of
+  // 16 the gathered-key kernel (attention/gathered_keys.h), which sparse random ones run on. Unset
+  // where this object makes no such choice (a tiling asked for or tuned, other specs).
+  std::optional<AttentionConfig> wide_config, gathered_config;
+  std::unique_ptr<Attention> wide_twin, gathered_twin;
+  // The forward's tiling of each pattern seen last (by digest), most recent first.
+  enum class Tiling { narrow, wide, gathered };
+  std::list<std::pair<std::uint64_t, Tiling>> tiling_choices;
   // Whether the backward's dK/dV pass packs each pattern seen last into its tiles, the same way.
   std::list<std::pair<std::uint64_t, bool>> packing_choices;
   // The answer kept in `choices` for `pattern`, or decide()'s, then kept: deciding reads the whole
   // pattern (counting tiles), so it is done once a pattern.
-  template <class Decide>
-  bool remembered_choice(std::list<std::pair<std::uint64_t, bool>>& choices, const BlockPattern& pattern,
-                         Decide decide) {
+  template <class Choice, class Decide>
+  Choice remembered_choice(std::list<std::pair<std::uint64_t, Choice>>& choices, const BlockPattern& pattern,
+                           Decide decide) {
     {
       std::lock_guard lock(mutex);
       if (const auto* known = find_recent(choices, [&](const auto& c) { return c.first == pattern.digest(); }))
         return known->second;
     }
-    const bool choice = decide();
+    const Choice choice = decide();
     std::lock_guard lock(mutex);
     choices.emplace_front(pattern.digest(), choice);
     if (choices.size() > kSchedulesKept) choices.pop_back();
@@ -219,16 +222,22 @@ struct Attention::State {
     AttentionSpec d = spec;
     d.sparsity = Sparsity::dense;
     AttentionConfig c;  // the device's default tiling for the dense spec, on the path the caller named
-    c.path = asked_path;
+    // (wgmma_gather takes patterns only: a full pattern runs the device's dense default)
+    c.path = asked_path == AttentionPath::wgmma_gather ? AttentionPath::automatic : asked_path;
     return twin(dense_twin, d, c);
   }
-  Attention& wide() { return twin(wide_twin, spec, *wide_config); }
-
-  // Whether a forward with `pattern` (not a full one) runs on the wide twin on a device that is
-  // (`hopper`) or is not compute capability 9.0.
-  bool runs_wide(const BlockPattern& pattern, bool hopper) {
-    if (!wide_config || !hopper) return false;
-    return remembered_choice(wide_choices, pattern, [&] { return attention::wide_tiles_pay(spec, pattern, config); });
+  // The twin a forward with `pattern` (not a full one) runs on, on a device that is (`hopper`) or is
+  // not compute capability 9.0: the wide or the gathered-key tiling's, or none (this object's tiling).
+  Attention* forward_twin(const BlockPattern& pattern, bool hopper) {
+    if ((!wide_config && !gathered_config) || !hopper) return nullptr;
+    const Tiling tiling = remembered_choice(tiling_choices, pattern, [&] {
+      if (wide_config && attention::wide_tiles_pay(spec, pattern, config)) return Tiling::wide;
+      if (gathered_config && attention::gathering_pays(spec, pattern, config)) return Tiling::gathered;
+      return Tiling::narrow;
+    });
+    if (tiling == Tiling::wide) return &twin(wide_twin, spec, *wide_config);
+    if (tiling == Tiling::gathered) return &twin(gathered_twin, spec, *gathered_config);
+    return nullptr;
   }
   // The query rows of the key-major schedule the dK/dV pass of tiling `t` walks for `pattern`: one
   // pattern block where it packs them into its tiles (attention/packed_queries.h), else its tiles'.
@@ -493,7 +502,10 @@ Attention::Attention(const AttentionSpec& spec, const AttentionConfig& config) :
   const AttentionConfig tuned = tuning::attention_config_for(state_->spec, config);
   state_->config = resolve(state_->spec, tuned, current_compute_capability());
   // With no tiling asked for or stored, small pattern blocks choose their kernel per pattern.
-  if (tuned == AttentionConfig{}) state_->wide_config = attention::wide_tile_config(state_->spec);
+  if (tuned == AttentionConfig{}) {
+    state_->wide_config = attention::wide_tile_config(state_->spec);
+    state_->gathered_config = attention::gathered_config(state_->spec);
+  }
 }
 
 Attention::Attention(const AttentionSpec& spec, const BlockPattern& pattern, const AttentionConfig& config)
@@ -532,7 +544,7 @@ void Attention::prepare(const BlockPattern& pattern) {
   attention::check_pattern_fits_spec(state_->spec, pattern);
   if (runs_dense_kernels(state_->spec, &pattern)) return state_->dense().prepare();  // as forward() runs it
   const jit::Target target = jit::current_target();
-  if (state_->runs_wide(pattern, target.device->arch == "sm_90a")) return state_->wide().prepare(pattern);
+  if (Attention* twin = state_->forward_twin(pattern, target.device->arch == "sm_90a")) return twin->prepare(pattern);
   state_->kernel(target);
   if (state_->spec.sparsity == Sparsity::block_sparse) state_->schedule(pattern, target);
 }
@@ -543,7 +555,7 @@ AttentionConfig Attention::forward_config(const BlockPattern& pattern) {
     throw InvalidArgument(fmt::format("attention: the pattern given (digest {:016x}) is not the one baked into the "
                                       "kernel ({:016x})", pattern.digest(), state_->baked->digest()));
   if (runs_dense_kernels(state_->spec, &pattern)) return state_->dense().config();
-  if (state_->runs_wide(pattern, current_compute_capability() == 90)) return state_->wide().config();
+  if (Attention* twin = state_->forward_twin(pattern, current_compute_capability() == 90)) return twin->config();
   return state_->config;
 }
 
@@ -561,8 +573,9 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   if (a.batch == 0 || a.seq_q == 0) return;
   if (runs_dense_kernels(spec, a.pattern)) return state_->dense().forward(without_pattern(a), stream);
   const jit::Target target = jit::current_target();
-  if (spec.sparsity == Sparsity::block_sparse && state_->runs_wide(*a.pattern, target.device->arch == "sm_90a"))
-    return state_->wide().forward(a, stream);
+  if (spec.sparsity == Sparsity::block_sparse)
+    if (Attention* twin = state_->forward_twin(*a.pattern, target.device->arch == "sm_90a"))
+      return twin->forward(a, stream);
 
   // A dense twin's caller holds the block-sparse object, whose prepare(pattern) readies the twin.
   const Capture capture = capture_of(stream, "prepare(pattern) (prepare() for a dense spec)");
@@ -610,7 +623,8 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   sjit_kernels::AttentionForwardTensorMaps maps{};
   if (on_wgmma(config.path))
     maps = attention::forward_tensor_maps(a, spec.dtype, spec.head_dim, config.block_m(), config.block_n,
-                                          config.path == AttentionPath::wgmma_ws);
+                                          config.path == AttentionPath::wgmma_ws ||
+                                              config.path == AttentionPath::wgmma_gather);
   void* params[] = {&p, &maps};
   jit::launch(kernel, unsigned(grid), unsigned(forward_threads(config)), reinterpret_cast<CUstream>(stream), params);
 }
@@ -759,9 +773,10 @@ std::vector<std::string> attention_kernel_keys(const AttentionSpec& in, std::str
     bwd.deterministic = true;
     add_backward_keys();
   }
-  // Small pattern blocks: the wide tiling that dense-ish patterns run on (Attention::forward_config).
-  if (const std::optional<AttentionConfig> wide = attention::wide_tile_config(spec); sm90 && wide)
-    keys.push_back(codegen::attention_kernel_key(spec, resolve(spec, *wide, 90)));
+  // Small pattern blocks: the wide tiling that dense-ish patterns run on, and for blocks of 16 the
+  // gathered-key kernel that sparse random ones run on (Attention::forward_config).
+  for (const std::optional<AttentionConfig> other : {attention::wide_tile_config(spec), attention::gathered_config(spec)})
+    if (sm90 && other) keys.push_back(codegen::attention_kernel_key(spec, resolve(spec, *other, 90)));
   return keys;
 }
 

@@ -16,11 +16,14 @@ std::string_view name(AttentionPath path) {
     case AttentionPath::mma: return "mma";
     case AttentionPath::wgmma: return "wgmma";
     case AttentionPath::wgmma_ws: return "wgmma_ws";
+    case AttentionPath::wgmma_gather: return "wgmma_gather";
   }
   return "?";
 }
 
-bool on_wgmma(AttentionPath path) { return path == AttentionPath::wgmma || path == AttentionPath::wgmma_ws; }
+bool on_wgmma(AttentionPath path) {
+  return path == AttentionPath::wgmma || path == AttentionPath::wgmma_ws || path == AttentionPath::wgmma_gather;
+}
 
 std::string key(const AttentionConfig& c) {
   std::string text = fmt::format("warps={},mt={},bn={},stages={},qreg={}", c.warps, c.m_tiles, c.block_n, c.stages,
@@ -42,7 +45,10 @@ AttentionConfig parse_attention_config(std::string_view text) {
   else if (path == "mma") c.path = AttentionPath::mma;
   else if (path == "wgmma") c.path = AttentionPath::wgmma;
   else if (path == "wgmma_ws") c.path = AttentionPath::wgmma_ws;
-  else throw InvalidSpec(fmt::format("attention config: path = '{}': use mma, wgmma, wgmma_ws or auto", path));
+  else if (path == "wgmma_gather") c.path = AttentionPath::wgmma_gather;
+  else
+    throw InvalidSpec(
+        fmt::format("attention config: path = '{}': use mma, wgmma, wgmma_ws, wgmma_gather or auto", path));
   spec::reject_leftovers(kt, "warps, mt, bn, stages, qreg, path");
   return c;
 }
@@ -53,10 +59,11 @@ namespace {
 // runs on the one-item kernel only: the persistent kernel's two Q buffers leave room for one math
 // warpgroup (warps = 4), which spills there even with 255 registers a thread (ptxas: 108 bytes).
 bool kernel_takes_head_dim(AttentionPath path, int d) {
-  return d == 64 || d == 96 || d == 128 || (d == 256 && path == AttentionPath::wgmma);
+  const bool takes_256 = path == AttentionPath::wgmma || path == AttentionPath::wgmma_gather;
+  return d == 64 || d == 96 || d == 128 || (d == 256 && takes_256);
 }
 std::string_view head_dims_taken(AttentionPath path) {
-  return path == AttentionPath::wgmma ? "64, 96, 128 or 256" : "64, 96 or 128";
+  return path == AttentionPath::wgmma_ws ? "64, 96 or 128" : "64, 96, 128 or 256";
 }
 
 // A d = 64 causal spec with a pattern: one warpgroup of 64 rows and 64-key tiles on the wgmma path,
@@ -96,6 +103,13 @@ AttentionConfig wgmma_default_config(const AttentionSpec& spec, AttentionPath pa
   // without spilling and halve the barriers a row of tiles costs. Dense d = 64 on wgmma: one
   // warpgroup and 128-key tiles (above).
   const bool sparse = spec.sparsity != Sparsity::dense;
+  if (path == AttentionPath::wgmma_gather) {
+    // One warpgroup a query block of the pattern; its key tiles are the pattern's blocks, 64 keys of
+    // them a step (attention_forward_sm90_gather.cuh).
+    c.warps = 4;
+    c.block_n = sparse ? spec.block_size : 0;
+    return c;
+  }
   const bool dense_d64 = path == AttentionPath::wgmma && !sparse && spec.head_dim == 64;
   const bool small_blocks = path == AttentionPath::wgmma && sparse && spec.block_size <= 32;
   c.block_n = path == AttentionPath::wgmma_ws || dense_d64 ? 128 : small_blocks ? spec.block_size : 64;
@@ -200,6 +214,10 @@ AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c, int compute_
   auto refuse = [&](std::string_view what) {
     throw InvalidArgument(fmt::format("attention config '{}' for '{}': {}", key(c), key(spec), what));
   };
+  if (c.path == AttentionPath::wgmma_gather && (spec.sparsity == Sparsity::dense || (spec.block_size != 16 && spec.block_size != 32)))
+    refuse(fmt::format("path = wgmma_gather takes patterns of blocks of 16 or 32, not {}",
+                       spec.sparsity == Sparsity::dense ? std::string("a dense spec")
+                                                        : fmt::format("blocks of {}", spec.block_size)));
   if (c.warps != 4 && c.warps != 8) refuse(fmt::format("warps = {}: use 4 or 8", c.warps));
   if (c.m_tiles != 1 && c.m_tiles != 2) refuse(fmt::format("mt = {}: use 1 or 2 (16-row tiles per warp)", c.m_tiles));
   if (c.block_n != 16 && c.block_n != 32 && c.block_n != 64 && c.block_n != 128)
@@ -216,7 +234,16 @@ AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c, int compute_
       refuse(fmt::format("path = {} takes head_dim {}, not {}{}", path, head_dims_taken(c.path), spec.head_dim,
                          c.path == AttentionPath::wgmma_ws ? " (path = wgmma takes 256)" : ""));
     if (c.m_tiles != 1) refuse(fmt::format("mt = {}: path = {} needs 1 (a warpgroup owns 64 rows)", c.m_tiles, path));
-    const bool small_tile = c.path == AttentionPath::wgmma && (c.block_n == 16 || c.block_n == 32);
+    if (c.path == AttentionPath::wgmma_gather) {
+      if (c.block_n != spec.block_size)
+        refuse(fmt::format("bn = {}: path = wgmma_gather needs the pattern's block size, {}", c.block_n,
+                           spec.block_size));
+      if (c.warps != 4) refuse(fmt::format("warps = {}: path = wgmma_gather runs one warpgroup (4)", c.warps));
+      if (c.stages != 2)
+        refuse(fmt::format("stages = {}: path = wgmma_gather has two ring slots for K and two for V (2)", c.stages));
+    }
+    const bool small_tile =
+        (c.path == AttentionPath::wgmma || c.path == AttentionPath::wgmma_gather) && (c.block_n == 16 || c.block_n == 32);
     if (c.block_n != 64 && c.block_n != 128 && !small_tile)
       refuse(fmt::format("bn = {}: path = {} takes {}", c.block_n, path,
                          c.path == AttentionPath::wgmma ? "16, 32, 64 or 128" : "64 or 128"));

@@ -57,6 +57,13 @@ int attention_forward_shared_bytes(const AttentionSpec& spec, const AttentionCon
     // to align the base to a swizzle atom (AttentionSm90Layout in attention_forward_sm90.cuh).
     return 1024 + tiles_bytes + 8 * (config.stages + 1);
   }
+  if (config.path == AttentionPath::wgmma_gather) {
+    // Q of one pattern block, two slots each of K and V of 64 gathered keys, two P^T tiles of a
+    // 128-byte row a query, the column exchange (2 x 4 x block_m floats), five copy barriers, and 1 KB
+    // for alignment (GatherLayout in attention_forward_sm90_gather.cuh).
+    const int rows = config.block_m();
+    return 1024 + rows * tile_dim * 2 + 4 * 64 * tile_dim * 2 + 2 * rows * 128 + 2 * 4 * rows * 4 + 8 * 5;
+  }
   if (config.path == AttentionPath::wgmma_ws) {
     // The same tiles with a second Q buffer, the records of the two items and of the ring's tiles
     // (16 bytes each), and a full and an empty mbarrier for each Q buffer and for K and V of each ring
@@ -78,9 +85,10 @@ KernelSource attention_source(const AttentionSpec& spec, const AttentionConfig& 
     throw InvalidSpec(fmt::format("attention: '{}' is baked: its kernel can only be built from the pattern itself "
                                   "(construct sjit::Attention with the BlockPattern)", key(spec)));
   // The template each path instantiates.
-  const char* kernel = config.path == AttentionPath::wgmma      ? "attention_forward_sm90"
-                       : config.path == AttentionPath::wgmma_ws ? "attention_forward_sm90_ws"
-                                                                : "attention_forward";
+  const char* kernel = config.path == AttentionPath::wgmma          ? "attention_forward_sm90"
+                       : config.path == AttentionPath::wgmma_ws     ? "attention_forward_sm90_ws"
+                       : config.path == AttentionPath::wgmma_gather ? "attention_forward_sm90_gather"
+                                                                    : "attention_forward";
   KernelSource out;
   out.kernel_key = attention_kernel_key(spec, config);
   std::string arrays, baked_members;
@@ -108,6 +116,7 @@ KernelSource attention_source(const AttentionSpec& spec, const AttentionConfig& 
       "  static constexpr int head_dim = {};\n"
       "  static constexpr int warps = {};\n"
       "  static constexpr int m_tiles = {};\n"
+      "  static constexpr int block_m = {};\n"
       "  static constexpr int block_n = {};\n"
       "  static constexpr int stages = {};\n"
       "  static constexpr bool q_in_registers = {};\n"
@@ -117,7 +126,7 @@ KernelSource attention_source(const AttentionSpec& spec, const AttentionConfig& 
       "{}"
       "}};\n",
       out.kernel_key, kernel, arrays, cuda_type(spec.dtype), spec.head_dim, config.warps,
-      config.m_tiles, config.block_n, config.stages, config.q_in_registers == 1 ? "true" : "false",
+      config.m_tiles, config.block_m(), config.block_n, config.stages, config.q_in_registers == 1 ? "true" : "false",
       causal_id(spec.causal), name(spec.causal), sparsity_id(spec.sparsity), name(spec.sparsity),
       // Dense kernels: one "block" larger than any tile, so no tile is ever split into groups.
       spec.sparsity == Sparsity::dense ? 1 << 20 : spec.block_size, baked_members);

@@ -32,7 +32,8 @@ struct AttentionForwardTraits {
   static constexpr int warps = Cfg::warps;
   static constexpr int threads = 32 * warps;
   static constexpr int m_tiles = Cfg::m_tiles;
-  static constexpr int block_m = 16 * m_tiles * warps;
+  // Query rows of an item: 16 * m_tiles * warps, or on the gathered-key kernel one pattern block.
+  static constexpr int block_m = Cfg::block_m;
   static constexpr int block_n = Cfg::block_n;
   static constexpr int n_tiles = block_n / 8;   // 8-key mma tiles of S per row block
   static constexpr int d_tiles = head_dim / 8;  // 8-column mma tiles of O
@@ -48,6 +49,7 @@ struct AttentionForwardTraits {
   static constexpr int groups_per_tile_row = block_n / group_cols;
 
   static_assert(block_n % 16 == 0, "block_n must be a multiple of 16: P feeds k-steps of 16 keys");
+  static_assert(block_m == 16 * m_tiles * warps || block_m == block_n, "block_m: the warps' rows, or one pattern block");
   static_assert(Cfg::stages >= 2, "the K/V ring needs at least two slots to overlap loads and math");
   static_assert((block_m / group_rows) * groups_per_tile_row <= 64, "a tile's pattern mask is one 64-bit word");
 };

@@ -81,6 +81,14 @@ __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsig
                "r"(r2), "r"(r3)
                : "memory");
 }
+// The same with each matrix transposed: row r of matrix j in memory receives column r of the lane
+// fragments (an accumulator tile of [m][n] stored as [n][m]).
+__device__ __forceinline__ void stmatrix_x4_trans(unsigned address, unsigned r0, unsigned r1, unsigned r2,
+                                                  unsigned r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(address), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
 #endif
 
 // 16 bytes from global to shared memory without passing through registers. When `valid` is false

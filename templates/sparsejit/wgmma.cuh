@@ -209,22 +209,23 @@ __device__ __forceinline__ void warpgroup_claim_registers() {
 #define SJIT_WGMMA_REGS_N128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},\n"
 
 #define SJIT_WGMMA_REGS_N256 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},\n"
-// D[64 x 16] and D[64 x 32] (+)= A[64 x 16] B[16 x N], A and B from shared memory (both K-major): the
-// scores of 16- and 32-key tiles (small pattern blocks).
-#define SJIT_WGMMA_SS_N16(TY)                                                                       \
+// D[64 x 16] and D[64 x 32] (+)= A[64 x 16] B[16 x N], A and B from shared memory: both K-major
+// (TRANS "0, 0": the scores of 16- and 32-key tiles), or A M-major ("1, 0": the gathered-key forward's
+// O^T = V^T P^T, attention_forward_sm90_gather.cuh).
+#define SJIT_WGMMA_SS_N16(TY, TRANS)                                                                       \
   asm volatile(                                                                                    \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"                                                 \
       "wgmma.mma_async.sync.aligned.m64n16k16.f32." TY "." TY "\n"                                  \
       SJIT_WGMMA_REGS_N16                                                    \
-      "%8, %9, p, 1, 1, 0, 0;\n}\n"                                                                 \
+      "%8, %9, p, 1, 1, " TRANS ";\n}\n"                                                                 \
       : SJIT_WGMMA_ACC_N16 \
       : "l"(desc_a), "l"(desc_b), "r"(accumulate))
-#define SJIT_WGMMA_SS_N32(TY)                                                                       \
+#define SJIT_WGMMA_SS_N32(TY, TRANS)                                                                       \
   asm volatile(                                                                                    \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                                 \
       "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY "\n"                                  \
       SJIT_WGMMA_REGS_N32                                                    \
-      "%16, %17, p, 1, 1, 0, 0;\n}\n"                                                               \
+      "%16, %17, p, 1, 1, " TRANS ";\n}\n"                                                               \
       : SJIT_WGMMA_ACC_N32 \
       : "l"(desc_a), "l"(desc_b), "r"(accumulate))
 
@@ -296,9 +297,9 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], unsigned long lon
                                          int accumulate) {
   static_assert(N == 16 || N == 32 || N == 64 || N == 128, "wgmma_ss: N must be 16, 32, 64 or 128");
   if constexpr (N == 16) {
-    if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N16("bf16"); else SJIT_WGMMA_SS_N16("f16");
+    if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N16("bf16", "0, 0"); else SJIT_WGMMA_SS_N16("f16", "0, 0");
   } else if constexpr (N == 32) {
-    if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N32("bf16"); else SJIT_WGMMA_SS_N32("f16");
+    if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N32("bf16", "0, 0"); else SJIT_WGMMA_SS_N32("f16", "0, 0");
   } else if constexpr (N == 64) {
     if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N64("bf16", "0, 0"); else SJIT_WGMMA_SS_N64("f16", "0, 0");
   } else {
@@ -312,6 +313,19 @@ template <class T>
 __device__ __forceinline__ void wgmma_ss_transposed(float (&d)[8][4], unsigned long long desc_a,
                                                     unsigned long long desc_b, int accumulate) {
   if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N64("bf16", "1, 1"); else SJIT_WGMMA_SS_N64("f16", "1, 1");
+}
+
+// d (+)= A B for one k-step, N = 16 or 32: A from shared memory read transposed (M-major, stored
+// [k][m]), B K-major; the gathered-key forward's O^T = V^T P^T with V stored by key and P^T by query.
+template <class T, int N>
+__device__ __forceinline__ void wgmma_ss_a_transposed(float (&d)[N / 8][4], unsigned long long desc_a,
+                                                      unsigned long long desc_b, int accumulate) {
+  static_assert(N == 16 || N == 32, "wgmma_ss_a_transposed: N must be 16 or 32");
+  if constexpr (N == 16) {
+    if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N16("bf16", "1, 0"); else SJIT_WGMMA_SS_N16("f16", "1, 0");
+  } else {
+    if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N32("bf16", "1, 0"); else SJIT_WGMMA_SS_N32("f16", "1, 0");
+  }
 }
 
 // d (+)= A B for one k-step: A from registers (the mma.m16n8k16 A layout, rows of this warp), B from

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/gathered_keys.h"
 #include "attention/packed_queries.h"
 #include "attention/tile_schedule.h"
 #include "attention/wide_tiles.h"
@@ -210,7 +211,8 @@ TEST_CASE("attention config key text: the kernel path", "[attention][config]") {
   // Text without a path (the old form) parses as automatic, and automatic prints no path.
   CHECK(parse_attention_config("warps=4,mt=2,bn=64,stages=2,qreg=0").path == AttentionPath::automatic);
   for (const auto& [path, text_of_path] : {std::pair{AttentionPath::mma, "mma"}, std::pair{AttentionPath::wgmma, "wgmma"},
-                                            std::pair{AttentionPath::wgmma_ws, "wgmma_ws"}}) {
+                                            std::pair{AttentionPath::wgmma_ws, "wgmma_ws"},
+                                            std::pair{AttentionPath::wgmma_gather, "wgmma_gather"}}) {
     AttentionConfig c{8, 1, 128, 2, 0};
     c.path = path;
     const std::string text = fmt::format("warps=8,mt=1,bn=128,stages=2,qreg=0,path={}", text_of_path);
@@ -278,6 +280,29 @@ TEST_CASE("resolve() on the wgmma path: defaults, checks, and which path an unse
   CHECK_THROWS_WITH(resolve(d128, bad), Contains("bn = 32") && Contains("wgmma_ws takes 64 or 128"));
   bad = AttentionConfig{8, 1, 128, 3, 0}, bad.path = AttentionPath::wgmma_ws;
   CHECK_THROWS_WITH(resolve(d128, bad), Contains("shared memory"));
+  // The gathered-key kernel: patterns of blocks of 16 or 32 only, one warpgroup, the block as its
+  // key tile and its query tile, two slots; each refusal names the field and what it takes.
+  AttentionConfig gather;
+  gather.path = AttentionPath::wgmma_gather;
+  for (const int bs : {16, 32}) {
+    const AttentionSpec small = make_spec(128, DType::bf16, Causal::none, Sparsity::block_sparse, bs);
+    const AttentionConfig g = resolve(small, gather);
+    CHECK(g == AttentionConfig{4, 1, bs, 2, 0, AttentionPath::wgmma_gather});
+    CHECK(g.block_m() == bs);
+    CHECK(parse_attention_config(key(g)) == g);
+  }
+  const AttentionSpec bs16 = make_spec(128, DType::bf16, Causal::none, Sparsity::block_sparse, 16);
+  CHECK_THROWS_WITH(resolve(d128, gather), Contains("wgmma_gather takes patterns of blocks of 16 or 32, not a dense spec"));
+  CHECK_THROWS_WITH(resolve(make_spec(128, DType::bf16, Causal::none, Sparsity::block_sparse, 64), gather),
+                    Contains("not blocks of 64"));
+  bad = gather, bad.block_n = 32;
+  CHECK_THROWS_WITH(resolve(bs16, bad), Contains("bn = 32") && Contains("the pattern's block size, 16"));
+  bad = gather, bad.warps = 8;
+  CHECK_THROWS_WITH(resolve(bs16, bad), Contains("warps = 8") && Contains("one warpgroup"));
+  bad = gather, bad.stages = 3;
+  CHECK_THROWS_WITH(resolve(bs16, bad), Contains("stages = 3") && Contains("wgmma_gather"));
+  CHECK_THROWS_WITH(resolve(make_spec(32, DType::bf16, Causal::none, Sparsity::block_sparse, 16), gather),
+                    Contains("head_dim 64, 96, 128 or 256, not 32"));
   // A config with tiling fields but no path keeps meaning the mma.sync kernel, on any device.
   CHECK(resolve(d128, AttentionConfig{8, 2, 32, 3, 0}, 90).path == AttentionPath::mma);
   // With nothing set, the path is the device's default; without a device (0) it is mma.sync.
@@ -596,6 +621,44 @@ TEST_CASE("small pattern blocks: the wide tiling, and which patterns take it", "
   // A spec without the choice never pays.
   CHECK_FALSE(attention::wide_tiles_pay(make_spec(128, DType::bf16, Causal::none, Sparsity::block_sparse, 64),
                                         patterns::random(64, seq, seq, 0.9, 3), {}));
+}
+
+// Pattern blocks of 16: which patterns take the gathered-key kernel over the narrow tiles
+// (attention/gathered_keys.h).
+TEST_CASE("blocks of 16: the gathered-key tiling, and which patterns take it", "[attention][schedule][config]") {
+  for (const int d : kHeadDims)
+    for (const int bs : kBlockSizes)
+      for (const Sparsity sparsity : {Sparsity::dense, Sparsity::block_sparse, Sparsity::baked}) {
+        const AttentionSpec spec = make_spec(d, DType::bf16, Causal::none, sparsity, bs, 1);
+        CAPTURE(key(spec));
+        const std::optional<AttentionConfig> gathered = attention::gathered_config(spec);
+        const bool chooses = sparsity == Sparsity::block_sparse && bs == 16 && (d == 64 || d == 96 || d == 128);
+        REQUIRE(gathered.has_value() == chooses);
+        if (!gathered) continue;
+        CHECK(gathered->path == AttentionPath::wgmma_gather);
+        CHECK(gathered->block_m() == 16);  // an item is one query block
+        CHECK(resolve(spec, *gathered, 90) == *gathered);
+      }
+
+  auto pays = [](int d, Causal causal, const BlockPattern& p) {
+    const AttentionSpec spec = make_spec(d, DType::bf16, causal, Sparsity::block_sparse, 16);
+    return attention::gathering_pays(spec, p, default_config(spec, 90));
+  };
+  // Random blocks with enough of them a row: the narrow tiles would compute 3-4 times the active
+  // scores. At S = 8192 density 0.02 is 10 blocks a row (taken), at S = 4096 5 (not: an item's fixed
+  // cost).
+  CHECK(pays(128, Causal::none, patterns::random(16, 8192, 8192, 0.1, 3)));
+  CHECK(pays(64, Causal::none, patterns::random(16, 4096, 4096, 0.1, 3)));
+  CHECK(pays(128, Causal::none, patterns::random(16, 8192, 8192, 0.02, 3)));
+  CHECK_FALSE(pays(128, Causal::none, patterns::random(16, 4096, 4096, 0.02, 3)));
+  // Under a causal mask a row keeps half its blocks: 0.02 at S = 8192 no longer pays, 0.1 still does.
+  CHECK_FALSE(pays(128, Causal::top_left, patterns::random(16, 8192, 8192, 0.02, 3)));
+  CHECK(pays(128, Causal::top_left, patterns::random(16, 8192, 8192, 0.1, 3)));
+  // Blocks that neighbouring rows share fill the narrow tiles: a sliding window never pays, and
+  // neither does an empty pattern or a spec without the choice.
+  CHECK_FALSE(pays(128, Causal::none, patterns::sliding_window(16, 8192, 8192, 64, 63)));
+  CHECK_FALSE(pays(128, Causal::none, patterns::random(16, 4096, 4096, 0.0, 3)));
+  CHECK_FALSE(pays(256, Causal::none, patterns::random(16, 8192, 8192, 0.1, 3)));
 }
 
 TEST_CASE("the backward packs query blocks of random sparse patterns, not of windows or dense-ish ones",
@@ -1064,6 +1127,11 @@ TEST_CASE("attention kernels compile with NVRTC for sm_90a and sm_80", "[attenti
       // d = 96 (tiles in whole swizzle blocks) and d = 256 (64 x 256 products) on their default kernels.
       {"attention:d=96,dtype=bf16,causal=tl|warps=8,mt=1,bn=128,stages=2,qreg=0,path=wgmma_ws", "sm_90a"},
       {"attention:d=256,dtype=f16,sparsity=bsr,block=128|warps=8,mt=1,bn=64,stages=2,qreg=0,path=wgmma", "sm_90a"},
+      // The gathered-key kernel (blocks of 16 and 32; its products transposed, N = 16 and 32).
+      {"attention:d=128,dtype=bf16,sparsity=bsr,block=16|warps=4,mt=1,bn=16,stages=2,qreg=0,path=wgmma_gather",
+       "sm_90a"},
+      {"attention:d=96,dtype=f16,causal=br,sparsity=bsr,block=32|warps=4,mt=1,bn=32,stages=2,qreg=0,path=wgmma_gather",
+       "sm_90a"},
   };
   // Two at a time: CI has two cores.
   for (std::size_t first = 0; first < jobs.size(); first += 2) {

@@ -346,7 +346,8 @@ TEST_CASE("attention_kernel_keys names the kernels an Attention loads, per arch"
   CHECK_THROWS_WITH(attention_kernel_keys(spec, "sm_90a"), Contains("baked"));
 }
 
-TEST_CASE("attention_kernel_keys adds the wide tiling of small pattern blocks on sm_90a", "[attention][spec]") {
+TEST_CASE("attention_kernel_keys adds the wide and gathered tilings of small pattern blocks on sm_90a",
+          "[attention][spec]") {
   AttentionSpec spec;
   spec.head_dim = 128;
   spec.sparsity = Sparsity::block_sparse;
@@ -354,13 +355,16 @@ TEST_CASE("attention_kernel_keys adds the wide tiling of small pattern blocks on
     spec.block_size = bs;
     CAPTURE(bs);
     const std::vector<std::string> hopper = attention_kernel_keys(spec, "sm_90a");
-    REQUIRE(hopper.size() == 8);  // the forward, the backward's three, its deterministic twin's, the wide forward
+    // The forward, the backward's three, its deterministic twin's, the wide forward, and with blocks
+    // of 16 the gathered-key forward.
+    REQUIRE(hopper.size() == (bs == 16 ? 9u : 8u));
     const std::string fwd = fmt::format("attention:d=128,dtype=bf16,causal=none,sparsity=bsr,block={},pass=fwd|", bs);
     CHECK(hopper[0] == fwd + fmt::format("warps=4,mt=1,bn={},stages=2,qreg=0,path=wgmma", bs));
     CHECK(hopper[7] == fwd + "warps=8,mt=1,bn=128,stages=2,qreg=0,path=wgmma_ws");
+    if (bs == 16) CHECK(hopper[8] == fwd + "warps=4,mt=1,bn=16,stages=2,qreg=0,path=wgmma_gather");
     CHECK(attention_kernel_keys(spec, "sm_80").size() == 4);  // no wgmma kernels there
   }
-  spec.head_dim = 256;  // no persistent kernel at d = 256: the one-item kernel's 128 x 64 tiles
+  spec.head_dim = 256;  // no persistent kernel at d = 256: the one-item kernel's 128 x 64 tiles; no gathering
   CHECK_THAT(attention_kernel_keys(spec, "sm_90a").back(), Contains("d=256") && EndsWith("bn=64,stages=2,qreg=0,path=wgmma"));
   spec.head_dim = 32;  // no wgmma kernel at all
   for (const std::string& k : attention_kernel_keys(spec, "sm_90a")) CHECK_THAT(k, !Contains("path=wgmma"));

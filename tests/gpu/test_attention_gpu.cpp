@@ -483,6 +483,34 @@ TEST_CASE("wgmma path: block-sparse and baked for every block size and density",
     }
 }
 
+TEST_CASE("wgmma_gather path: blocks of 16 and 32 for every head dim, dtype, causal mode and density",
+          "[gpu][attention][sm90]") {
+  if (!on_hopper()) return;
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  // Lengths that end inside a block and inside a 64-key step, query rows past the keys and keys past
+  // the queries (causal bottom-right), GQA, per-head and shared patterns, baked ones; densities from
+  // full (every step whole) to 0 (no step: output 0, lse -inf), with a last step that repeats its
+  // last block.
+  int variant = 0;
+  for (const int d : {64, 96, 128, 256})
+    for (const int bs : {16, 32})
+      for (const double density : {1.0, 0.5, 0.1, 0.02, 0.0}) {
+        ++variant;
+        const Causal causal = std::array{Causal::none, Causal::top_left, Causal::bottom_right}[variant % 3];
+        const DType dt = variant % 4 < 2 ? DType::bf16 : DType::f16;
+        const Sparsity sparsity = variant % 5 == 2 ? Sparsity::baked : Sparsity::block_sparse;
+        const std::int64_t seq = d == 256 ? 500 : 1000;
+        Case c{spec_of(d, dt, causal, sparsity, bs), 2, 4, variant % 2 ? 2 : 4, seq + 3 + 8 * (variant % 3),
+               seq - 5, density};
+        c.per_head_pattern = variant % 4 == 1;
+        c.bshd = variant % 7 == 3;
+        c.config = hopper(AttentionPath::wgmma_gather);
+        check_case(c, rng);
+      }
+}
+
 TEST_CASE("wgmma path: every tiling it accepts computes the same attention", "[gpu][attention][sm90]") {
   if (!on_hopper()) return;
   const std::uint64_t seed = test::fresh_seed();
@@ -568,16 +596,17 @@ TEST_CASE("wgmma_ws path: CTAs that take many work items give bit for bit the ou
 // where the active blocks fill them, one warpgroup on tiles one key block wide elsewhere. One object
 // serves both kinds of pattern; each matches the reference, also when captured into a graph after
 // prepare(pattern).
-TEST_CASE("small pattern blocks run dense-ish patterns on the wide tiles and sparse ones on narrow tiles",
+TEST_CASE("small pattern blocks run dense-ish patterns on the wide tiles, sparse ones on narrow or gathered ones",
           "[gpu][attention][sm90]") {
   if (!on_hopper()) return;
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
+  enum class Tiling { narrow, wide, gathered };
   struct Run {
     const char* what;
     double density;  // random blocks; a negative density: a band of 16 blocks around the diagonal
-    bool wide;       // runs on the 128-row tiles (else on the default tiling)
+    Tiling tiling;   // the 128-row tiles, the default tiling, or the gathered-key kernel
   };
   struct Problem {
     Case c;
@@ -585,14 +614,18 @@ TEST_CASE("small pattern blocks run dense-ish patterns on the wide tiles and spa
   };
   const std::vector<Problem> problems = {
       {{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 16), 1, 4, 2, 1203, 1195},
-       {{"random 0.5", 0.5, true}, {"random 0.03", 0.03, false}, {"band", -1, true}}},
+       {{"random 0.5", 0.5, Tiling::wide}, {"random 0.03", 0.03, Tiling::narrow}, {"band", -1, Tiling::wide}}},
+      // Blocks of 16 at 0.1 with 12 blocks a row: the narrow tiles would compute 3 times the active
+      // scores (attention/gathered_keys.h).
+      {{spec_of(128, DType::f16, Causal::none, Sparsity::block_sparse, 16), 1, 4, 4, 2003, 2011},
+       {{"random 0.1", 0.1, Tiling::gathered}, {"random 0.6", 0.6, Tiling::wide}}},
       {{spec_of(64, DType::f16, Causal::top_left, Sparsity::block_sparse, 32), 2, 4, 4, 1100, 1100},
-       {{"random 0.08", 0.08, false}, {"random 0.8", 0.8, true}}},
+       {{"random 0.08", 0.08, Tiling::narrow}, {"random 0.8", 0.8, Tiling::wide}}},
       {{spec_of(96, DType::bf16, Causal::bottom_right, Sparsity::block_sparse, 32), 1, 2, 1, 700, 1000},
-       {{"random 0.6", 0.6, true}}},
+       {{"random 0.6", 0.6, Tiling::wide}}},
       // d = 256: the one-item kernel's 128 x 64 tiles.
       {{spec_of(256, DType::bf16, Causal::none, Sparsity::block_sparse, 16), 1, 2, 2, 1040, 1000},
-       {{"random 0.5", 0.5, true}, {"random 0.05", 0.05, false}}},
+       {{"random 0.5", 0.5, Tiling::wide}, {"random 0.05", 0.05, Tiling::narrow}}},
   };
   for (const Problem& problem : problems) {
     const Case& c = problem.c;
@@ -608,10 +641,18 @@ TEST_CASE("small pattern blocks run dense-ish patterns on the wide tiles and spa
       const BlockPattern pattern = run.density < 0 ? patterns::sliding_window(bs, c.seq_q, c.seq_k, 8, 7)
                                                    : patterns::random(bs, c.seq_q, c.seq_k, run.density, rng());
       const AttentionConfig runs_on = attention.forward_config(pattern);
-      REQUIRE(runs_on.block_m() == (run.wide ? 128 : 64));
-      if (!run.wide) REQUIRE(runs_on == narrow);
-      // The wide tiles: the persistent kernel, or at d = 256, which it does not take, the one-item one.
-      if (run.wide) REQUIRE(runs_on.path == (d == 256 ? AttentionPath::wgmma : AttentionPath::wgmma_ws));
+      switch (run.tiling) {
+        case Tiling::narrow: REQUIRE(runs_on == narrow); break;
+        case Tiling::gathered:
+          REQUIRE(runs_on.path == AttentionPath::wgmma_gather);
+          REQUIRE(runs_on.block_m() == bs);
+          break;
+        case Tiling::wide:
+          // The persistent kernel, or at d = 256, which it does not take, the one-item one.
+          REQUIRE(runs_on.block_m() == 128);
+          REQUIRE(runs_on.path == (d == 256 ? AttentionPath::wgmma : AttentionPath::wgmma_ws));
+          break;
+      }
       const auto [q, k, v] = random_inputs(c, rng);
       const auto want = run_reference(c, q, k, v, &pattern);
       expect_matches(c, run_gpu(c, attention, q, k, v, &pattern), want);

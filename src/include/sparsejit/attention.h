@@ -18,16 +18,19 @@ namespace sjit {
 struct AttentionInternals;
 
 // Which forward kernel body runs: mma.sync (sm_80 and later), wgmma (Hopper, sm_90a only: one CTA a
-// query tile), or wgmma_ws (Hopper: persistent CTAs, one an SM, whose copy warp loads the next work
-// item's tiles under the current one's math; FlashAttention-3's structure).
+// query tile), wgmma_ws (Hopper: persistent CTAs, one an SM, whose copy warp loads the next work
+// item's tiles under the current one's math; FlashAttention-3's structure), or wgmma_gather (Hopper,
+// pattern blocks of 16 and 32: one warpgroup a query block, the keys of its active blocks gathered 64
+// at a time and the products computed transposed, keys as rows; docs/attention.md).
 // automatic: the default for the device when every tiling field is unset, else mma (a tiling written
 // for the mma.sync kernel keeps meaning that kernel). The backward's dK/dV pass runs on wgmma on
 // sm_90a at head_dim 128 unless the config says mma explicitly.
-enum class AttentionPath { automatic, mma, wgmma, wgmma_ws };
+enum class AttentionPath { automatic, mma, wgmma, wgmma_ws, wgmma_gather };
 
 // A kernel's tiling (the tuner's knobs). Zero fields are filled by the heuristic default.
 // The query tile is 16 * m_tiles * warps rows; each warp owns 16 * m_tiles of them. On the wgmma path
-// m_tiles is 1 and each group of 4 warps (a warpgroup) owns 64 rows.
+// m_tiles is 1 and each group of 4 warps (a warpgroup) owns 64 rows. On wgmma_gather the query tile
+// is one pattern block (block_n, which is the pattern's block size) and the 4 warps share it.
 struct AttentionConfig {
   int warps = 0;           // 4 or 8
   int m_tiles = 0;         // 16-row tensor-core tiles per warp: 1 or 2
@@ -37,15 +40,15 @@ struct AttentionConfig {
   AttentionPath path = AttentionPath::automatic;
 
   friend bool operator==(const AttentionConfig&, const AttentionConfig&) = default;
-  int block_m() const { return 16 * m_tiles * warps; }
+  int block_m() const { return path == AttentionPath::wgmma_gather ? block_n : 16 * m_tiles * warps; }
 };
 
 // "warps=4,mt=2,bn=64,stages=2,qreg=0,path=mma"; the path is left out while automatic, and text
 // without it parses as automatic.
 std::string key(const AttentionConfig& config);
 AttentionConfig parse_attention_config(std::string_view text);
-std::string_view name(AttentionPath path);  // "auto", "mma", "wgmma", "wgmma_ws"
-// Whether the path runs a Hopper kernel (wgmma or wgmma_ws).
+std::string_view name(AttentionPath path);  // "auto", "mma", "wgmma", "wgmma_ws", "wgmma_gather"
+// Whether the path runs a Hopper kernel (wgmma, wgmma_ws or wgmma_gather).
 bool on_wgmma(AttentionPath path);
 
 // compute_capability: 10 * major + minor of the device the kernel will run on, or 0 for "any"

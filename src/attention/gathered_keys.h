@@ -1,0 +1,26 @@
+// Pattern blocks of 16 on Hopper: whether a pattern that would run on the narrow tiles runs faster on
+// the gathered-key kernel (path=wgmma_gather: a warpgroup a query block, 64 of its keys a step,
+// attention_forward_sm90_gather.cuh). The narrow tiles compute every key block any of a tile's four
+// query blocks sees, for all four; the gathered kernel computes only each block's own, but reads K and
+// V once a query block of 16 (the narrow tiles: once a 64-row tile), which bounds it by the L2's
+// bandwidth and gives each item a fixed cost. So it wins where the narrow tiles would compute
+// several times the active blocks and the rows hold enough blocks to pay for an item
+// (docs/attention.md, "Small pattern blocks").
+#pragma once
+
+#include <optional>
+
+#include "sparsejit/attention.h"
+
+namespace sjit::attention {
+
+// The gathered-key tiling a forward with this spec may run instead of the narrow tiles: pattern
+// blocks of 16 at head_dim 64, 96 or 128; nullopt elsewhere (blocks of 32 and d = 256 were measured
+// slower on it at every density).
+std::optional<AttentionConfig> gathered_config(const AttentionSpec& spec);
+
+// Whether a forward with `pattern` is expected to run faster on gathered_config(spec) than on the
+// narrow tiles `narrow` (64 x 16).
+bool gathering_pays(const AttentionSpec& spec, const BlockPattern& pattern, const AttentionConfig& narrow);
+
+}  // namespace sjit::attention

@@ -76,6 +76,10 @@ Result run_gpu(const Case& c, Attention& attention, const std::vector<float>& q,
   DeviceBuffer dlse(std::max<std::size_t>(std::size_t(c.batch * c.heads_q * c.seq_q) * 4, 16));
   dout.fill_bytes(0xFF);  // NaN in f16 and bf16: an element the kernel forgets to write fails the check
   dlse.fill_bytes(0xFF);
+  // The fills run on the legacy default stream, which the non-blocking streams of the graph and
+  // thread cases do not wait for: done before the kernel, not after it (which, on a busy GPU, they
+  // were: poison over a written output).
+  synchronize();
 
   AttentionForwardArgs a;
   a.q = dq.data(), a.k = dk.data(), a.v = dv.data(), a.o = dout.data(), a.lse = dlse.as<float>();

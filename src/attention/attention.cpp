@@ -775,7 +775,9 @@ std::vector<std::string> attention_kernel_keys(const AttentionSpec& in, std::str
   }
   // Small pattern blocks: the wide tiling that dense-ish patterns run on, and for blocks of 16 the
   // gathered-key kernel that sparse random ones run on (Attention::forward_config).
-  for (const std::optional<AttentionConfig> other : {attention::wide_tile_config(spec), attention::gathered_config(spec)})
+  const std::optional<AttentionConfig> per_pattern[] = {attention::wide_tile_config(spec),
+                                                        attention::gathered_config(spec)};
+  for (const std::optional<AttentionConfig>& other : per_pattern)
     if (sm90 && other) keys.push_back(codegen::attention_kernel_key(spec, resolve(spec, *other, 90)));
   return keys;
 }

@@ -214,7 +214,9 @@ AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c, int compute_
   auto refuse = [&](std::string_view what) {
     throw InvalidArgument(fmt::format("attention config '{}' for '{}': {}", key(c), key(spec), what));
   };
-  if (c.path == AttentionPath::wgmma_gather && (spec.sparsity == Sparsity::dense || (spec.block_size != 16 && spec.block_size != 32)))
+  const bool small_pattern_blocks =
+      spec.sparsity != Sparsity::dense && (spec.block_size == 16 || spec.block_size == 32);
+  if (c.path == AttentionPath::wgmma_gather && !small_pattern_blocks)
     refuse(fmt::format("path = wgmma_gather takes patterns of blocks of 16 or 32, not {}",
                        spec.sparsity == Sparsity::dense ? std::string("a dense spec")
                                                         : fmt::format("blocks of {}", spec.block_size)));
@@ -242,8 +244,8 @@ AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c, int compute_
       if (c.stages != 2)
         refuse(fmt::format("stages = {}: path = wgmma_gather has two ring slots for K and two for V (2)", c.stages));
     }
-    const bool small_tile =
-        (c.path == AttentionPath::wgmma || c.path == AttentionPath::wgmma_gather) && (c.block_n == 16 || c.block_n == 32);
+    const bool takes_small_tiles = c.path == AttentionPath::wgmma || c.path == AttentionPath::wgmma_gather;
+    const bool small_tile = takes_small_tiles && (c.block_n == 16 || c.block_n == 32);
     if (c.block_n != 64 && c.block_n != 128 && !small_tile)
       refuse(fmt::format("bn = {}: path = {} takes {}", c.block_n, path,
                          c.path == AttentionPath::wgmma ? "16, 32, 64 or 128" : "64 or 128"));

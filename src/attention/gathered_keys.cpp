@@ -6,10 +6,10 @@ namespace sjit::attention {
 namespace {
 
 // The measured crossover (H100, random patterns, blocks of 16; thirty-third session, docs/attention-log.md,
-// "The gathered-key forward"): the gathered kernel took 0.65-0.77 of the narrow tiles' time at density
-// 0.1, where the narrow tiles compute 3.4 times the active scores (d = 64, 96, 128, causal or not),
-// 0.95-1.06 at 0.02 (3.9 times, but 5-10 blocks a row: an item's fixed cost), and lost at 0.25
-// (2.7 times) to the wide tiles, which that density runs on anyway.
+// "Landed: the gathered-key forward for pattern blocks of 16"): the gathered kernel took 0.63-0.77 of
+// the narrow tiles' time at density 0.1, where the narrow tiles compute 3.4 times the active scores
+// (d = 64, 96, 128, causal or not), 0.92-1.06 at 0.02 (3.9 times, but 5-10 blocks a row: an item's
+// fixed cost), and lost at 0.25 (2.7 times) to the wide tiles, which that density runs on anyway.
 constexpr double kMinScoreRatio = 2.5;  // narrow tiles' scores over the gathered steps' scores
 constexpr double kMinBlocksPerRow = 8;  // active blocks of a pattern row, on average
 

@@ -5,7 +5,7 @@
 // V once a query block of 16 (the narrow tiles: once a 64-row tile), which bounds it by the L2's
 // bandwidth and gives each item a fixed cost. So it wins where the narrow tiles would compute
 // several times the active blocks and the rows hold enough blocks to pay for an item
-// (docs/attention.md, "Small pattern blocks").
+// (docs/attention.md, "Blocks of 16: the gathered-key kernel").
 #pragma once
 
 #include <optional>

@@ -9,12 +9,16 @@
 // 16 or 32 queries as the columns, so every key of a tile is one the queries see. Then
 // O^T += V^T P^T: the head dims as rows (64 a product), the keys as the reduction, P^T from shared
 // memory. The softmax runs down the columns: a query's maximum over a tile is reduced across the
-// warpgroup's four warps through shared memory; the running sums stay per thread until the end.
+// warpgroup's four warps through shared memory; the running sums stay per thread until the end. The
+// price: each query block reads its own key blocks (the 64-row tiles read a block once for all their
+// rows), so the kernel is bound by the L2's bandwidth (docs/attention.md, "Blocks of 16: the
+// gathered-key kernel").
 //
 // One warpgroup a CTA, one item (pattern head, query block) a CTA; thread 0 issues every copy. K and V
 // have two ring slots each with a barrier apiece: K of step j + 2 loads once every warp's S^T of step
-// j is done, V of step j + 1 once O^T of step j - 1 is (in step j). Within a step, the softmax of step j runs
-// under O^T += V^T P^T of step j - 1 (FlashAttention-3's pipelining, as in attention_forward_sm90.cuh).
+// j is done, V of step j + 1 once O^T of step j - 1 is (in step j). Within a step, the softmax of step
+// j runs under O^T += V^T P^T of step j - 1 (FlashAttention-3's pipelining, as in
+// attention_forward_sm90.cuh).
 // Rows: the product's accumulator layout (wgmma.cuh) gives warp w the keys 16w .. 16w + 15 of a tile,
 // all in one key block, and each thread its columns 8c + 2t, 8c + 2t + 1 of every 8-column chunk c.
 #pragma once

@@ -572,6 +572,18 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   const AttentionForwardArgs a = state_->checked(in);
   if (a.batch == 0 || a.seq_q == 0) return;
   if (runs_dense_kernels(spec, a.pattern)) return state_->dense().forward(without_pattern(a), stream);
+  // The gathered-key kernel with several query heads a CTA reads each key block once for all of
+  // them: they must share the pattern and a K/V head.
+  if (config.path == AttentionPath::wgmma_gather && config.m_tiles > 1) {
+    const int pattern_heads = spec.sparsity == Sparsity::baked ? state_->baked->heads() : a.pattern->heads();
+    const std::int64_t group = a.heads_q / a.heads_kv;
+    if (pattern_heads != 1 || group % config.m_tiles != 0)
+      throw InvalidArgument(fmt::format(
+          "attention config '{}': mt = {} takes {} query heads a CTA, which must share the pattern and a K/V "
+          "head; here the pattern has {} heads (1 is needed) and a K/V head has {} query heads (a multiple of {} "
+          "is needed): use mt = 1",
+          key(config), config.m_tiles, config.m_tiles, pattern_heads, group, config.m_tiles));
+  }
   const jit::Target target = jit::current_target();
   if (spec.sparsity == Sparsity::block_sparse)
     if (Attention* twin = state_->forward_twin(*a.pattern, target.device->arch == "sm_90a"))
@@ -613,6 +625,7 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   }
   if (grid > 0x7fffffff)
     throw InvalidArgument(fmt::format("attention: {} query tiles in all exceed the 2^31 - 1 blocks of a launch", grid));
+  if (config.path == AttentionPath::wgmma_gather) grid /= config.m_tiles;  // query heads a CTA (checked above)
   if (grid == 0) return;
   p.work_items = int(grid);
   // The persistent kernel: one CTA an SM (its shared memory and registers allow no more), each taking

@@ -221,7 +221,8 @@ AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c, int compute_
                        spec.sparsity == Sparsity::dense ? std::string("a dense spec")
                                                         : fmt::format("blocks of {}", spec.block_size)));
   if (c.warps != 4 && c.warps != 8) refuse(fmt::format("warps = {}: use 4 or 8", c.warps));
-  if (c.m_tiles != 1 && c.m_tiles != 2) refuse(fmt::format("mt = {}: use 1 or 2 (16-row tiles per warp)", c.m_tiles));
+  if (c.m_tiles != 1 && c.m_tiles != 2 && c.path != AttentionPath::wgmma_gather)  // (its mt: checked below)
+    refuse(fmt::format("mt = {}: use 1 or 2 (16-row tiles per warp)", c.m_tiles));
   if (c.block_n != 16 && c.block_n != 32 && c.block_n != 64 && c.block_n != 128)
     refuse(fmt::format("bn = {}: use 16, 32, 64 or 128 keys per tile", c.block_n));
   // The persistent kernel hands K and V back apart, so deeper rings are worth a try there (shared
@@ -235,14 +236,20 @@ AttentionConfig resolve(const AttentionSpec& in, AttentionConfig c, int compute_
     if (!kernel_takes_head_dim(c.path, spec.head_dim))
       refuse(fmt::format("path = {} takes head_dim {}, not {}{}", path, head_dims_taken(c.path), spec.head_dim,
                          c.path == AttentionPath::wgmma_ws ? " (path = wgmma takes 256)" : ""));
-    if (c.m_tiles != 1) refuse(fmt::format("mt = {}: path = {} needs 1 (a warpgroup owns 64 rows)", c.m_tiles, path));
     if (c.path == AttentionPath::wgmma_gather) {
+      // mt: the query heads of a K/V group a CTA takes together, their query blocks the columns.
+      if ((c.m_tiles != 1 && c.m_tiles != 2 && c.m_tiles != 4) || c.m_tiles * spec.block_size > 64)
+        refuse(fmt::format("mt = {}: path = wgmma_gather takes 1, 2 or 4 query heads a CTA, at most 64 queries "
+                           "(here {} for blocks of {})",
+                           c.m_tiles, 64 / spec.block_size == 4 ? "1, 2 or 4" : "1 or 2", spec.block_size));
       if (c.block_n != spec.block_size)
         refuse(fmt::format("bn = {}: path = wgmma_gather needs the pattern's block size, {}", c.block_n,
                            spec.block_size));
       if (c.warps != 4) refuse(fmt::format("warps = {}: path = wgmma_gather runs one warpgroup (4)", c.warps));
       if (c.stages != 2)
         refuse(fmt::format("stages = {}: path = wgmma_gather has two ring slots for K and two for V (2)", c.stages));
+    } else if (c.m_tiles != 1) {
+      refuse(fmt::format("mt = {}: path = {} needs 1 (a warpgroup owns 64 rows)", c.m_tiles, path));
     }
     const bool takes_small_tiles = c.path == AttentionPath::wgmma || c.path == AttentionPath::wgmma_gather;
     const bool small_tile = takes_small_tiles && (c.block_n == 16 || c.block_n == 32);

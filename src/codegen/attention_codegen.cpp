@@ -58,10 +58,10 @@ int attention_forward_shared_bytes(const AttentionSpec& spec, const AttentionCon
     return 1024 + tiles_bytes + 8 * (config.stages + 1);
   }
   if (config.path == AttentionPath::wgmma_gather) {
-    // Q of one pattern block, two slots each of K and V of 64 gathered keys, two P^T tiles of a
-    // 128-byte row a query, the column exchange (2 x 4 x block_m floats), five copy barriers, and 1 KB
-    // for alignment (GatherLayout in attention_forward_sm90_gather.cuh).
-    const int rows = config.block_m();
+    // Q of one pattern block a query head (m_tiles heads), two slots each of K and V of 64 gathered
+    // keys, two P^T tiles of a 128-byte row a query, the column exchange (2 x 4 floats a query), five
+    // copy barriers, and 1 KB for alignment (GatherLayout in attention_forward_sm90_gather.cuh).
+    const int rows = config.block_m() * config.m_tiles;
     return 1024 + rows * tile_dim * 2 + 4 * 64 * tile_dim * 2 + 2 * rows * 128 + 2 * 4 * rows * 4 + 8 * 5;
   }
   if (config.path == AttentionPath::wgmma_ws) {

@@ -14,7 +14,12 @@
 // rows), so the kernel is bound by the L2's bandwidth (docs/attention.md, "Blocks of 16: the
 // gathered-key kernel").
 //
-// One warpgroup a CTA, one item (pattern head, query block) a CTA; thread 0 issues every copy. K and V
+// Query heads of a K/V group that share the pattern (GQA) may share the reads too: with Cfg::m_tiles
+// = H > 1 a CTA takes the same query block of H consecutive query heads, side by side as the columns
+// (N = H x block, at most 64), and reads each key block once for all of them.
+//
+// One warpgroup a CTA, one item (pattern head, query block; H query heads) a CTA; thread 0 issues every
+// copy. K and V
 // have two ring slots each with a barrier apiece: K of step j + 2 loads once every warp's S^T of step
 // j is done, V of step j + 1 once O^T of step j - 1 is (in step j). Within a step, the softmax of step
 // j runs under O^T += V^T P^T of step j - 1 (FlashAttention-3's pipelining, as in
@@ -32,15 +37,17 @@ namespace sjit_kernels {
 template <class Cfg>
 struct GatherLayout {
   using Tr = AttentionForwardTraits<Cfg>;
-  static constexpr int queries = Tr::block_m;  // an item: one pattern block of queries
-  static constexpr int block = Tr::block_n;    // one pattern block of keys
-  static_assert(queries == block && (block == 16 || block == 32), "path=wgmma_gather: one pattern block of 16 or 32 a side");
+  static constexpr int block = Tr::block_n;  // one pattern block of keys, and of each head's queries
+  static constexpr int heads = Cfg::m_tiles;   // query heads of the CTA, their blocks side by side
+  static constexpr int queries = heads * block;  // the products' columns
+  static_assert(Tr::block_m == block && (block == 16 || block == 32), "path=wgmma_gather: one pattern block of 16 or 32 a side");
   static_assert(Cfg::warps == 4, "path=wgmma_gather: one warpgroup");
+  static_assert(queries <= 64, "path=wgmma_gather: at most 64 columns (registers: O^T is d x columns a warpgroup)");
   static constexpr int step_keys = 64;  // the rows of a wgmma product
   static constexpr int blocks_per_step = step_keys / block;
   static constexpr int tile_dim = swizzled_tile_cols(Tr::head_dim);
   static constexpr int dim_blocks = tile_dim / 64;  // O^T's 64-row products
-  static constexpr int q_bytes = queries * tile_dim * 2;
+  static constexpr int q_bytes = queries * tile_dim * 2;  // Q of every head, a block of rows each
   static constexpr int kv_bytes = step_keys * tile_dim * 2;
   static constexpr int p_bytes = queries * 128;  // P^T of a step: a row of 64 keys a query (K-major B)
   // Offsets from the aligned base: Q (later the output's staging tile), two K slots, two V slots, two
@@ -66,15 +73,18 @@ __global__ void __launch_bounds__(128, GatherLayout<Cfg>::ctas_per_sm)
   using Tr = AttentionForwardTraits<Cfg>;
   using L = GatherLayout<Cfg>;
   using T = typename Tr::T;
-  constexpr int N = L::queries;  // the products' columns
+  constexpr int N = L::queries;  // the products' columns: L::heads query blocks of L::block
   constexpr int chunks = N / 8;  // 8-column accumulator chunks
   extern __shared__ __align__(1024) unsigned char shared_gather[];
   unsigned char* smem = swizzle_aligned_shared(shared_gather, L::used_bytes);
   const unsigned base = smem_address(smem);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  const WorkItem w = work_item_head_major<Cfg>(p, blockIdx.x);
-  const int q_row0 = w.q_tile * N;
+  // With several heads a CTA (the host checked that the pattern is shared and that they divide a K/V
+  // group), CTA i takes rank i % ranks of the group of heads i / ranks, from its first head on.
+  const int ranks = ranks_per_group<Cfg>(p);
+  const WorkItem w = work_item<Cfg>(p, blockIdx.x % ranks, blockIdx.x / ranks * L::heads);
+  const int q_row0 = w.q_tile * L::block;
   if (q_row0 >= p.seq_q) return;  // a schedule item past the end of a short sequence: nothing to do
   const int kv_head = w.head_q / (p.heads_q / p.heads_kv);
   const int count = w.tiles.count;  // the item's active key blocks
@@ -100,7 +110,10 @@ __global__ void __launch_bounds__(128, GatherLayout<Cfg>::ctas_per_sm)
     init_copy_barriers(barrier(0), 5);
     if (count > 0) {
       mbarrier_expect_bytes(barrier(L::q_full), L::q_bytes);
-      tma_load_tile<Tr::head_dim, N>(base, maps.q, barrier(L::q_full), w.batch, w.head_q, q_row0);
+#pragma unroll
+      for (int h = 0; h < L::heads; ++h)
+        tma_load_rows<Tr::head_dim, L::block, N>(base, h * L::block, maps.q, barrier(L::q_full), w.batch, w.head_q + h,
+                                                 q_row0);
       for (int step = 0; step < 2 && step < steps; ++step) {
         load_step(maps.k, L::k_ring, L::k_full, step);
         load_step(maps.v, L::v_ring, L::v_full, step);
@@ -171,7 +184,7 @@ __global__ void __launch_bounds__(128, GatherLayout<Cfg>::ctas_per_sm)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = first_key + lane / 4 + 8 * (e / 2);
-          const int query = q_row0 + 8 * c + 2 * (lane % 4) + e % 2;
+          const int query = q_row0 + (8 * c + 2 * (lane % 4) + e % 2) % L::block;
           bool allowed = !padding && key < p.seq_k;
           if constexpr (Cfg::causal != kNotCausal) allowed = allowed && key <= query + causal_offset;
           if (!allowed) s[c][e] = -infinity();
@@ -268,6 +281,7 @@ __global__ void __launch_bounds__(128, GatherLayout<Cfg>::ctas_per_sm)
   constexpr float ln2 = 0.6931471805599453f;
   float* lse_row0 =
       p.lse ? p.lse + (static_cast<long long>(w.batch) * p.heads_q + w.head_q) * p.seq_q + q_row0 : nullptr;
+  auto lse_at = [&](int col) { return lse_row0 + (col / L::block) * static_cast<long long>(p.seq_q) + col % L::block; };
   float inverse[chunks][2];
 #pragma unroll
   for (int c = 0; c < chunks; ++c)
@@ -277,8 +291,8 @@ __global__ void __launch_bounds__(128, GatherLayout<Cfg>::ctas_per_sm)
       const float sum = exchange_sums[col] + exchange_sums[N + col] + exchange_sums[2 * N + col] + exchange_sums[3 * N + col];
       // A query that saw no key: output 0 and log-sum-exp -inf, never NaN.
       inverse[c][e] = sum > 0.f ? 1.f / sum : 0.f;
-      if (lse_row0 != nullptr && warp == 0 && lane < 4 && q_row0 + col < p.seq_q)
-        lse_row0[col] = sum > 0.f ? (col_max[c][e] + __log2f(sum)) * ln2 : -infinity();
+      if (lse_row0 != nullptr && warp == 0 && lane < 4 && q_row0 + col % L::block < p.seq_q)
+        *lse_at(col) = sum > 0.f ? (col_max[c][e] + __log2f(sum)) * ln2 : -infinity();
     }
 
   // O = (O^T)^T normalized, staged over Q (which no product reads any more) in the copy's swizzled
@@ -298,7 +312,9 @@ __global__ void __launch_bounds__(128, GatherLayout<Cfg>::ctas_per_sm)
   fence_proxy_async();
   named_barrier_sync<1, 128>();
   if (threadIdx.x == 0) {
-    tma_store_tile<Tr::head_dim, N>(maps.o, base, w.batch, w.head_q, q_row0);
+#pragma unroll
+    for (int h = 0; h < L::heads; ++h)
+      tma_store_rows<Tr::head_dim, L::block, N>(maps.o, base, h * L::block, w.batch, w.head_q + h, q_row0);
     bulk_commit();
     bulk_wait_read();  // the CTA's shared memory stays until the copy has read it
   }

@@ -149,12 +149,19 @@ __device__ __forceinline__ void tma_load_rows(unsigned tile, int at, const Tenso
     tma_load_4d(tile + block * TILE_ROWS * 128 + at * 128, map, barrier, block * 64, row0, head, batch);
 }
 // The reverse: a tile in that layout at `src` to rows [row0, row0 + ROWS) (rows past S, and columns
-// past HEAD_DIM, are dropped).
+// past HEAD_DIM, are dropped); tma_store_rows from rows [at, at + ROWS) of a tile of TILE_ROWS rows.
 template <int HEAD_DIM, int ROWS>
 __device__ __forceinline__ void tma_store_tile(const TensorMap& map, unsigned src, int batch, int head, int row0) {
 #pragma unroll
   for (int block = 0; block < (HEAD_DIM + 63) / 64; ++block)
     tma_store_4d(map, src + block * ROWS * 128, block * 64, row0, head, batch);
+}
+template <int HEAD_DIM, int ROWS, int TILE_ROWS>
+__device__ __forceinline__ void tma_store_rows(const TensorMap& map, unsigned tile, int at, int batch, int head,
+                                               int row0) {
+#pragma unroll
+  for (int block = 0; block < (HEAD_DIM + 63) / 64; ++block)
+    tma_store_4d(map, tile + block * TILE_ROWS * 128 + at * 128, block * 64, row0, head, batch);
 }
 
 }  // namespace sjit_kernels

@@ -315,16 +315,18 @@ __device__ __forceinline__ void wgmma_ss_transposed(float (&d)[8][4], unsigned l
   if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N64("bf16", "1, 1"); else SJIT_WGMMA_SS_N64("f16", "1, 1");
 }
 
-// d (+)= A B for one k-step, N = 16 or 32: A from shared memory read transposed (M-major, stored
+// d (+)= A B for one k-step, N = 16, 32 or 64: A from shared memory read transposed (M-major, stored
 // [k][m]), B K-major; the gathered-key forward's O^T = V^T P^T with V stored by key and P^T by query.
 template <class T, int N>
 __device__ __forceinline__ void wgmma_ss_a_transposed(float (&d)[N / 8][4], unsigned long long desc_a,
                                                       unsigned long long desc_b, int accumulate) {
-  static_assert(N == 16 || N == 32, "wgmma_ss_a_transposed: N must be 16 or 32");
+  static_assert(N == 16 || N == 32 || N == 64, "wgmma_ss_a_transposed: N must be 16, 32 or 64");
   if constexpr (N == 16) {
     if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N16("bf16", "1, 0"); else SJIT_WGMMA_SS_N16("f16", "1, 0");
-  } else {
+  } else if constexpr (N == 32) {
     if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N32("bf16", "1, 0"); else SJIT_WGMMA_SS_N32("f16", "1, 0");
+  } else {
+    if constexpr (IsBf16<T>::value) SJIT_WGMMA_SS_N64("bf16", "1, 0"); else SJIT_WGMMA_SS_N64("f16", "1, 0");
   }
 }
 

@@ -301,6 +301,13 @@ TEST_CASE("resolve() on the wgmma path: defaults, checks, and which path an unse
   CHECK_THROWS_WITH(resolve(bs16, bad), Contains("warps = 8") && Contains("one warpgroup"));
   bad = gather, bad.stages = 3;
   CHECK_THROWS_WITH(resolve(bs16, bad), Contains("stages = 3") && Contains("wgmma_gather"));
+  bad = gather, bad.m_tiles = 4;  // four query heads of blocks of 16 a CTA: 64 columns, taken
+  CHECK(resolve(bs16, bad).m_tiles == 4);
+  bad = gather, bad.m_tiles = 3;
+  CHECK_THROWS_WITH(resolve(bs16, bad), Contains("mt = 3") && Contains("1, 2 or 4 query heads"));
+  bad = gather, bad.m_tiles = 4, bad.block_n = 32;  // 128 columns: too many
+  CHECK_THROWS_WITH(resolve(make_spec(128, DType::bf16, Causal::none, Sparsity::block_sparse, 32), bad),
+                    Contains("mt = 4") && Contains("here 1 or 2 for blocks of 32"));
   CHECK_THROWS_WITH(resolve(make_spec(32, DType::bf16, Causal::none, Sparsity::block_sparse, 16), gather),
                     Contains("head_dim 64, 96, 128 or 256, not 32"));
   // A config with tiling fields but no path keeps meaning the mma.sync kernel, on any device.
@@ -900,6 +907,20 @@ TEST_CASE("Attention::forward refuses bad arguments before any GPU work, naming 
     refused(attention, a, "o overlaps v");
     a.o = fake(0x100000);  // o may alias q: every tile reads its q rows before writing them
     check_accepted(attention, a);
+  }
+  SECTION("several query heads a CTA on the gathered-key kernel: a shared pattern and whole K/V groups") {
+    const AttentionSpec bs16 = make_spec(64, DType::f16, Causal::none, Sparsity::block_sparse, 16);
+    AttentionConfig two_heads{4, 2, 16, 2, 0, AttentionPath::wgmma_gather}, four_heads = two_heads;
+    four_heads.m_tiles = 4;
+    Attention gathered(bs16, two_heads), gathered4(bs16, four_heads);
+    const BlockPattern shared = patterns::random(16, 100, 130, 0.5, 7, 1);
+    const BlockPattern per_head = patterns::random(16, 100, 130, 0.5, 7, 4);
+    AttentionForwardArgs a = fake_args();  // 4 query heads, 2 a K/V head
+    a.pattern = &per_head;
+    refused(gathered, a, "the pattern has 4 heads (1 is needed)");
+    a.pattern = &shared;
+    refused(gathered4, a, "a K/V head has 2 query heads (a multiple of 4 is needed)");
+    check_accepted(gathered, a);
   }
   SECTION("a pattern given to a dense spec") {
     const BlockPattern p = patterns::dense(64, 100, 130);

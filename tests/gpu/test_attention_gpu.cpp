@@ -513,6 +513,22 @@ TEST_CASE("wgmma_gather path: blocks of 16 and 32 for every head dim, dtype, cau
         c.config = hopper(AttentionPath::wgmma_gather);
         check_case(c, rng);
       }
+  // Several query heads a CTA (mt), their blocks side by side as the columns: GQA groups of 4 and 8
+  // query heads sharing one pattern, every head dim, causal modes and densities rotating.
+  variant = 0;
+  for (const int d : {64, 96, 128, 256})
+    for (const auto [bs, heads] : {std::pair{16, 2}, std::pair{16, 4}, std::pair{32, 2}})
+      for (const double density : {0.5, 0.1, 0.0}) {
+        ++variant;
+        const Causal causal = std::array{Causal::none, Causal::top_left, Causal::bottom_right}[variant % 3];
+        const DType dt = variant % 2 ? DType::bf16 : DType::f16;
+        const Sparsity sparsity = variant % 5 == 2 ? Sparsity::baked : Sparsity::block_sparse;
+        Case c{spec_of(d, dt, causal, sparsity, bs), 1, 8, variant % 2 ? 2 : 1, 517 + 8 * (variant % 3), 530, density};
+        c.bshd = variant % 4 == 3;
+        c.config = hopper(AttentionPath::wgmma_gather);
+        c.config.m_tiles = heads;
+        check_case(c, rng);
+      }
 }
 
 TEST_CASE("wgmma path: every tiling it accepts computes the same attention", "[gpu][attention][sm90]") {

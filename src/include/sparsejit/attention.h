@@ -30,10 +30,12 @@ enum class AttentionPath { automatic, mma, wgmma, wgmma_ws, wgmma_gather };
 // A kernel's tiling (the tuner's knobs). Zero fields are filled by the heuristic default.
 // The query tile is 16 * m_tiles * warps rows; each warp owns 16 * m_tiles of them. On the wgmma path
 // m_tiles is 1 and each group of 4 warps (a warpgroup) owns 64 rows. On wgmma_gather the query tile
-// is one pattern block (block_n, which is the pattern's block size) and the 4 warps share it.
+// is one pattern block (block_n, which is the pattern's block size) of m_tiles query heads (1, 2 or 4,
+// at most 64 queries: heads of one K/V head that share the pattern, which then read each key block
+// once for all of them), and the 4 warps share it.
 struct AttentionConfig {
   int warps = 0;           // 4 or 8
-  int m_tiles = 0;         // 16-row tensor-core tiles per warp: 1 or 2
+  int m_tiles = 0;         // 16-row tensor-core tiles per warp: 1 or 2 (wgmma_gather: query heads a CTA)
   int block_n = 0;         // keys per tile: 16, 32, 64 or 128
   int stages = 0;          // K/V ring slots: 2 or 3 (up to 4 on wgmma_ws)
   int q_in_registers = -1; // 1: Q fragments live in registers; 0: re-read from shared memory; -1: choose
@@ -156,7 +158,9 @@ class Attention {
   //   stored by the tuner) runs a pattern whose active blocks fill most of the 128-row tiles of a
   //   wgmma kernel there (wgmma_ws with 128-key tiles; wgmma with 64-key tiles at head_dim 256), and
   //   sparser patterns on config()'s 64-row tiles one key block wide: the first is 1.5-2.3 times
-  //   faster a score, the second visits fewer scores (docs/attention.md, "Small pattern blocks").
+  //   faster a score, the second visits fewer scores (docs/attention.md, "Small pattern blocks"); and
+  //   with blocks of 16 at head_dim 64 to 128, sparse random patterns on the gathered-key kernel
+  //   (path = wgmma_gather), which computes only each query block's own key blocks.
   // Refuses a pattern the spec cannot take (a dense spec, another block size, not the baked one).
   AttentionConfig forward_config(const BlockPattern& pattern);
 

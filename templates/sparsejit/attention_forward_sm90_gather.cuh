@@ -18,14 +18,13 @@
 // = H > 1 a CTA takes the same query block of H consecutive query heads, side by side as the columns
 // (N = H x block, at most 64), and reads each key block once for all of them.
 //
-// One warpgroup a CTA, one item (pattern head, query block; H query heads) a CTA; thread 0 issues every
-// copy. K and V
-// have two ring slots each with a barrier apiece: K of step j + 2 loads once every warp's S^T of step
-// j is done, V of step j + 1 once O^T of step j - 1 is (in step j). Within a step, the softmax of step
-// j runs under O^T += V^T P^T of step j - 1 (FlashAttention-3's pipelining, as in
-// attention_forward_sm90.cuh).
-// Rows: the product's accumulator layout (wgmma.cuh) gives warp w the keys 16w .. 16w + 15 of a tile,
-// all in one key block, and each thread its columns 8c + 2t, 8c + 2t + 1 of every 8-column chunk c.
+// One warpgroup a CTA, one item (pattern head, query block; H query heads) a CTA; thread 0 issues
+// every copy. K and V have two ring slots each with a barrier apiece: K of step j + 2 loads once every
+// warp's S^T of step j is done, V of step j + 1 once O^T of step j - 1 is (in step j). Within a step,
+// the softmax of step j runs under O^T += V^T P^T of step j - 1 (FlashAttention-3's pipelining, as in
+// attention_forward_sm90.cuh). Rows: the product's accumulator layout (wgmma.cuh) gives warp w the
+// keys 16w .. 16w + 15 of a tile, all in one key block, and each thread its columns 8c + 2t,
+// 8c + 2t + 1 of every 8-column chunk c.
 #pragma once
 
 #include "sparsejit/attention_forward.cuh"
@@ -40,7 +39,8 @@ struct GatherLayout {
   static constexpr int block = Tr::block_n;  // one pattern block of keys, and of each head's queries
   static constexpr int heads = Cfg::m_tiles;   // query heads of the CTA, their blocks side by side
   static constexpr int queries = heads * block;  // the products' columns
-  static_assert(Tr::block_m == block && (block == 16 || block == 32), "path=wgmma_gather: one pattern block of 16 or 32 a side");
+  static_assert(Tr::block_m == block && (block == 16 || block == 32),
+                "path=wgmma_gather: one pattern block of 16 or 32 a side");
   static_assert(Cfg::warps == 4, "path=wgmma_gather: one warpgroup");
   static_assert(queries <= 64, "path=wgmma_gather: at most 64 columns (registers: O^T is d x columns a warpgroup)");
   static constexpr int step_keys = 64;  // the rows of a wgmma product
@@ -288,7 +288,8 @@ __global__ void __launch_bounds__(128, GatherLayout<Cfg>::ctas_per_sm)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int col = 8 * c + 2 * (lane % 4) + e;
-      const float sum = exchange_sums[col] + exchange_sums[N + col] + exchange_sums[2 * N + col] + exchange_sums[3 * N + col];
+      const float sum =
+          exchange_sums[col] + exchange_sums[N + col] + exchange_sums[2 * N + col] + exchange_sums[3 * N + col];
       // A query that saw no key: output 0 and log-sum-exp -inf, never NaN.
       inverse[c][e] = sum > 0.f ? 1.f / sum : 0.f;
       if (lse_row0 != nullptr && warp == 0 && lane < 4 && q_row0 + col % L::block < p.seq_q)

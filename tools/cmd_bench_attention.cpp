@@ -201,7 +201,7 @@ int run_attention(const AttentionBenchOptions& o) {
           fmt::format("{:.3f} ms", ms), fmt::format("{:.0f}", tflops),
           fmt::format("{:.0f}%", 100 * tflops / kH100PeakTflops), fmt::format("{:.2f}x", dense_now_ms / ms),
           stats.density > 0 ? fmt::format("{:.2f}", ms / (dense_now_ms * stats.density)) : "-",
-          key(attention.forward_config(pattern))};
+          key(attention.forward_config(pattern, o.heads, heads_kv))};
       for (auto& cell : backward_cells(attention, &pattern, flops)) row.push_back(cell);
       row.push_back(host_cell(attention, &pattern));
       table.add(row);

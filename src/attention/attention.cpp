@@ -185,29 +185,32 @@ struct Attention::State {
   // runs there, since the schedule would only add work (measured 4-10% on the H100).
   std::unique_ptr<Attention> dense_twin;
   // Pattern blocks of 16 or 32 with the default tiling: the wide tiling (attention/wide_tiles.h), which
-  // a pattern whose blocks fill most of its tiles runs on through a twin on Hopper, and for blocks of
-  // 16 the gathered-key kernel (attention/gathered_keys.h), which sparse random ones run on. Unset
-  // where this object makes no such choice (a tiling asked for or tuned, other specs).
-  std::optional<AttentionConfig> wide_config, gathered_config;
-  std::unique_ptr<Attention> wide_twin, gathered_twin;
-  // The forward's tiling of each pattern seen last (by digest), most recent first.
-  enum class Tiling { narrow, wide, gathered };
+  // a pattern whose blocks fill most of its tiles runs on through a twin on Hopper, and the
+  // gathered-key kernel (attention/gathered_keys.h), which sparse random ones run on, with the query
+  // heads of a K/V head that share the pattern together where the call has them. Unset (false) where
+  // this object makes no such choice (a tiling asked for or tuned, other specs).
+  std::optional<AttentionConfig> wide_config;
+  bool gathers = false;
+  std::unique_ptr<Attention> wide_twin, gathered_twins[3];  // gathered: 1, 2 and 4 query heads a CTA
+  // The forward's tiling of each (pattern, query heads a CTA) seen last, most recent first.
+  // (gathered: the query heads a CTA, 1, 2 or 4)
+  enum class Tiling { narrow, wide, gathered_1, gathered_2, gathered_4 };
   std::list<std::pair<std::uint64_t, Tiling>> tiling_choices;
   // Whether the backward's dK/dV pass packs each pattern seen last into its tiles, the same way.
   std::list<std::pair<std::uint64_t, bool>> packing_choices;
   // The answer kept in `choices` for `pattern`, or decide()'s, then kept: deciding reads the whole
   // pattern (counting tiles), so it is done once a pattern.
+  // `key` names the pattern (its digest, with whatever else the choice depends on).
   template <class Choice, class Decide>
-  Choice remembered_choice(std::list<std::pair<std::uint64_t, Choice>>& choices, const BlockPattern& pattern,
-                           Decide decide) {
+  Choice remembered_choice(std::list<std::pair<std::uint64_t, Choice>>& choices, std::uint64_t key, Decide decide) {
     {
       std::lock_guard lock(mutex);
-      if (const auto* known = find_recent(choices, [&](const auto& c) { return c.first == pattern.digest(); }))
+      if (const auto* known = find_recent(choices, [&](const auto& c) { return c.first == key; }))
         return known->second;
     }
     const Choice choice = decide();
     std::lock_guard lock(mutex);
-    choices.emplace_front(pattern.digest(), choice);
+    choices.emplace_front(key, choice);
     if (choices.size() > kSchedulesKept) choices.pop_back();
     return choice;
   }
@@ -227,24 +230,31 @@ struct Attention::State {
     return twin(dense_twin, d, c);
   }
   // The twin a forward with `pattern` (not a full one) runs on, on a device that is (`hopper`) or is
-  // not compute capability 9.0: the wide or the gathered-key tiling's, or none (this object's tiling).
-  Attention* forward_twin(const BlockPattern& pattern, bool hopper) {
-    if ((!wide_config && !gathered_config) || !hopper) return nullptr;
-    const Tiling tiling = remembered_choice(tiling_choices, pattern, [&] {
+  // not compute capability 9.0, where the gathered kernel could take `heads` query heads a CTA
+  // (attention::gathered_heads of the call): the wide or a gathered-key tiling's, or none (this
+  // object's tiling).
+  Attention* forward_twin(const BlockPattern& pattern, bool hopper, int heads) {
+    if ((!wide_config && !gathers) || !hopper) return nullptr;
+    const std::uint64_t key = pattern.digest() ^ (0x9e3779b97f4a7c15ull * std::uint64_t(heads));
+    const Tiling tiling = remembered_choice(tiling_choices, key, [&] {
+      // Heads that share reads first: they may beat the wide tiles too.
+      if (gathers && heads > 1 && attention::gathering_pays(spec, pattern, config, heads))
+        return heads == 4 ? Tiling::gathered_4 : Tiling::gathered_2;
       if (wide_config && attention::wide_tiles_pay(spec, pattern, config)) return Tiling::wide;
-      if (gathered_config && attention::gathering_pays(spec, pattern, config)) return Tiling::gathered;
+      if (gathers && attention::gathering_pays(spec, pattern, config, 1)) return Tiling::gathered_1;
       return Tiling::narrow;
     });
+    if (tiling == Tiling::narrow) return nullptr;
     if (tiling == Tiling::wide) return &twin(wide_twin, spec, *wide_config);
-    if (tiling == Tiling::gathered) return &twin(gathered_twin, spec, *gathered_config);
-    return nullptr;
+    const int slot = int(tiling) - int(Tiling::gathered_1);  // 0, 1, 2: 1, 2, 4 heads
+    return &twin(gathered_twins[slot], spec, *attention::gathered_config(spec, 1 << slot));
   }
   // The query rows of the key-major schedule the dK/dV pass of tiling `t` walks for `pattern`: one
   // pattern block where it packs them into its tiles (attention/packed_queries.h), else its tiles'.
   // (Both ways of summing dQ walk the same tiles where it may pack: 128 keys x 64 queries.)
   int key_schedule_cols(const BlockPattern& pattern, const codegen::BackwardTiling& t) {
     if (codegen::dkdv_query_runs(spec, t) == 1) return t.block_cols;
-    const bool packs = remembered_choice(packing_choices, pattern, [&] {
+    const bool packs = remembered_choice(packing_choices, pattern.digest(), [&] {
       return attention::packing_queries_pays(pattern, t.block_rows(), t.block_cols);
     });
     return packs ? pattern.block_size() : t.block_cols;
@@ -504,7 +514,7 @@ Attention::Attention(const AttentionSpec& spec, const AttentionConfig& config) :
   // With no tiling asked for or stored, small pattern blocks choose their kernel per pattern.
   if (tuned == AttentionConfig{}) {
     state_->wide_config = attention::wide_tile_config(state_->spec);
-    state_->gathered_config = attention::gathered_config(state_->spec);
+    state_->gathers = attention::gathered_config(state_->spec, 1) || attention::gathered_config(state_->spec, 2);
   }
 }
 
@@ -544,18 +554,30 @@ void Attention::prepare(const BlockPattern& pattern) {
   attention::check_pattern_fits_spec(state_->spec, pattern);
   if (runs_dense_kernels(state_->spec, &pattern)) return state_->dense().prepare();  // as forward() runs it
   const jit::Target target = jit::current_target();
-  if (Attention* twin = state_->forward_twin(pattern, target.device->arch == "sm_90a")) return twin->prepare(pattern);
+  const bool hopper = target.device->arch == "sm_90a";
+  // Every tiling a forward with this pattern may run: the heads a call has decide between the
+  // gathered kernel's (1, 2 or 4 a CTA; more than 1 only with a pattern shared by every head).
+  bool own_tiling = false;
+  for (const int heads : {1, 2, 4}) {
+    if (heads > 1 && (pattern.heads() != 1 || !attention::gathered_config(state_->spec, heads))) continue;
+    if (Attention* twin = state_->forward_twin(pattern, hopper, heads)) twin->prepare(pattern);
+    else own_tiling = true;
+  }
+  if (!own_tiling) return;
   state_->kernel(target);
   if (state_->spec.sparsity == Sparsity::block_sparse) state_->schedule(pattern, target);
 }
 
-AttentionConfig Attention::forward_config(const BlockPattern& pattern) {
+AttentionConfig Attention::forward_config(const BlockPattern& pattern) { return forward_config(pattern, 1, 1); }
+
+AttentionConfig Attention::forward_config(const BlockPattern& pattern, std::int64_t heads_q, std::int64_t heads_kv) {
   attention::check_pattern_fits_spec(state_->spec, pattern);
   if (state_->baked && !(pattern == *state_->baked))
     throw InvalidArgument(fmt::format("attention: the pattern given (digest {:016x}) is not the one baked into the "
                                       "kernel ({:016x})", pattern.digest(), state_->baked->digest()));
   if (runs_dense_kernels(state_->spec, &pattern)) return state_->dense().config();
-  if (Attention* twin = state_->forward_twin(pattern, current_compute_capability() == 90)) return twin->config();
+  const int heads = attention::gathered_heads(state_->spec, pattern, heads_q, heads_kv);
+  if (Attention* twin = state_->forward_twin(pattern, current_compute_capability() == 90, heads)) return twin->config();
   return state_->config;
 }
 
@@ -586,7 +608,8 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   }
   const jit::Target target = jit::current_target();
   if (spec.sparsity == Sparsity::block_sparse)
-    if (Attention* twin = state_->forward_twin(*a.pattern, target.device->arch == "sm_90a"))
+    if (Attention* twin = state_->forward_twin(*a.pattern, target.device->arch == "sm_90a",
+                                               attention::gathered_heads(spec, *a.pattern, a.heads_q, a.heads_kv)))
       return twin->forward(a, stream);
 
   // A dense twin's caller holds the block-sparse object, whose prepare(pattern) readies the twin.
@@ -788,8 +811,9 @@ std::vector<std::string> attention_kernel_keys(const AttentionSpec& in, std::str
   }
   // Small pattern blocks: the wide tiling that dense-ish patterns run on, and for blocks of 16 the
   // gathered-key kernel that sparse random ones run on (Attention::forward_config).
-  const std::optional<AttentionConfig> per_pattern[] = {attention::wide_tile_config(spec),
-                                                        attention::gathered_config(spec)};
+  const std::optional<AttentionConfig> per_pattern[] = {
+      attention::wide_tile_config(spec), attention::gathered_config(spec, 1), attention::gathered_config(spec, 2),
+      attention::gathered_config(spec, 4)};
   for (const std::optional<AttentionConfig>& other : per_pattern)
     if (sm90 && other) keys.push_back(codegen::attention_kernel_key(spec, resolve(spec, *other, 90)));
   return keys;

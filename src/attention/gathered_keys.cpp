@@ -1,6 +1,7 @@
 #include "attention/gathered_keys.h"
 
 #include "attention/tile_schedule.h"
+#include "attention/wide_tiles.h"
 
 namespace sjit::attention {
 namespace {
@@ -10,29 +11,49 @@ namespace {
 // the narrow tiles' time at density 0.1, where the narrow tiles compute 3.4 times the active scores
 // (d = 64, 96, 128, causal or not), 0.92-1.06 at 0.02 (3.9 times, but 5-10 blocks a row: an item's
 // fixed cost), and lost at 0.25 (2.7 times) to the wide tiles, which that density runs on anyway.
-constexpr double kMinScoreRatio = 2.5;  // narrow tiles' scores over the gathered steps' scores
+constexpr double kMinScoreRatio = 2.5;  // narrow tiles' scores over the gathered steps' scores, one head
 constexpr double kMinBlocksPerRow = 8;  // active blocks of a pattern row, on average
+
+// With several heads a CTA, what a gathered step's score costs over a score of the wide tiles: the
+// time over the steps' scores at B2 H16 S8192 d = 128, densities 0.1-0.25 (same record, "Landed:
+// several query heads a CTA"): blocks of 16 with 4 heads 2.7-3.0, with 2 heads 4.5; blocks of 32 with
+// 2 heads 2.3-2.7 (one head: 5.6 and 3.6, reads for a single head).
+double gathered_cost_per_score(int block, int heads) {
+  if (block == 16) return heads == 4 ? 3.0 : 4.5;
+  return 2.7;
+}
 
 }  // namespace
 
-std::optional<AttentionConfig> gathered_config(const AttentionSpec& spec) {
-  const bool blocks_of_16 = spec.sparsity == Sparsity::block_sparse && spec.block_size == 16;
-  if (!blocks_of_16 || (spec.head_dim != 64 && spec.head_dim != 96 && spec.head_dim != 128)) return std::nullopt;
+std::optional<AttentionConfig> gathered_config(const AttentionSpec& spec, int heads) {
+  const bool small_blocks = spec.sparsity == Sparsity::block_sparse && (spec.block_size == 16 || spec.block_size == 32);
+  if (!small_blocks || (spec.head_dim != 64 && spec.head_dim != 96 && spec.head_dim != 128)) return std::nullopt;
+  const bool takes = spec.block_size == 16 ? heads == 1 || heads == 2 || heads == 4 : heads == 2;
+  if (!takes) return std::nullopt;
   AttentionConfig c;
   c.path = AttentionPath::wgmma_gather;
   c.warps = 4;
-  c.m_tiles = 1;
+  c.m_tiles = heads;
   c.block_n = spec.block_size;
   c.stages = 2;
   c.q_in_registers = 0;
   return c;
 }
 
-bool gathering_pays(const AttentionSpec& spec, const BlockPattern& pattern, const AttentionConfig& narrow) {
-  if (!gathered_config(spec) || pattern.nnz() == 0) return false;
-  // The gathered kernel's steps: 64 keys, the row's blocks four at a time (the last one padded); and the
-  // blocks a causal mask leaves (the kernel drops those past the edge before any load).
-  constexpr int blocks_per_step = 64 / 16;
+int gathered_heads(const AttentionSpec& spec, const BlockPattern& pattern, std::int64_t heads_q,
+                   std::int64_t heads_kv) {
+  if (pattern.heads() != 1 || heads_kv <= 0) return 1;
+  const std::int64_t group = heads_q / heads_kv;
+  for (const int heads : {4, 2})
+    if (group % heads == 0 && gathered_config(spec, heads)) return heads;
+  return 1;
+}
+
+bool gathering_pays(const AttentionSpec& spec, const BlockPattern& pattern, const AttentionConfig& narrow, int heads) {
+  if (!gathered_config(spec, heads) || pattern.nnz() == 0) return false;
+  // The gathered kernel's steps: 64 keys, a row's blocks 64 / block at a time (the last step padded);
+  // and the blocks a causal mask leaves (the kernel drops those past the edge before any load).
+  const int blocks_per_step = 64 / pattern.block_size();
   const std::int64_t offset = spec.causal == Causal::bottom_right ? pattern.block_cols() - pattern.block_rows() : 0;
   std::int64_t steps = 0, seen = 0;
   for (int head = 0; head < pattern.heads(); ++head)
@@ -41,11 +62,19 @@ bool gathering_pays(const AttentionSpec& spec, const BlockPattern& pattern, cons
       steps += (std::int64_t(row.size()) + blocks_per_step - 1) / blocks_per_step;
       for (const std::int32_t c : row) seen += spec.causal == Causal::none || c <= r + offset;
     }
+  const double rows = double(pattern.heads()) * double(pattern.block_rows());
+  if (double(seen) < kMinBlocksPerRow * rows) return false;
   const double gathered_scores = double(steps) * 64 * pattern.block_size();
   const double narrow_scores =
       double(count_active_tiles(pattern, narrow.block_m(), narrow.block_n)) * narrow.block_m() * narrow.block_n;
-  const double rows = double(pattern.heads()) * double(pattern.block_rows());
-  return narrow_scores >= kMinScoreRatio * gathered_scores && double(seen) >= kMinBlocksPerRow * rows;
+  if (heads == 1) return narrow_scores >= kMinScoreRatio * gathered_scores;
+  // Several heads: against both other tilings, by what their scores cost.
+  const double gathered_cost = gathered_cost_per_score(pattern.block_size(), heads) * gathered_scores;
+  double wide_cost = narrow_cost_per_score(spec) * narrow_scores;
+  if (const std::optional<AttentionConfig> wide = wide_tile_config(spec))
+    wide_cost = std::min(wide_cost, double(count_active_tiles(pattern, wide->block_m(), wide->block_n)) *
+                                        wide->block_m() * wide->block_n);
+  return gathered_cost < wide_cost;
 }
 
 }  // namespace sjit::attention

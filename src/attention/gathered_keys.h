@@ -8,19 +8,28 @@
 // (docs/attention.md, "Blocks of 16: the gathered-key kernel").
 #pragma once
 
+#include <cstdint>
 #include <optional>
 
 #include "sparsejit/attention.h"
 
 namespace sjit::attention {
 
-// The gathered-key tiling a forward with this spec may run instead of the narrow tiles: pattern
-// blocks of 16 at head_dim 64, 96 or 128; nullopt elsewhere (blocks of 32 and d = 256 were measured
-// slower on it at every density).
-std::optional<AttentionConfig> gathered_config(const AttentionSpec& spec);
+// The gathered-key tiling a forward with this spec may run instead of the narrow or wide tiles, with
+// `heads` query heads a CTA (GQA heads sharing the pattern, their blocks side by side): pattern
+// blocks of 16 at head_dim 64, 96 or 128 with 1, 2 or 4 heads, blocks of 32 there with 2; nullopt
+// elsewhere (blocks of 32 with one head, and d = 256, were measured slower on it at every density).
+std::optional<AttentionConfig> gathered_config(const AttentionSpec& spec, int heads = 1);
 
-// Whether a forward with `pattern` is expected to run faster on gathered_config(spec) than on the
-// narrow tiles `narrow` (64 x 16).
-bool gathering_pays(const AttentionSpec& spec, const BlockPattern& pattern, const AttentionConfig& narrow);
+// The query heads a CTA of the gathered kernel can take in a call with this pattern and these heads:
+// the most of 4 and 2 (at most 64 queries) that divide the query heads of a K/V head, where the
+// pattern is shared by every head; else 1.
+int gathered_heads(const AttentionSpec& spec, const BlockPattern& pattern, std::int64_t heads_q,
+                   std::int64_t heads_kv);
+
+// Whether a forward with `pattern` is expected to run faster on gathered_config(spec, heads) than on
+// the narrow tiles `narrow` (64 x 16 or 64 x 32) and, with several heads, than on the wide tiles.
+bool gathering_pays(const AttentionSpec& spec, const BlockPattern& pattern, const AttentionConfig& narrow,
+                    int heads = 1);
 
 }  // namespace sjit::attention

@@ -3,7 +3,6 @@
 #include "attention/tile_schedule.h"
 
 namespace sjit::attention {
-namespace {
 
 // What a score of an active tile costs on the Hopper default (one warpgroup, 64-row tiles one key
 // block wide) over what it costs on the wide tiles: the time over the scores of the tiles visited,
@@ -21,8 +20,6 @@ double narrow_cost_per_score(const AttentionSpec& spec) {
     default: return blocks_of_16 ? 2.15 : 1.65;  // d = 128
   }
 }
-
-}  // namespace
 
 std::optional<AttentionConfig> wide_tile_config(const AttentionSpec& spec) {
   const bool small_blocks = spec.sparsity == Sparsity::block_sparse && spec.block_size <= 32;

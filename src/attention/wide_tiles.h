@@ -18,6 +18,10 @@ namespace sjit::attention {
 // choice: dense and baked specs, pattern blocks of 64 or more, head_dim 32 (no wgmma kernel).
 std::optional<AttentionConfig> wide_tile_config(const AttentionSpec& spec);
 
+// What a score of an active tile costs on the narrow tiles (the spec's default on Hopper) over what it
+// costs on the wide ones, as measured on the H100.
+double narrow_cost_per_score(const AttentionSpec& spec);
+
 // Whether a forward with `pattern` is expected to run faster on wide_tile_config(spec) than on
 // `narrow` (the spec's default on Hopper): the tiles each visits, times what a score costs on each.
 bool wide_tiles_pay(const AttentionSpec& spec, const BlockPattern& pattern, const AttentionConfig& narrow);

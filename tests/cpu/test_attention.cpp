@@ -638,13 +638,20 @@ TEST_CASE("blocks of 16: the gathered-key tiling, and which patterns take it", "
       for (const Sparsity sparsity : {Sparsity::dense, Sparsity::block_sparse, Sparsity::baked}) {
         const AttentionSpec spec = make_spec(d, DType::bf16, Causal::none, sparsity, bs, 1);
         CAPTURE(key(spec));
-        const std::optional<AttentionConfig> gathered = attention::gathered_config(spec);
-        const bool chooses = sparsity == Sparsity::block_sparse && bs == 16 && (d == 64 || d == 96 || d == 128);
-        REQUIRE(gathered.has_value() == chooses);
-        if (!gathered) continue;
-        CHECK(gathered->path == AttentionPath::wgmma_gather);
-        CHECK(gathered->block_m() == 16);  // an item is one query block
-        CHECK(resolve(spec, *gathered, 90) == *gathered);
+        for (const int heads : {1, 2, 4}) {
+          CAPTURE(heads);
+          const std::optional<AttentionConfig> gathered = attention::gathered_config(spec, heads);
+          // Blocks of 16 with 1, 2 or 4 heads a CTA, blocks of 32 with 2 (64 columns at most; one head
+          // of 32 was slower than the narrow tiles everywhere), at d = 64, 96 and 128.
+          const bool takes = bs == 16 || (bs == 32 && heads == 2);
+          const bool chooses = sparsity == Sparsity::block_sparse && takes && (d == 64 || d == 96 || d == 128);
+          REQUIRE(gathered.has_value() == chooses);
+          if (!gathered) continue;
+          CHECK(gathered->path == AttentionPath::wgmma_gather);
+          CHECK(gathered->block_m() == bs);  // an item is one query block
+          CHECK(gathered->m_tiles == heads);
+          CHECK(resolve(spec, *gathered, 90) == *gathered);
+        }
       }
 
   auto pays = [](int d, Causal causal, const BlockPattern& p) {
@@ -666,6 +673,31 @@ TEST_CASE("blocks of 16: the gathered-key tiling, and which patterns take it", "
   CHECK_FALSE(pays(128, Causal::none, patterns::sliding_window(16, 8192, 8192, 64, 63)));
   CHECK_FALSE(pays(128, Causal::none, patterns::random(16, 4096, 4096, 0.0, 3)));
   CHECK_FALSE(pays(256, Causal::none, patterns::random(16, 8192, 8192, 0.1, 3)));
+
+  // Query heads that share the pattern and a K/V head read each block once for all of them: the most
+  // of 4 and 2 that divide the group, with a pattern of one head.
+  const AttentionSpec s16 = make_spec(128, DType::bf16, Causal::none, Sparsity::block_sparse, 16);
+  const AttentionSpec s32 = make_spec(128, DType::bf16, Causal::none, Sparsity::block_sparse, 32);
+  const BlockPattern shared = patterns::random(16, 4096, 4096, 0.1, 3);
+  CHECK(attention::gathered_heads(s16, shared, 16, 4) == 4);
+  CHECK(attention::gathered_heads(s16, shared, 16, 8) == 2);
+  CHECK(attention::gathered_heads(s16, shared, 16, 16) == 1);
+  CHECK(attention::gathered_heads(s16, patterns::random(16, 4096, 4096, 0.1, 3, 16), 16, 4) == 1);  // per head
+  CHECK(attention::gathered_heads(s32, patterns::random(32, 4096, 4096, 0.1, 3), 16, 4) == 2);  // 64 columns
+  auto pays_with = [](const AttentionSpec& spec, const BlockPattern& p, int heads) {
+    return attention::gathering_pays(spec, p, default_config(spec, 90), heads);
+  };
+  // With 4 heads, blocks of 16 beat the wide tiles at 0.25 (one head does not: there the wide tiles,
+  // decided first, take the pattern) but not at 0.5; with 2, blocks of 32 beat the narrow tiles at 0.1
+  // and 0.25, not where rows hold few blocks.
+  CHECK(pays_with(s16, patterns::random(16, 8192, 8192, 0.25, 3), 4));
+  CHECK(attention::wide_tiles_pay(s16, patterns::random(16, 8192, 8192, 0.25, 3), default_config(s16, 90)));
+  CHECK_FALSE(pays_with(s16, patterns::random(16, 8192, 8192, 0.5, 3), 4));
+  CHECK(pays_with(s32, patterns::random(32, 8192, 8192, 0.1, 3), 2));
+  CHECK(pays_with(s32, patterns::random(32, 8192, 8192, 0.25, 3), 2));
+  CHECK_FALSE(pays_with(s32, patterns::random(32, 8192, 8192, 0.02, 3), 2));
+  CHECK_FALSE(pays_with(s32, patterns::random(32, 8192, 8192, 0.6, 3), 2));
+  CHECK_FALSE(pays_with(s32, patterns::random(32, 8192, 8192, 0.1, 3), 1));
 }
 
 TEST_CASE("the backward packs query blocks of random sparse patterns, not of windows or dense-ish ones",

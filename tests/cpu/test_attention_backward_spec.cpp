@@ -355,13 +355,18 @@ TEST_CASE("attention_kernel_keys adds the wide and gathered tilings of small pat
     spec.block_size = bs;
     CAPTURE(bs);
     const std::vector<std::string> hopper = attention_kernel_keys(spec, "sm_90a");
-    // The forward, the backward's three, its deterministic twin's, the wide forward, and with blocks
-    // of 16 the gathered-key forward.
-    REQUIRE(hopper.size() == (bs == 16 ? 9u : 8u));
+    // The forward, the backward's three, its deterministic twin's, the wide forward, and the
+    // gathered-key forwards: with blocks of 16 for 1, 2 and 4 query heads a CTA, of 32 for 2.
+    REQUIRE(hopper.size() == (bs == 16 ? 11u : 9u));
     const std::string fwd = fmt::format("attention:d=128,dtype=bf16,causal=none,sparsity=bsr,block={},pass=fwd|", bs);
     CHECK(hopper[0] == fwd + fmt::format("warps=4,mt=1,bn={},stages=2,qreg=0,path=wgmma", bs));
     CHECK(hopper[7] == fwd + "warps=8,mt=1,bn=128,stages=2,qreg=0,path=wgmma_ws");
-    if (bs == 16) CHECK(hopper[8] == fwd + "warps=4,mt=1,bn=16,stages=2,qreg=0,path=wgmma_gather");
+    if (bs == 16) {
+      CHECK(hopper[8] == fwd + "warps=4,mt=1,bn=16,stages=2,qreg=0,path=wgmma_gather");
+      CHECK(hopper[10] == fwd + "warps=4,mt=4,bn=16,stages=2,qreg=0,path=wgmma_gather");
+    } else {
+      CHECK(hopper[8] == fwd + "warps=4,mt=2,bn=32,stages=2,qreg=0,path=wgmma_gather");
+    }
     CHECK(attention_kernel_keys(spec, "sm_80").size() == 4);  // no wgmma kernels there
   }
   spec.head_dim = 256;  // no persistent kernel at d = 256: the one-item kernel's 128 x 64 tiles; no gathering

@@ -627,6 +627,7 @@ TEST_CASE("small pattern blocks run dense-ish patterns on the wide tiles, sparse
     const char* what;
     double density;  // random blocks; a negative density: a band of 16 blocks around the diagonal
     Tiling tiling;   // the 128-row tiles, the default tiling, or the gathered-key kernel
+    int heads = 1;   // the gathered kernel's query heads a CTA
   };
   struct Problem {
     Case c;
@@ -639,6 +640,10 @@ TEST_CASE("small pattern blocks run dense-ish patterns on the wide tiles, sparse
       // scores (attention/gathered_keys.h).
       {{spec_of(128, DType::f16, Causal::none, Sparsity::block_sparse, 16), 1, 4, 4, 2003, 2011},
        {{"random 0.1", 0.1, Tiling::gathered}, {"random 0.6", 0.6, Tiling::wide}}},
+      // GQA, 4 query heads a K/V head sharing the pattern: 4 heads a CTA read each block once for all,
+      // which beats the wide tiles at 0.25 too.
+      {{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 16), 1, 8, 2, 2003, 2011},
+       {{"random 0.1", 0.1, Tiling::gathered, 4}, {"random 0.3", 0.3, Tiling::gathered, 4}, {"random 0.7", 0.7, Tiling::wide}}},
       {{spec_of(64, DType::f16, Causal::top_left, Sparsity::block_sparse, 32), 2, 4, 4, 1100, 1100},
        {{"random 0.08", 0.08, Tiling::narrow}, {"random 0.8", 0.8, Tiling::wide}}},
       {{spec_of(96, DType::bf16, Causal::bottom_right, Sparsity::block_sparse, 32), 1, 2, 1, 700, 1000},
@@ -660,12 +665,13 @@ TEST_CASE("small pattern blocks run dense-ish patterns on the wide tiles, sparse
       const int bs = c.spec.block_size;
       const BlockPattern pattern = run.density < 0 ? patterns::sliding_window(bs, c.seq_q, c.seq_k, 8, 7)
                                                    : patterns::random(bs, c.seq_q, c.seq_k, run.density, rng());
-      const AttentionConfig runs_on = attention.forward_config(pattern);
+      const AttentionConfig runs_on = attention.forward_config(pattern, c.heads_q, c.heads_kv);
       switch (run.tiling) {
         case Tiling::narrow: REQUIRE(runs_on == narrow); break;
         case Tiling::gathered:
           REQUIRE(runs_on.path == AttentionPath::wgmma_gather);
           REQUIRE(runs_on.block_m() == bs);
+          REQUIRE(runs_on.m_tiles == run.heads);
           break;
         case Tiling::wide:
           // The persistent kernel, or at d = 256, which it does not take, the one-item one.

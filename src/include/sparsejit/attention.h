@@ -160,9 +160,12 @@ class Attention {
   //   sparser patterns on config()'s 64-row tiles one key block wide: the first is 1.5-2.3 times
   //   faster a score, the second visits fewer scores (docs/attention.md, "Small pattern blocks"); and
   //   with blocks of 16 at head_dim 64 to 128, sparse random patterns on the gathered-key kernel
-  //   (path = wgmma_gather), which computes only each query block's own key blocks.
+  //   (path = wgmma_gather), which computes only each query block's own key blocks; with the query
+  //   heads of a K/V head together (GQA: its m_tiles) where they share a pattern with one head.
   // Refuses a pattern the spec cannot take (a dense spec, another block size, not the baked one).
+  // The first form is for a call with one query head a K/V head.
   AttentionConfig forward_config(const BlockPattern& pattern);
+  AttentionConfig forward_config(const BlockPattern& pattern, std::int64_t heads_q, std::int64_t heads_kv);
 
  private:
   friend struct AttentionInternals;  // the library's own access (src/attention/attention_internals.h)

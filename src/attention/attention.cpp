@@ -229,21 +229,28 @@ struct Attention::State {
     c.path = asked_path == AttentionPath::wgmma_gather ? AttentionPath::automatic : asked_path;
     return twin(dense_twin, d, c);
   }
+  // The tiling of forward_twin (with its conditions met), kept per (pattern, heads). Heads that share
+  // reads are weighed first (they may beat the wide tiles too); where they do not pay, the pattern
+  // runs what it runs with one head a CTA (that answer kept, and shared, under its own key).
+  Tiling forward_tiling(const BlockPattern& pattern, int heads) {
+    const std::uint64_t key = pattern.digest() ^ (0x9e3779b97f4a7c15ull * std::uint64_t(heads));
+    return remembered_choice(tiling_choices, key, [&] {
+      if (heads > 1)
+        return !gathers || !attention::gathering_pays(spec, pattern, config, heads) ? forward_tiling(pattern, 1)
+               : heads == 4                                                         ? Tiling::gathered_4
+                                                                                    : Tiling::gathered_2;
+      if (wide_config && attention::wide_tiles_pay(spec, pattern, config)) return Tiling::wide;
+      if (gathers && attention::gathering_pays(spec, pattern, config, 1)) return Tiling::gathered_1;
+      return Tiling::narrow;
+    });
+  }
   // The twin a forward with `pattern` (not a full one) runs on, on a device that is (`hopper`) or is
   // not compute capability 9.0, where the gathered kernel could take `heads` query heads a CTA
   // (attention::gathered_heads of the call): the wide or a gathered-key tiling's, or none (this
   // object's tiling).
   Attention* forward_twin(const BlockPattern& pattern, bool hopper, int heads) {
     if ((!wide_config && !gathers) || !hopper) return nullptr;
-    const std::uint64_t key = pattern.digest() ^ (0x9e3779b97f4a7c15ull * std::uint64_t(heads));
-    const Tiling tiling = remembered_choice(tiling_choices, key, [&] {
-      // Heads that share reads first: they may beat the wide tiles too.
-      if (gathers && heads > 1 && attention::gathering_pays(spec, pattern, config, heads))
-        return heads == 4 ? Tiling::gathered_4 : Tiling::gathered_2;
-      if (wide_config && attention::wide_tiles_pay(spec, pattern, config)) return Tiling::wide;
-      if (gathers && attention::gathering_pays(spec, pattern, config, 1)) return Tiling::gathered_1;
-      return Tiling::narrow;
-    });
+    const Tiling tiling = forward_tiling(pattern, heads);
     if (tiling == Tiling::narrow) return nullptr;
     if (tiling == Tiling::wide) return &twin(wide_twin, spec, *wide_config);
     const int slot = int(tiling) - int(Tiling::gathered_1);  // 0, 1, 2: 1, 2, 4 heads
@@ -559,7 +566,7 @@ void Attention::prepare(const BlockPattern& pattern) {
   // gathered kernel's (1, 2 or 4 a CTA; more than 1 only with a pattern shared by every head).
   bool own_tiling = false;
   for (const int heads : {1, 2, 4}) {
-    if (heads > 1 && (pattern.heads() != 1 || !attention::gathered_config(state_->spec, heads))) continue;
+    if (heads > 1 && !attention::heads_may_share(state_->spec, pattern, heads)) continue;
     if (Attention* twin = state_->forward_twin(pattern, hopper, heads)) twin->prepare(pattern);
     else own_tiling = true;
   }

@@ -40,12 +40,16 @@ std::optional<AttentionConfig> gathered_config(const AttentionSpec& spec, int he
   return c;
 }
 
+bool heads_may_share(const AttentionSpec& spec, const BlockPattern& pattern, int heads) {
+  return (heads == 1 || pattern.heads() == 1) && gathered_config(spec, heads).has_value();
+}
+
 int gathered_heads(const AttentionSpec& spec, const BlockPattern& pattern, std::int64_t heads_q,
                    std::int64_t heads_kv) {
-  if (pattern.heads() != 1 || heads_kv <= 0) return 1;
+  if (heads_kv <= 0) return 1;
   const std::int64_t group = heads_q / heads_kv;
   for (const int heads : {4, 2})
-    if (group % heads == 0 && gathered_config(spec, heads)) return heads;
+    if (group % heads == 0 && heads_may_share(spec, pattern, heads)) return heads;
   return 1;
 }
 

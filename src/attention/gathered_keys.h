@@ -21,6 +21,11 @@ namespace sjit::attention {
 // elsewhere (blocks of 32 with one head, and d = 256, were measured slower on it at every density).
 std::optional<AttentionConfig> gathered_config(const AttentionSpec& spec, int heads = 1);
 
+// Whether `heads` query heads a CTA of the gathered kernel may share this pattern's reads in some call:
+// a pattern of one head, and a gathered tiling for that many (one head always may, where the spec has
+// a gathered tiling for it).
+bool heads_may_share(const AttentionSpec& spec, const BlockPattern& pattern, int heads);
+
 // The query heads a CTA of the gathered kernel can take in a call with this pattern and these heads:
 // the most of 4 and 2 (at most 64 queries) that divide the query heads of a K/V head, where the
 // pattern is shared by every head; else 1.

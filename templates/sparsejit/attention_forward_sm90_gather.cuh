@@ -66,6 +66,15 @@ struct GatherLayout {
   static constexpr int ctas_per_sm = fit > 4 ? 4 : fit < 1 ? 1 : fit;
 };
 
+// A column's value over the warp's 16 keys, from each thread's value over its two: lanes 4, 8 and 16
+// apart hold the same columns of the other keys.
+template <class Op>
+__device__ __forceinline__ float over_warp_keys(float v, Op op) {
+  v = op(v, __shfl_xor_sync(0xffffffffu, v, 4));
+  v = op(v, __shfl_xor_sync(0xffffffffu, v, 8));
+  return op(v, __shfl_xor_sync(0xffffffffu, v, 16));
+}
+
 template <class Cfg>
 __global__ void __launch_bounds__(128, GatherLayout<Cfg>::ctas_per_sm)
     attention_forward_sm90_gather(const AttentionForwardParams p,
@@ -198,10 +207,7 @@ __global__ void __launch_bounds__(128, GatherLayout<Cfg>::ctas_per_sm)
     for (int c = 0; c < chunks; ++c)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        float m = fmaxf(s[c][e], s[c][e + 2]);
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+        const float m = over_warp_keys(fmaxf(s[c][e], s[c][e + 2]), [](float a, float b) { return fmaxf(a, b); });
         if (lane < 4) exchange_step[warp * N + 8 * c + 2 * lane + e] = m;
       }
     named_barrier_sync<1, 128>();
@@ -271,10 +277,7 @@ __global__ void __launch_bounds__(128, GatherLayout<Cfg>::ctas_per_sm)
   for (int c = 0; c < chunks; ++c)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      float sum = col_sum[c][e];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 4);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 8);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 16);
+      const float sum = over_warp_keys(col_sum[c][e], [](float a, float b) { return a + b; });
       if (lane < 4) exchange_sums[warp * N + 8 * c + 2 * lane + e] = sum;
     }
   named_barrier_sync<1, 128>();

@@ -131,16 +131,9 @@ __device__ __forceinline__ unsigned char* swizzle_aligned_shared(unsigned char* 
 // 64 columns x ROWS rows with the 128-byte swizzle: one copy per swizzle atom column block (the layout
 // of wgmma.cuh), HEAD_DIM / 64 of them rounded up. Rows past S arrive as zeros, and so do the columns
 // past HEAD_DIM of a last block that is not whole (d = 96: its second block is half zeros), since the
-// map's extent is HEAD_DIM; the copy still counts the whole box's bytes into the barrier.
-template <int HEAD_DIM, int ROWS>
-__device__ __forceinline__ void tma_load_tile(unsigned dst, const TensorMap& map, unsigned barrier, int batch, int head,
-                                              int row0) {
-#pragma unroll
-  for (int block = 0; block < (HEAD_DIM + 63) / 64; ++block)
-    tma_load_4d(dst + block * ROWS * 128, map, barrier, block * 64, row0, head, batch);
-}
-// The same for a map whose box is ROWS rows, into rows [at, at + ROWS) of a tile of TILE_ROWS rows in
-// that layout (`at` a multiple of 8, so that the run starts on a swizzle atom).
+// map's extent is HEAD_DIM; the copy still counts the whole box's bytes into the barrier. They land in
+// rows [at, at + ROWS) of a tile of TILE_ROWS rows in that layout (`at` a multiple of 8, so that the
+// run starts on a swizzle atom); tma_load_tile fills a whole tile of ROWS rows.
 template <int HEAD_DIM, int ROWS, int TILE_ROWS>
 __device__ __forceinline__ void tma_load_rows(unsigned tile, int at, const TensorMap& map, unsigned barrier, int batch,
                                               int head, int row0) {
@@ -148,20 +141,24 @@ __device__ __forceinline__ void tma_load_rows(unsigned tile, int at, const Tenso
   for (int block = 0; block < (HEAD_DIM + 63) / 64; ++block)
     tma_load_4d(tile + block * TILE_ROWS * 128 + at * 128, map, barrier, block * 64, row0, head, batch);
 }
-// The reverse: a tile in that layout at `src` to rows [row0, row0 + ROWS) (rows past S, and columns
-// past HEAD_DIM, are dropped); tma_store_rows from rows [at, at + ROWS) of a tile of TILE_ROWS rows.
 template <int HEAD_DIM, int ROWS>
-__device__ __forceinline__ void tma_store_tile(const TensorMap& map, unsigned src, int batch, int head, int row0) {
-#pragma unroll
-  for (int block = 0; block < (HEAD_DIM + 63) / 64; ++block)
-    tma_store_4d(map, src + block * ROWS * 128, block * 64, row0, head, batch);
+__device__ __forceinline__ void tma_load_tile(unsigned dst, const TensorMap& map, unsigned barrier, int batch, int head,
+                                              int row0) {
+  tma_load_rows<HEAD_DIM, ROWS, ROWS>(dst, 0, map, barrier, batch, head, row0);
 }
+// The reverse: rows [at, at + ROWS) of a tile of TILE_ROWS rows in that layout at `tile` to rows
+// [row0, row0 + ROWS) (rows past S, and columns past HEAD_DIM, are dropped); tma_store_tile a whole
+// tile of ROWS rows.
 template <int HEAD_DIM, int ROWS, int TILE_ROWS>
 __device__ __forceinline__ void tma_store_rows(const TensorMap& map, unsigned tile, int at, int batch, int head,
                                                int row0) {
 #pragma unroll
   for (int block = 0; block < (HEAD_DIM + 63) / 64; ++block)
     tma_store_4d(map, tile + block * TILE_ROWS * 128 + at * 128, block * 64, row0, head, batch);
+}
+template <int HEAD_DIM, int ROWS>
+__device__ __forceinline__ void tma_store_tile(const TensorMap& map, unsigned src, int batch, int head, int row0) {
+  tma_store_rows<HEAD_DIM, ROWS, ROWS>(map, src, 0, batch, head, row0);
 }
 
 }  // namespace sjit_kernels

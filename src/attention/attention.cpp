@@ -196,8 +196,9 @@ struct Attention::State {
   // (gathered: the query heads a CTA, 1, 2 or 4)
   enum class Tiling { narrow, wide, gathered_1, gathered_2, gathered_4 };
   std::list<std::pair<std::uint64_t, Tiling>> tiling_choices;
-  // Whether the backward's dK/dV pass packs each pattern seen last into its tiles, the same way.
-  std::list<std::pair<std::uint64_t, bool>> packing_choices;
+  // How the backward's dK/dV pass walks the queries of each pattern seen last (contiguous or packed
+  // tiles, or gathered: attention/packed_queries.h), the same way.
+  std::list<std::pair<std::uint64_t, attention::QueryWalk>> walk_choices;
   // The answer kept in `choices` for `pattern`, or decide()'s, then kept: deciding reads the whole
   // pattern (counting tiles), so it is done once a pattern.
   // `key` names the pattern (its digest, with whatever else the choice depends on).
@@ -256,15 +257,23 @@ struct Attention::State {
     const int slot = int(tiling) - int(Tiling::gathered_1);  // 0, 1, 2: 1, 2, 4 heads
     return &twin(gathered_twins[slot], spec, *attention::gathered_config(spec, 1 << slot));
   }
-  // The query rows of the key-major schedule the dK/dV pass of tiling `t` walks for `pattern`: one
-  // pattern block where it packs them into its tiles (attention/packed_queries.h), else its tiles'.
-  // (Both ways of summing dQ walk the same tiles where it may pack: 128 keys x 64 queries.)
-  int key_schedule_cols(const BlockPattern& pattern, const codegen::BackwardTiling& t) {
-    if (codegen::dkdv_query_runs(spec, t) == 1) return t.block_cols;
-    const bool packs = remembered_choice(packing_choices, pattern.digest(), [&] {
-      return attention::packing_queries_pays(pattern, t.block_rows(), t.block_cols);
+  // How the 128-key dK/dV pass of tiling `t` would walk `pattern`'s queries, or whether the gathered
+  // pass takes it instead (attention/packed_queries.h). (Both ways of summing dQ walk the same tiles
+  // where blocks are narrower than them: 128 keys x 64 queries.)
+  attention::QueryWalk query_walk(const BlockPattern& pattern, const codegen::BackwardTiling& t) {
+    if (codegen::dkdv_query_runs(spec, t) == 1) return attention::QueryWalk::tiles;
+    return remembered_choice(walk_choices, pattern.digest(), [&] {
+      const bool gathers = codegen::gathered_dkdv_tiling(spec).has_value();
+      return attention::choose_query_walk(spec, pattern, t.block_rows(), t.block_cols, gathers,
+                                          attention::forced_query_walk());
     });
-    return packs ? pattern.block_size() : t.block_cols;
+  }
+  // The query rows of the key-major schedule the 128-key dK/dV pass of tiling `t` walks for `pattern`:
+  // one pattern block where it packs them into its tiles, else its tiles'. (Where the gathered pass
+  // takes the pattern, this schedule still says how many tiles a row sees: packed, the exact count.)
+  int key_schedule_cols(const BlockPattern& pattern, const codegen::BackwardTiling& t) {
+    const attention::QueryWalk walk = query_walk(pattern, t);
+    return walk == attention::QueryWalk::tiles ? t.block_cols : pattern.block_size();
   }
   // Device schedules of the patterns seen last, most recent first. A pattern is named by its digest
   // (XXH3-64 over its content) together with the context.
@@ -418,6 +427,13 @@ struct Attention::State {
                                       key_schedule_cols(*a.pattern, pass_tiling), true, capture);
       plan.kv_tiling = pass_tiling;
     }
+    // Blocks of 16 or 32 that the gathered-query pass takes: a key block a CTA, its own schedule.
+    if (plan.key_schedule && query_walk(*a.pattern, plan.kv_tiling) == attention::QueryWalk::gathered) {
+      plan.kv_tiling = *codegen::gathered_dkdv_tiling(backward_spec(plan.atomic));
+      const int block = a.pattern->block_size();
+      plan.key_schedule = &schedule(*a.pattern, target, block, block, true, capture);
+      plan.key_tiles = plan.key_schedule->q_tiles;
+    }
     return plan;
   }
   // plan_backward for the args of a call (checked), on the dense kernels' State where backward() would
@@ -428,18 +444,22 @@ struct Attention::State {
     return plan_backward(a, jit::current_target());
   }
 
-  const BackwardKernels& backward(const jit::Target& target, bool atomic, const Capture& capture = {}) {
+  // `gathered`: with the gathered-query dK/dV pass (a pattern's choice) instead of the 128-key one.
+  const BackwardKernels& backward(const jit::Target& target, bool atomic, bool gathered, const Capture& capture = {}) {
     {
       std::lock_guard lock(mutex);
       for (const auto& k : backward_kernels)
-        if (k.context == target.context && k.atomic == atomic) return k;
+        if (k.context == target.context && k.atomic == atomic && (k.dkdv_tiling.gathered_keys > 0) == gathered)
+          return k;
     }
-    capture.refuse(fmt::format("compile and load its backward kernels ({} dQ)", atomic ? "atomic" : "pass"));
+    capture.refuse(fmt::format("compile and load its backward kernels ({} dQ{})", atomic ? "atomic" : "pass",
+                               gathered ? ", gathered queries" : ""));
     const AttentionSpec bwd = backward_spec(atomic);
     auto get = [&](const codegen::BackwardTiling& t) {
       return jit::get_kernel(target, key(bwd) + "|" + key(t), [&] { return codegen::attention_backward_source(bwd, t); });
     };
-    const BackwardTilings t = backward_tilings(bwd, hopper_backward(target));
+    BackwardTilings t = backward_tilings(bwd, hopper_backward(target));
+    if (gathered) t.dkdv = *codegen::gathered_dkdv_tiling(bwd);
     BackwardKernels k{target.context, atomic, t.dkdv, t.dq};
     k.prep = get(t.prep);
     k.dkdv = get(t.dkdv);
@@ -488,7 +508,7 @@ struct Attention::State {
                                        const Capture& capture) {
     BackwardResources r;
     r.plan = plan_backward(a, target, capture);
-    r.kernels = &backward(target, r.plan.atomic, capture);
+    r.kernels = &backward(target, r.plan.atomic, r.plan.kv_tiling.gathered_keys > 0, capture);
     if (r.kernels->dkdv_tiling != r.plan.kv_tiling)
       throw Error(fmt::format("attention backward: internal: the dK/dV kernel was built for '{}', the schedule for '{}'",
                               key(r.kernels->dkdv_tiling), key(r.plan.kv_tiling)));
@@ -723,7 +743,9 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   // or where the CTAs have too little work to hide it, dq_convert converts them all (a lag of every
   // group converts none in the pass).
   p.convert_lag = int(groups);
-  if (atomic && kv_tiling.wgmma && kv_grid > 0 && attention::worth_converting_in_pass(plan.key_tiles_per_row))
+  // (The gathered-query pass has no conversion warps.)
+  if (atomic && kv_tiling.wgmma && kv_tiling.gathered_keys == 0 && kv_grid > 0 &&
+      attention::worth_converting_in_pass(plan.key_tiles_per_row))
     p.convert_lag = int(wave_groups);
   const std::int64_t converted_in_pass = groups - p.convert_lag;
   p.convert_row0 = converted_in_pass * (a.heads_q / a.heads_kv) * a.seq_q;
@@ -777,6 +799,10 @@ DqSummation Attention::dq_summation(const AttentionBackwardArgs& in) {
 
 double AttentionInternals::backward_key_tiles_per_row(Attention& attention, const AttentionBackwardArgs& in) {
   return attention.state_->plan_of_call(in).key_tiles_per_row;
+}
+
+std::string AttentionInternals::backward_dkdv_tiling(Attention& attention, const AttentionBackwardArgs& in) {
+  return codegen::key(attention.state_->plan_of_call(in).kv_tiling);
 }
 
 std::string_view name(DqSummation s) { return s == DqSummation::atomic ? "atomic" : "pass"; }

@@ -6,11 +6,41 @@
 // of 16 below about 0.27, not a sliding window or a dense-ish pattern, whose blocks fill the
 // contiguous tiles already
 // (docs/attention.md, "Small pattern blocks in the backward").
+//
+// Or, on the gathered-query pass (path=wgmma_gather, attention_backward_sm90_gather.cuh): a CTA a key
+// block, its query blocks gathered 64 queries a step, so that it computes only the blocks the pattern
+// keeps, but reads Q and dO once a key block (the 128-key CTAs: once for 4 or 8 blocks); it pays where
+// the 128-key CTAs would compute several times the active scores.
 #pragma once
 
+#include <string_view>
+
+#include "sparsejit/attention.h"
 #include "sparsejit/pattern.h"
 
 namespace sjit::attention {
+
+// How the Hopper dK/dV pass walks a pattern's query blocks of 16 or 32: contiguous tiles, packed tiles
+// (both 128 keys a CTA), or gathered (a key block a CTA).
+enum class QueryWalk { tiles, packed, gathered };
+std::string_view name(QueryWalk walk);
+
+// The walk for `pattern` on a 128-key pass of `key_rows` keys and `tile_cols` queries a tile, where the
+// spec has a gathered-query pass (`gathers`). The first that applies decides:
+//   - `forced`, SJIT_BACKWARD_WALK's value: "tiles", "packed" or "gathered" forces that walk where it
+//     exists for the spec (packed and gathered: blocks narrower than the tiles; gathered: `gathers`);
+//     "" or "auto" does not; anything else is refused (InvalidArgument);
+//   - gathering_queries_pays, then packing_queries_pays.
+QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols,
+                            bool gathers, std::string_view forced);
+// SJIT_BACKWARD_WALK's value, or "" when unset.
+std::string_view forced_query_walk();
+
+// Whether the gathered-query pass is expected to beat the 128-key CTAs on `pattern`: the scores those
+// compute (on the fewer of contiguous and packed tiles) over the gathered steps' scores, at least
+// kMinWalkOverGatheredScores.
+bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols);
+constexpr double kMinWalkOverGatheredScores = 2.0;
 
 // Whether a dK/dV pass of `key_rows` keys a CTA and `tile_cols` queries a tile should pack `pattern`'s
 // query blocks (block_size < tile_cols) into its tiles: the tiles packed runs would fill, over the

@@ -22,8 +22,10 @@ std::string_view part_name(BackwardPart part) {
 }  // namespace
 
 std::string key(const BackwardTiling& t) {
-  return fmt::format("part={},warps={},cols={},stages={}{}", part_name(t.part), t.warps, t.block_cols, t.stages,
-                     t.wgmma ? ",path=wgmma" : "");
+  const std::string path = t.gathered_keys > 0 ? fmt::format(",path=wgmma_gather,keys={}", t.gathered_keys)
+                           : t.wgmma            ? ",path=wgmma"
+                                                : "";
+  return fmt::format("part={},warps={},cols={},stages={}{}", part_name(t.part), t.warps, t.block_cols, t.stages, path);
 }
 
 BackwardTiling parse_backward_tiling(std::string_view text) {
@@ -39,9 +41,18 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
   t.block_cols = spec::parse_int("cols", spec::take_or(kt, "cols", "64"));
   t.stages = spec::parse_int("stages", spec::take_or(kt, "stages", "2"));
   const std::string path = spec::take_or(kt, "path", "mma");
-  if (path != "mma" && path != "wgmma")
-    throw InvalidArgument(fmt::format("attention backward: path '{}' is unknown: use mma or wgmma", path));
-  t.wgmma = path == "wgmma";
+  if (path != "mma" && path != "wgmma" && path != "wgmma_gather")
+    throw InvalidArgument(fmt::format("attention backward: path '{}' is unknown: use mma, wgmma or wgmma_gather", path));
+  t.wgmma = path != "mma";
+  if (path == "wgmma_gather") {
+    t.gathered_keys = spec::parse_int("keys", spec::take_or(kt, "keys", "0"));
+    if (t.part != BackwardPart::dkdv || t.warps != 4 || t.block_cols != 64 || t.stages != 2 ||
+        (t.gathered_keys != 16 && t.gathered_keys != 32))
+      throw InvalidArgument(fmt::format("attention backward: path=wgmma_gather exists for part=dkdv with warps=4, "
+                                        "cols=64, stages=2 and keys=16 or 32 (one pattern block), not '{}'", text));
+    spec::reject_leftovers(kt, "part, warps, cols, stages, path, keys");
+    return t;
+  }
   spec::reject_leftovers(kt, "part, warps, cols, stages, path");
   const bool dkdv_tile = t.part == BackwardPart::dkdv && (t.block_cols == 64 || t.block_cols == 128);
   const bool dq_tile = t.part == BackwardPart::dq && (t.block_cols == 64 || t.block_cols == 128);
@@ -112,6 +123,19 @@ BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart p
   return t;
 }
 
+std::optional<BackwardTiling> gathered_dkdv_tiling(const AttentionSpec& spec) {
+  const bool small_blocks = spec.sparsity != Sparsity::dense && (spec.block_size == 16 || spec.block_size == 32);
+  if (!small_blocks || (spec.head_dim != 64 && spec.head_dim != 96 && spec.head_dim != 128)) return std::nullopt;
+  BackwardTiling t;
+  t.part = BackwardPart::dkdv;
+  t.warps = 4;
+  t.block_cols = 64;
+  t.stages = 2;
+  t.wgmma = true;
+  t.gathered_keys = spec.block_size;
+  return t;
+}
+
 int dkdv_query_runs(const AttentionSpec& spec, const BackwardTiling& t) {
   const bool narrow_blocks = spec.sparsity != Sparsity::dense && spec.block_size < t.block_cols;
   return t.wgmma && t.part == BackwardPart::dkdv && narrow_blocks ? t.block_cols / spec.block_size : 1;
@@ -142,6 +166,14 @@ int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTil
            8 * (slot_barriers + 1);
   }
   if (t.part == BackwardPart::dq) return tiles + t.block_rows() * 8;
+  if (t.gathered_keys > 0) {
+    // BackwardGatherLayout: K and V of the block, the Q and dO rings (two slots of 64 rows), the P^T and
+    // dS^T tiles, with atomic dQ a 64 x 64 fp32 dQ tile, three mbarriers and 1 KB for the walk; plus
+    // 1 KB to align the base to a swizzle atom.
+    const int d = wgmma_tile_dim(spec.head_dim), keys = t.gathered_keys;
+    const int dq_tile = atomic_dq(spec) ? 64 * 64 * 4 : 0;
+    return 1024 + 2 * keys * d * 2 + 4 * 64 * d * 2 + 2 * keys * 128 + dq_tile + 8 * 3 + 1024;
+  }
   if (t.wgmma) {
     // BackwardSm90Layout: unpadded swizzled K, V, the Q and dO rings, two dS tiles (at d = 256 instead
     // the warpgroups' hand-over of P^T in fp32 and dS^T), with atomic dQ the
@@ -174,12 +206,17 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
     throw InvalidArgument(fmt::format("attention backward: path=wgmma part=dkdv takes cols=128 only at head_dim 64 "
                                       "without atomic dQ (a deterministic spec), not at head_dim {}{}",
                                       spec.head_dim, atomic_dq(spec) ? " with atomic dQ" : ""));
-  if (t.wgmma && (t.warps == 4) != (spec.head_dim == 256))
+  if (t.wgmma && t.gathered_keys == 0 && (t.warps == 4) != (spec.head_dim == 256))
     throw InvalidArgument(fmt::format("attention backward: path=wgmma takes warps={} at head_dim {}, not {}",
                                       spec.head_dim == 256 ? 4 : 8, spec.head_dim, t.warps));
   const int causal = spec.causal == Causal::none ? 0 : spec.causal == Causal::top_left ? 1 : 2;
+  if (t.gathered_keys > 0 && gathered_dkdv_tiling(spec) != t)
+    throw InvalidArgument(fmt::format("attention backward: path=wgmma_gather takes pattern blocks of 16 or 32 at "
+                                      "head_dim 64, 96 or 128, keys = the block size ({}), not '{}' for '{}'",
+                                      spec.sparsity == Sparsity::dense ? 0 : spec.block_size, key(t), key(spec)));
   const std::string_view header = !t.wgmma                      ? "attention_backward"
                                   : t.part == BackwardPart::dq ? "attention_backward_dq_sm90"
+                                  : t.gathered_keys > 0        ? "attention_backward_sm90_gather"
                                                                : "attention_backward_sm90";
   out.source = fmt::format(
       "// {}\n"
@@ -200,8 +237,9 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
       out.kernel_key, header, cuda_type(spec.dtype), spec.head_dim, t.warps, t.block_cols,
       t.stages, causal, name(spec.causal), sparsity, spec.sparsity == Sparsity::dense ? 1 << 20 : spec.block_size,
       atomic_dq(spec) ? "true" : "false", dkdv_query_runs(spec, t));
-  out.source_name = fmt::format("attention_backward_{}{}.cu", part_name(t.part), t.wgmma ? "_sm90" : "");
-  out.name_expression = fmt::format("sjit_kernels::attention_backward_{}{}<Cfg>", part_name(t.part), t.wgmma ? "_sm90" : "");
+  const std::string_view suffix = t.gathered_keys > 0 ? "_sm90_gather" : t.wgmma ? "_sm90" : "";
+  out.source_name = fmt::format("attention_backward_{}{}.cu", part_name(t.part), suffix);
+  out.name_expression = fmt::format("sjit_kernels::attention_backward_{}{}<Cfg>", part_name(t.part), suffix);
   out.dynamic_shared_bytes = attention_backward_shared_bytes(spec, t);
   if (out.dynamic_shared_bytes > kMaxDynamicSharedBytes)
     throw InvalidArgument(fmt::format("attention backward: '{}' at head_dim {} needs {} bytes of shared memory, more "

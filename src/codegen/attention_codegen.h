@@ -2,6 +2,7 @@
 // tile schedule as constant arrays.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "attention/tile_schedule.h"
@@ -46,15 +47,23 @@ struct BackwardTiling {
   int block_cols = 64; // columns a tile holds (queries for dkdv, keys for dq)
   int stages = 2;
   bool wgmma = false;  // dkdv and dq: the Hopper kernels (attention_backward_sm90.cuh, _dq_sm90.cuh), sm_90a
-  int block_rows() const { return 16 * warps; }
+  // dkdv with path=wgmma_gather (wgmma too): the keys a CTA owns, one pattern block of 16 or 32, whose
+  // query blocks it gathers 64 queries a step with one warpgroup (attention_backward_sm90_gather.cuh;
+  // warps=4, cols=64, stages=2); 0 elsewhere.
+  int gathered_keys = 0;
+  int block_rows() const { return gathered_keys > 0 ? gathered_keys : 16 * warps; }
   // The Hopper kernels run two math warpgroups (splitting the rows, or at d = 256 the dims); the dK/dV
   // one a third that issues the copies and adds dQ to the accumulator (attention_backward_sm90.cuh),
   // and the dQ pass one that issues the copies at d = 256 (4 warps of rows: attention_backward_dq_sm90.cuh).
-  int threads() const { return !wgmma ? 32 * warps : part == BackwardPart::dkdv || warps == 4 ? 384 : 256; }
+  int threads() const {
+    if (!wgmma || gathered_keys > 0) return 32 * warps;
+    return part == BackwardPart::dkdv || warps == 4 ? 384 : 256;
+  }
   friend bool operator==(const BackwardTiling&, const BackwardTiling&) = default;
 };
 
-// "part=dkdv,warps=8,cols=64,stages=2", and back (throws InvalidArgument naming the field).
+// "part=dkdv,warps=8,cols=64,stages=2" (",path=wgmma", ",path=wgmma_gather,keys=16"), and back (throws
+// InvalidArgument naming the field).
 std::string key(const BackwardTiling& tiling);
 BackwardTiling parse_backward_tiling(std::string_view text);
 // The tilings the backward uses for a spec (H100-tuned defaults), and their checks. `sm90`: the device
@@ -66,6 +75,10 @@ int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTil
 // (PackedQueries in attention_backward.cuh), where the schedule lists such runs (a choice made per
 // pattern: attention/packed_queries.h); elsewhere 1.
 int dkdv_query_runs(const AttentionSpec& spec, const BackwardTiling& tiling);
+// The gathered-query dK/dV tiling (path=wgmma_gather) for a spec with pattern blocks of 16 or 32 at
+// head_dim 64, 96 or 128 on sm_90a; nullopt elsewhere. Whether a pattern runs on it is chosen per
+// pattern (attention/packed_queries.h).
+std::optional<BackwardTiling> gathered_dkdv_tiling(const AttentionSpec& spec);
 KernelSource attention_backward_source(const AttentionSpec& spec, const BackwardTiling& tiling);
 
 }  // namespace sjit::codegen

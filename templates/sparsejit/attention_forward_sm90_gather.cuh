@@ -236,15 +236,9 @@ __global__ void __launch_bounds__(128, GatherLayout<Cfg>::ctas_per_sm)
       }
     }
 
-    // P^T of this step into its tile, a row of 64 keys a query (the K-major B of O^T += V^T P^T): each
-    // 8 x 8 matrix of keys x queries stored transposed, four a stmatrix (keys 16 warp .. + 15 of chunks
-    // c and c + 1). The tile of step - 1 is still read by O^T of that step.
-    const unsigned p_tile = base + L::p_tiles + slot * L::p_bytes;
-#pragma unroll
-    for (int c = 0; c < chunks; c += 2)
-      stmatrix_x4_trans(p_tile + swizzled_offset(N, 8 * (c + lane / 16) + (lane & 7), 16 * warp + (lane & 8)),
-                        pack2<T>(s[c][0], s[c][1]), pack2<T>(s[c][2], s[c][3]), pack2<T>(s[c + 1][0], s[c + 1][1]),
-                        pack2<T>(s[c + 1][2], s[c + 1][3]));
+    // P^T of this step into its tile, a row of 64 keys a query (the K-major B of O^T += V^T P^T). The
+    // tile of step - 1 is still read by O^T of that step.
+    stmatrix_transposed<T, N>(base + L::p_tiles + slot * L::p_bytes, N, 0, s);
     fence_proxy_async();  // the stores, before the products read the tile
 
     // O^T of the step before (unconditional: a wait that ptxas cannot see on every path makes it
@@ -303,16 +297,7 @@ __global__ void __launch_bounds__(128, GatherLayout<Cfg>::ctas_per_sm)
   // layout: each 8 x 8 matrix of dims x queries stored transposed, a row per query; then one bulk copy.
 #pragma unroll
   for (int b = 0; b < L::dim_blocks; ++b)
-#pragma unroll
-    for (int c = 0; c < chunks; c += 2) {
-      const int query = 8 * (c + lane / 16) + (lane & 7);
-      const int dim = 64 * b + 16 * warp + (lane & 8);
-      stmatrix_x4_trans(base + swizzled_offset(N, query, dim),
-                        pack2<T>(o[b][c][0] * inverse[c][0], o[b][c][1] * inverse[c][1]),
-                        pack2<T>(o[b][c][2] * inverse[c][0], o[b][c][3] * inverse[c][1]),
-                        pack2<T>(o[b][c + 1][0] * inverse[c + 1][0], o[b][c + 1][1] * inverse[c + 1][1]),
-                        pack2<T>(o[b][c + 1][2] * inverse[c + 1][0], o[b][c + 1][3] * inverse[c + 1][1]));
-    }
+    stmatrix_transposed<T, N>(base, N, 64 * b, o[b], [&](int c, int e) { return inverse[c][e]; });
   fence_proxy_async();
   named_barrier_sync<1, 128>();
   if (threadIdx.x == 0) {

@@ -366,6 +366,29 @@ __device__ __forceinline__ void wgmma_rs_steps(float (&d)[N / 8][4], const unsig
   for (int kk = 0; kk < K_STEPS; ++kk) wgmma_rs<T, N>(d, a[kk], nmajor_descriptor(b_tile, b_rows, kk), 1);
 }
 
+// A warpgroup's 64 x N accumulator tile, each element times factor(chunk, column parity), stored
+// transposed as N rows of a 128-byte-swizzled tile of `tile_rows` rows at `tile`, its 64 rows as columns
+// col0 .. col0 + 63: four 8 x 8 matrices a stmatrix.trans (this warp's 16 rows, chunks c and c + 1).
+// The gathered kernels' P^T (a K-major B of the next product) and their transposed outputs.
+template <class T, int N, class Factor>
+__device__ __forceinline__ void stmatrix_transposed(unsigned tile, int tile_rows, int col0, const float (&acc)[N / 8][4],
+                                                    Factor factor) {
+  static_assert(N % 16 == 0, "stmatrix_transposed: whole pairs of 8-column chunks");
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int c = 0; c < N / 8; c += 2)
+    stmatrix_x4_trans(tile + swizzled_offset(tile_rows, 8 * (c + lane / 16) + (lane & 7), col0 + 16 * warp + (lane & 8)),
+                      pack2<T>(acc[c][0] * factor(c, 0), acc[c][1] * factor(c, 1)),
+                      pack2<T>(acc[c][2] * factor(c, 0), acc[c][3] * factor(c, 1)),
+                      pack2<T>(acc[c + 1][0] * factor(c + 1, 0), acc[c + 1][1] * factor(c + 1, 1)),
+                      pack2<T>(acc[c + 1][2] * factor(c + 1, 0), acc[c + 1][3] * factor(c + 1, 1)));
+}
+// The same, unscaled.
+template <class T, int N>
+__device__ __forceinline__ void stmatrix_transposed(unsigned tile, int tile_rows, int col0, const float (&acc)[N / 8][4]) {
+  stmatrix_transposed<T, N>(tile, tile_rows, col0, acc, [](int, int) { return 1.f; });
+}
+
 #undef SJIT_WGMMA_SS_N16
 #undef SJIT_WGMMA_SS_N32
 #undef SJIT_WGMMA_SS_N64

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention/attention_internals.h"
 #include "sparsejit/attention_reference.h"
 #include "sparsejit/sparsejit.h"
 #include "support/attention_support.h"
@@ -169,24 +170,29 @@ AttentionSpec deterministic(AttentionSpec s) {
   return s;
 }
 
-// SJIT_BACKWARD_DQ set for a scope, so a spec without `deterministic` sums dQ the named way (atomic or
-// pass) rather than the one the backward would choose; the earlier value comes back after.
-class DqMethodOverride {
+// An environment variable set for a scope; the earlier value comes back after.
+class EnvOverride {
  public:
-  explicit DqMethodOverride(const char* method) {
-    if (const char* old = std::getenv(kName)) saved_ = old;
-    ::setenv(kName, method, 1);
+  EnvOverride(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) saved_ = old;
+    ::setenv(name, value, 1);
   }
-  ~DqMethodOverride() {
-    if (saved_) ::setenv(kName, saved_->c_str(), 1);
-    else ::unsetenv(kName);
+  ~EnvOverride() {
+    if (saved_) ::setenv(name_, saved_->c_str(), 1);
+    else ::unsetenv(name_);
   }
-  DqMethodOverride(const DqMethodOverride&) = delete;
-  DqMethodOverride& operator=(const DqMethodOverride&) = delete;
+  EnvOverride(const EnvOverride&) = delete;
+  EnvOverride& operator=(const EnvOverride&) = delete;
 
  private:
-  static constexpr const char* kName = "SJIT_BACKWARD_DQ";
+  const char* name_;
   std::optional<std::string> saved_;
+};
+
+// SJIT_BACKWARD_DQ for a scope, so a spec without `deterministic` sums dQ the named way (atomic or pass)
+// rather than the one the backward would choose.
+struct DqMethodOverride : EnvOverride {
+  explicit DqMethodOverride(const char* method) : EnvOverride("SJIT_BACKWARD_DQ", method) {}
 };
 
 }  // namespace
@@ -311,6 +317,50 @@ TEST_CASE("the dK/dV pass packs narrow query blocks into its tiles and gives the
     c.per_head_pattern = bs == 32;
     check_problem(c, rng);
   }
+}
+
+// Pattern blocks of 16 and 32 on the gathered-query dK/dV pass (forced: SJIT_BACKWARD_WALK): a CTA a
+// key block, its query blocks gathered 4 or 2 a step from every query head of the K/V group, a walk's
+// last step padded with blocks that must add nothing. Both ways of summing dQ (the pass's own bulk
+// reductions, and the dQ pass), every head dim it takes, both dtypes, every causal mode with Sq < Sk
+// and Sq > Sk (rows on their own causal edge, key blocks no query sees), lengths that cut the last
+// block short, a pattern per head, densities from full to empty.
+TEST_CASE("the gathered-query dK/dV pass gives the reference's gradients", "[gpu][attention][backward]") {
+  const DeviceInfo device = current_device();
+  if (device.cc_major != 9 || device.cc_minor != 0) {
+    WARN("the gathered-query pass runs on compute capability 9.0 only, not on " << device.name);
+    return;
+  }
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const EnvOverride gathered("SJIT_BACKWARD_WALK", "gathered");
+  int variant = 0;
+  for (const int bs : {16, 32})
+    for (const double density : {1.0, 0.5, 0.1, 0.02, 0.0})
+      for (const Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right}) {
+        ++variant;
+        const int d = variant % 3 == 0 ? 64 : variant % 3 == 1 ? 128 : 96;
+        const std::int64_t seq_q = variant % 2 ? 700 : 333, seq_k = variant % 2 ? 301 : 650;
+        Problem c{spec_of(d, variant % 4 ? DType::bf16 : DType::f16, causal, Sparsity::block_sparse, bs), 2, 8, 2,
+                  seq_q, seq_k, density};
+        c.per_head_pattern = variant % 2 == 0;
+        c.spec.deterministic = variant % 5 == 0;
+        INFO(c.name());
+        const Inputs in = random_inputs(c, rng);
+        const BlockPattern pattern =
+            patterns::random(bs, seq_q, seq_k, density, rng(), c.per_head_pattern ? int(c.heads_q) : 1);
+        Attention attention(c.spec);
+        GpuRun run(c, in, &pattern);
+        // A full pattern runs the dense kernels; any other, the gathered pass.
+        if (pattern.nnz() < pattern.heads() * pattern.block_rows() * pattern.block_cols())
+          REQUIRE_THAT(AttentionInternals::backward_dkdv_tiling(attention, run.backward_args()),
+                       Catch::Contains(fmt::format("path=wgmma_gather,keys={}", bs)));
+        run.forward(attention);
+        run.backward(attention);
+        synchronize();
+        expect_gradients_close(c, run.gradients(), run_reference(c, in, &pattern));
+      }
 }
 
 TEST_CASE("with no active block every gradient is exactly 0 and nothing is NaN", "[gpu][attention][backward]") {

@@ -95,6 +95,10 @@ double active_key_tiles_per_query_row(const DeviceSchedule* key_schedule, std::i
   return active_rows / double(std::max<std::int64_t>(seq_q, 1));
 }
 
+// The keys of a key tile of the dQ pass's schedule (and of its K and V copies): its tiles', or on the
+// gathered pass one pattern block (it gathers them 64 keys a step).
+int dq_key_rows(const codegen::BackwardTiling& t) { return t.gathered_block > 0 ? t.gathered_block : t.block_cols; }
+
 // The backward's three tilings for `spec` (pass=bwd): the pre-pass, the dK/dV pass (wgmma where sm90
 // and the kernel exists), and the dQ pass or, with atomic dQ, the conversion of its accumulator.
 struct BackwardTilings {
@@ -263,7 +267,7 @@ struct Attention::State {
   attention::QueryWalk query_walk(const BlockPattern& pattern, const codegen::BackwardTiling& t) {
     if (codegen::dkdv_query_runs(spec, t) == 1) return attention::QueryWalk::tiles;
     return remembered_choice(walk_choices, pattern.digest(), [&] {
-      const bool gathers = codegen::gathered_dkdv_tiling(spec).has_value();
+      const bool gathers = codegen::gathered_backward_tiling(spec, codegen::BackwardPart::dkdv).has_value();
       return attention::choose_query_walk(spec, pattern, t.block_rows(), t.block_cols, gathers,
                                           attention::forced_query_walk());
     });
@@ -408,14 +412,24 @@ struct Attention::State {
       plan.key_tiles = tiles;
     }
     plan.key_tiles_per_row = active_key_tiles_per_query_row(plan.key_schedule, plan.key_tiles, a.seq_q);
+    // Blocks of 16 or 32 that the gathered backward takes (a block a CTA in both passes), which sums dQ
+    // by a rule of its own.
+    const bool gathered = plan.key_schedule && query_walk(*a.pattern, plan.kv_tiling) == attention::QueryWalk::gathered;
     const std::int64_t group = a.heads_q / std::max<std::int64_t>(a.heads_kv, 1);
     // A stored tuning (nullopt at once with the autotune policy off; remembered per process otherwise)
     // decides only where nothing before it in choose_dq_summation does.
     const std::optional<DqSummation> tuned =
         tuning::tuned_dq_summation(backward_spec(true), group, plan.key_tiles_per_row);
     plan.atomic = attention::choose_dq_summation(spec, plan.sm90, plan.key_tiles_per_row, group,
-                                                 attention::forced_dq_summation(), a.dq_summation, tuned) ==
+                                                 attention::forced_dq_summation(), a.dq_summation, tuned, gathered) ==
                   DqSummation::atomic;
+    if (gathered) {
+      plan.kv_tiling = *codegen::gathered_backward_tiling(backward_spec(plan.atomic), codegen::BackwardPart::dkdv);
+      const int block = a.pattern->block_size();
+      plan.key_schedule = &schedule(*a.pattern, target, block, block, true, capture);
+      plan.key_tiles = plan.key_schedule->q_tiles;
+      return plan;
+    }
     // Without atomic dQ the dK/dV pass may walk wider query tiles (d = 64 on Hopper): the same key
     // tiles, its own schedule.
     if (!plan.atomic) {
@@ -426,13 +440,6 @@ struct Attention::State {
         plan.key_schedule = &schedule(*a.pattern, target, pass_tiling.block_rows(),
                                       key_schedule_cols(*a.pattern, pass_tiling), true, capture);
       plan.kv_tiling = pass_tiling;
-    }
-    // Blocks of 16 or 32 that the gathered-query pass takes: a key block a CTA, its own schedule.
-    if (plan.key_schedule && query_walk(*a.pattern, plan.kv_tiling) == attention::QueryWalk::gathered) {
-      plan.kv_tiling = *codegen::gathered_dkdv_tiling(backward_spec(plan.atomic));
-      const int block = a.pattern->block_size();
-      plan.key_schedule = &schedule(*a.pattern, target, block, block, true, capture);
-      plan.key_tiles = plan.key_schedule->q_tiles;
     }
     return plan;
   }
@@ -449,7 +456,7 @@ struct Attention::State {
     {
       std::lock_guard lock(mutex);
       for (const auto& k : backward_kernels)
-        if (k.context == target.context && k.atomic == atomic && (k.dkdv_tiling.gathered_keys > 0) == gathered)
+        if (k.context == target.context && k.atomic == atomic && (k.dkdv_tiling.gathered_block > 0) == gathered)
           return k;
     }
     capture.refuse(fmt::format("compile and load its backward kernels ({} dQ{})", atomic ? "atomic" : "pass",
@@ -459,7 +466,10 @@ struct Attention::State {
       return jit::get_kernel(target, key(bwd) + "|" + key(t), [&] { return codegen::attention_backward_source(bwd, t); });
     };
     BackwardTilings t = backward_tilings(bwd, hopper_backward(target));
-    if (gathered) t.dkdv = *codegen::gathered_dkdv_tiling(bwd);
+    if (gathered) {  // and without atomic dQ, the dQ pass gathers the key blocks of each query block
+      t.dkdv = *codegen::gathered_backward_tiling(bwd, codegen::BackwardPart::dkdv);
+      if (!atomic) t.dq = *codegen::gathered_backward_tiling(bwd, codegen::BackwardPart::dq);
+    }
     BackwardKernels k{target.context, atomic, t.dkdv, t.dq};
     k.prep = get(t.prep);
     k.dkdv = get(t.dkdv);
@@ -508,13 +518,13 @@ struct Attention::State {
                                        const Capture& capture) {
     BackwardResources r;
     r.plan = plan_backward(a, target, capture);
-    r.kernels = &backward(target, r.plan.atomic, r.plan.kv_tiling.gathered_keys > 0, capture);
+    r.kernels = &backward(target, r.plan.atomic, r.plan.kv_tiling.gathered_block > 0, capture);
     if (r.kernels->dkdv_tiling != r.plan.kv_tiling)
       throw Error(fmt::format("attention backward: internal: the dK/dV kernel was built for '{}', the schedule for '{}'",
                               key(r.kernels->dkdv_tiling), key(r.plan.kv_tiling)));
     const codegen::BackwardTiling& q_tiling = r.kernels->dq_tiling;
     if (r.plan.key_schedule && !r.plan.atomic)  // the query-major pass walks the forward's schedule
-      r.query_schedule = &schedule(*a.pattern, target, q_tiling.block_rows(), q_tiling.block_cols, false, capture);
+      r.query_schedule = &schedule(*a.pattern, target, q_tiling.block_rows(), dq_key_rows(q_tiling), false, capture);
     const std::size_t rows = std::size_t(std::max<std::int64_t>(a.batch * a.heads_q * a.seq_q, 1));
     r.stats = scratch_for(target, stream, rows * 8 + std::size_t(a.batch * a.heads_kv) * 4, false, capture);
     if (r.plan.atomic) r.dq_accum = scratch_for(target, stream, rows * std::size_t(spec.head_dim) * 4, true, capture);
@@ -744,7 +754,7 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   // group converts none in the pass).
   p.convert_lag = int(groups);
   // (The gathered-query pass has no conversion warps.)
-  if (atomic && kv_tiling.wgmma && kv_tiling.gathered_keys == 0 && kv_grid > 0 &&
+  if (atomic && kv_tiling.wgmma && kv_tiling.gathered_block == 0 && kv_grid > 0 &&
       attention::worth_converting_in_pass(plan.key_tiles_per_row))
     p.convert_lag = int(wave_groups);
   const std::int64_t converted_in_pass = groups - p.convert_lag;
@@ -776,7 +786,7 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   // The Hopper dQ pass's: K and V in boxes of its key tile's rows, Q and dO of its query tile's.
   sjit_kernels::AttentionBackwardTensorMaps dq_maps{};
   if (q_grid > 0 && q_tiling.wgmma)
-    dq_maps = attention::backward_tensor_maps(a, spec.dtype, spec.head_dim, q_tiling.block_cols, q_tiling.block_rows(),
+    dq_maps = attention::backward_tensor_maps(a, spec.dtype, spec.head_dim, dq_key_rows(q_tiling), q_tiling.block_rows(),
                                               nullptr, q_tiling.block_rows());
   void* params[] = {&p, &maps};
   void* dq_params[] = {&p, &dq_maps};
@@ -834,6 +844,12 @@ std::vector<std::string> attention_kernel_keys(const AttentionSpec& in, std::str
   auto add_backward_keys = [&] {
     const BackwardTilings t = backward_tilings(bwd, sm90);
     for (const codegen::BackwardTiling& tiling : {t.prep, t.dkdv, t.dq}) keys.push_back(key(bwd) + "|" + key(tiling));
+    // Pattern blocks of 16 and 32: the gathered backward that sparse random patterns run on (its dQ
+    // pass where dQ is not summed atomically).
+    if (!sm90) return;
+    for (const codegen::BackwardPart part : {codegen::BackwardPart::dkdv, codegen::BackwardPart::dq})
+      if (const auto gathered = codegen::gathered_backward_tiling(bwd, part))
+        if (part == codegen::BackwardPart::dkdv || !codegen::atomic_dq(bwd)) keys.push_back(key(bwd) + "|" + key(*gathered));
   };
   add_backward_keys();
   // On Hopper a backward that may sum dQ either way runs the dQ pass where a row sees few tiles

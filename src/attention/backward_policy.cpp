@@ -43,7 +43,7 @@ bool worth_converting_in_pass(double key_tiles_per_row) { return key_tiles_per_r
 //     (3 key tiles a row at 0.1) 0.1 0.72 in earlier closing runs / 0.60.
 DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group,
                                 std::string_view forced, std::optional<DqSummation> asked,
-                                std::optional<DqSummation> tuned) {
+                                std::optional<DqSummation> tuned, bool gathered) {
   if (!forced.empty() && forced != "auto" && forced != "atomic" && forced != "pass")
     throw InvalidArgument(fmt::format("SJIT_BACKWARD_DQ = '{}': use atomic, pass or auto (or leave it unset)", forced));
   const bool may_be_atomic = codegen::atomic_dq(spec);  // not where determinism is asked for, nor at d = 256
@@ -57,6 +57,14 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
   if (forced == "pass") return DqSummation::pass;
   if (tuned) return *tuned;
   if (!sm90) return DqSummation::atomic;  // the mma.sync kernels' crossover is not measured: as before
+  // The gathered backward: its dK/dV pass's bulk reductions (a query block's dQ for each key block that
+  // sees it) against the gathered dQ pass (reading each query block's key blocks again). Measured on the
+  // H100 (thirty-fourth session, docs/attention-log.md, "Landed: the gathered backward"), backward ms,
+  // atomic / pass: one query head a K/V head, d = 128 (B2 H16 S8192): blocks of 16 at 0.1 2.91 / 3.74,
+  // 0.02 0.96 / 1.12, blocks of 32 at 0.1 1.57 / 1.99; d = 64 (B4 H32 S4096): blocks of 16 at 0.1
+  // 1.55 / 1.87, blocks of 32 at 0.1 0.88 / 1.06. Four heads a K/V head, d = 128: blocks of 16 at 0.1
+  // 3.45 / 2.90, 0.02 0.90 / 0.80, blocks of 32 at 0.1 1.94 / 1.38. (Two heads: not measured; as one.)
+  if (gathered) return group >= 4 ? DqSummation::pass : DqSummation::atomic;
   if (spec.head_dim == 64) return DqSummation::pass;  // a tie or better at every density measured
   // Key tiles a row at S = 8192 are 64 x density: 24 at 0.375, where four heads a group tie, and
   // about 10 between 0.1 and 0.25, where two heads a group do.

@@ -23,10 +23,11 @@ bool worth_converting_in_pass(double key_tiles_per_row);
 //   - `forced`, SJIT_BACKWARD_DQ's value: "atomic" or "pass" forces that way; "" or "auto" does not;
 //     anything else is refused (InvalidArgument), whatever the spec;
 //   - `tuned`, the way a tuning stored for this problem (tuning::tuned_dq_summation);
-//   - the rule measured on the H100.
+//   - the rule measured on the H100; `gathered` says the pattern runs the gathered backward (pattern
+//     blocks of 16 and 32: attention/packed_queries.h), which has a rule of its own.
 DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group,
                                 std::string_view forced, std::optional<DqSummation> asked = std::nullopt,
-                                std::optional<DqSummation> tuned = std::nullopt);
+                                std::optional<DqSummation> tuned = std::nullopt, bool gathered = false);
 
 // SJIT_BACKWARD_DQ's value, or "" when unset.
 std::string_view forced_dq_summation();

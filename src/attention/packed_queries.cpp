@@ -38,6 +38,22 @@ std::string_view forced_query_walk() {
   return env == nullptr ? std::string_view() : std::string_view(env);
 }
 
+// Measured on the H100 (thirty-fourth session, docs/attention-log.md, "Landed: the gathered backward"):
+// backward ms, 128-key CTAs (their default) / gathered, random patterns; the ratio is the 128-key
+// CTAs' scores over the gathered steps'.
+//   d = 128 (B2 H16 S8192), blocks of 16: 0.25 (ratio 3.6) 4.59 / 6.55, 0.1 (5.6) 2.97 / 2.91,
+//     0.05 (6.4) 1.97 / 1.70, 0.02 (6.6) 1.00 / 0.96; blocks of 32: 0.25 (2.7) 3.20 / 3.46,
+//     0.1 (3.4) 1.87 / 1.57, 0.05 (3.6) 1.06 / 0.98, 0.02 (3.5) 0.61 / 0.58;
+//   d = 64 (B4 H32 S4096), blocks of 16: 0.25 4.52 / 3.24, 0.1 3.46 / 1.55, 0.02 1.25 / 0.63; blocks
+//     of 32: 0.25 3.05 / 1.74, 0.1 1.86 / 0.88, 0.02 0.69 / 0.49;
+//   d = 128, 4 query heads a K/V head (the gathered dQ pass): blocks of 16 at 0.25 4.88 / 6.73, 0.1
+//     3.19 / 2.90, 0.02 1.72 / 0.80; blocks of 32 at 0.25 3.23 / 3.22, 0.1 1.88 / 1.38, 0.02 0.65 / 0.45.
+// d = 96 is taken as 128 (not measured).
+double min_walk_over_gathered_scores(int head_dim, int block) {
+  if (head_dim == 64) return block == 16 ? 3.0 : 2.0;
+  return block == 16 ? 5.0 : 3.0;
+}
+
 bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols) {
   const int block = pattern.block_size();
   if (block >= tile_cols || pattern.nnz() == 0) return false;
@@ -46,20 +62,15 @@ bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& patte
   const double contiguous = double(count_active_tiles(key_major, key_rows, tile_cols));
   const double packed = double(count_active_tiles(key_major, key_rows, block)) * block / tile_cols;
   const double walk_scores = std::min(contiguous, packed) * key_rows * tile_cols;
-  // The gathered steps': a key block's query blocks, 64 queries a step (the last one padded), those a
-  // causal mask leaves (the pass drops the blocks before the edge).
+  // The gathered dK/dV pass's: a key block's query blocks, 64 queries a step, the last one padded.
+  // (Neither count cuts at a causal edge: both passes drop the tiles past it.)
   const int blocks_per_step = tile_cols / block;
-  const std::int64_t offset = spec.causal == Causal::bottom_right ? pattern.block_cols() - pattern.block_rows() : 0;
   std::int64_t steps = 0;
   for (int head = 0; head < key_major.heads(); ++head)
-    for (std::int64_t key_block = 0; key_block < key_major.block_rows(); ++key_block) {
-      std::int64_t seen = 0;
-      for (const std::int32_t q_block : key_major.row(head, key_block))
-        seen += spec.causal == Causal::none || key_block <= q_block + offset;
-      steps += (seen + blocks_per_step - 1) / blocks_per_step;
-    }
+    for (std::int64_t key_block = 0; key_block < key_major.block_rows(); ++key_block)
+      steps += (std::int64_t(key_major.row(head, key_block).size()) + blocks_per_step - 1) / blocks_per_step;
   const double gathered_scores = double(steps) * tile_cols * block;
-  return walk_scores >= kMinWalkOverGatheredScores * gathered_scores;
+  return walk_scores >= min_walk_over_gathered_scores(spec.head_dim, block) * gathered_scores;
 }
 
 bool packing_queries_pays(const BlockPattern& pattern, int key_rows, int tile_cols) {

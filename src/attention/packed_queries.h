@@ -36,11 +36,14 @@ QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& patte
 // SJIT_BACKWARD_WALK's value, or "" when unset.
 std::string_view forced_query_walk();
 
-// Whether the gathered-query pass is expected to beat the 128-key CTAs on `pattern`: the scores those
+// Whether the gathered backward is expected to beat the 128-key CTAs on `pattern`: the scores those
 // compute (on the fewer of contiguous and packed tiles) over the gathered steps' scores, at least
-// kMinWalkOverGatheredScores.
+// min_walk_over_gathered_scores.
 bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols);
-constexpr double kMinWalkOverGatheredScores = 2.0;
+// The crossover measured on the H100 (packed_queries.cpp): a gathered score costs more where blocks are
+// narrower (a step reads 64 rows for 16 keys or 32) and less at d = 64, where the 128-key CTAs' dQ
+// pass is slow on small blocks.
+double min_walk_over_gathered_scores(int head_dim, int block);
 
 // Whether a dK/dV pass of `key_rows` keys a CTA and `tile_cols` queries a tile should pack `pattern`'s
 // query blocks (block_size < tile_cols) into its tiles: the tiles packed runs would fill, over the

@@ -22,7 +22,7 @@ std::string_view part_name(BackwardPart part) {
 }  // namespace
 
 std::string key(const BackwardTiling& t) {
-  const std::string path = t.gathered_keys > 0 ? fmt::format(",path=wgmma_gather,keys={}", t.gathered_keys)
+  const std::string path = t.gathered_block > 0 ? fmt::format(",path=wgmma_gather,block={}", t.gathered_block)
                            : t.wgmma            ? ",path=wgmma"
                                                 : "";
   return fmt::format("part={},warps={},cols={},stages={}{}", part_name(t.part), t.warps, t.block_cols, t.stages, path);
@@ -45,12 +45,13 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
     throw InvalidArgument(fmt::format("attention backward: path '{}' is unknown: use mma, wgmma or wgmma_gather", path));
   t.wgmma = path != "mma";
   if (path == "wgmma_gather") {
-    t.gathered_keys = spec::parse_int("keys", spec::take_or(kt, "keys", "0"));
-    if (t.part != BackwardPart::dkdv || t.warps != 4 || t.block_cols != 64 || t.stages != 2 ||
-        (t.gathered_keys != 16 && t.gathered_keys != 32))
-      throw InvalidArgument(fmt::format("attention backward: path=wgmma_gather exists for part=dkdv with warps=4, "
-                                        "cols=64, stages=2 and keys=16 or 32 (one pattern block), not '{}'", text));
-    spec::reject_leftovers(kt, "part, warps, cols, stages, path, keys");
+    t.gathered_block = spec::parse_int("block", spec::take_or(kt, "block", "0"));
+    if ((t.part != BackwardPart::dkdv && t.part != BackwardPart::dq) || t.warps != 4 || t.block_cols != 64 ||
+        t.stages != 2 || (t.gathered_block != 16 && t.gathered_block != 32))
+      throw InvalidArgument(fmt::format("attention backward: path=wgmma_gather exists for part=dkdv and part=dq with "
+                                        "warps=4, cols=64, stages=2 and block=16 or 32 (the pattern's), not '{}'",
+                                        text));
+    spec::reject_leftovers(kt, "part, warps, cols, stages, path, block");
     return t;
   }
   spec::reject_leftovers(kt, "part, warps, cols, stages, path");
@@ -123,16 +124,18 @@ BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart p
   return t;
 }
 
-std::optional<BackwardTiling> gathered_dkdv_tiling(const AttentionSpec& spec) {
+std::optional<BackwardTiling> gathered_backward_tiling(const AttentionSpec& spec, BackwardPart part) {
   const bool small_blocks = spec.sparsity != Sparsity::dense && (spec.block_size == 16 || spec.block_size == 32);
-  if (!small_blocks || (spec.head_dim != 64 && spec.head_dim != 96 && spec.head_dim != 128)) return std::nullopt;
+  const bool gathers = part == BackwardPart::dkdv || part == BackwardPart::dq;
+  if (!gathers || !small_blocks || (spec.head_dim != 64 && spec.head_dim != 96 && spec.head_dim != 128))
+    return std::nullopt;
   BackwardTiling t;
-  t.part = BackwardPart::dkdv;
+  t.part = part;
   t.warps = 4;
   t.block_cols = 64;
   t.stages = 2;
   t.wgmma = true;
-  t.gathered_keys = spec.block_size;
+  t.gathered_block = spec.block_size;
   return t;
 }
 
@@ -155,6 +158,15 @@ int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTil
   if (t.part == BackwardPart::prep || t.part == BackwardPart::dq_convert) return 0;
   const int row_bytes = (spec.head_dim + 8) * 2;
   const int tiles = (2 * t.block_rows() + 2 * t.stages * t.block_cols) * row_bytes;
+  if (t.gathered_block > 0) {
+    // BackwardGatherLayout (dkdv): K and V of the block, two ring slots of 64 rows of Q and dO each (a
+    // step's dQ is staged over its own), the P^T and dS^T tiles, three mbarriers and 1 KB for the walk.
+    // BackwardDqGatherLayout (dq): Q and dO of the block, two ring slots of 64 rows of K and V each, the
+    // dS^T tile, three mbarriers. Plus 1 KB to align the base to a swizzle atom.
+    const int d = wgmma_tile_dim(spec.head_dim), block = t.gathered_block;
+    if (t.part == BackwardPart::dq) return 1024 + 2 * block * d * 2 + 4 * 64 * d * 2 + block * 128 + 8 * 3;
+    return 1024 + 2 * block * d * 2 + 4 * 64 * d * 2 + 2 * block * 128 + 8 * 3 + 1024;
+  }
   if (t.part == BackwardPart::dq && t.wgmma) {
     // BackwardDqSm90Layout: unpadded swizzled Q and dO, the K and V rings, at d = 256 the warpgroups'
     // hand-over of P (fp32) and dS, the rows' lse2 and delta, the mbarriers (Q and dO's, a full one per
@@ -166,14 +178,6 @@ int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTil
            8 * (slot_barriers + 1);
   }
   if (t.part == BackwardPart::dq) return tiles + t.block_rows() * 8;
-  if (t.gathered_keys > 0) {
-    // BackwardGatherLayout: K and V of the block, the Q and dO rings (two slots of 64 rows), the P^T and
-    // dS^T tiles, with atomic dQ a 64 x 64 fp32 dQ tile, three mbarriers and 1 KB for the walk; plus
-    // 1 KB to align the base to a swizzle atom.
-    const int d = wgmma_tile_dim(spec.head_dim), keys = t.gathered_keys;
-    const int dq_tile = atomic_dq(spec) ? 64 * 64 * 4 : 0;
-    return 1024 + 2 * keys * d * 2 + 4 * 64 * d * 2 + 2 * keys * 128 + dq_tile + 8 * 3 + 1024;
-  }
   if (t.wgmma) {
     // BackwardSm90Layout: unpadded swizzled K, V, the Q and dO rings, two dS tiles (at d = 256 instead
     // the warpgroups' hand-over of P^T in fp32 and dS^T), with atomic dQ the
@@ -206,17 +210,17 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
     throw InvalidArgument(fmt::format("attention backward: path=wgmma part=dkdv takes cols=128 only at head_dim 64 "
                                       "without atomic dQ (a deterministic spec), not at head_dim {}{}",
                                       spec.head_dim, atomic_dq(spec) ? " with atomic dQ" : ""));
-  if (t.wgmma && t.gathered_keys == 0 && (t.warps == 4) != (spec.head_dim == 256))
+  if (t.wgmma && t.gathered_block == 0 && (t.warps == 4) != (spec.head_dim == 256))
     throw InvalidArgument(fmt::format("attention backward: path=wgmma takes warps={} at head_dim {}, not {}",
                                       spec.head_dim == 256 ? 4 : 8, spec.head_dim, t.warps));
   const int causal = spec.causal == Causal::none ? 0 : spec.causal == Causal::top_left ? 1 : 2;
-  if (t.gathered_keys > 0 && gathered_dkdv_tiling(spec) != t)
+  if (t.gathered_block > 0 && gathered_backward_tiling(spec, t.part) != t)
     throw InvalidArgument(fmt::format("attention backward: path=wgmma_gather takes pattern blocks of 16 or 32 at "
-                                      "head_dim 64, 96 or 128, keys = the block size ({}), not '{}' for '{}'",
+                                      "head_dim 64, 96 or 128, block = the pattern's ({}), not '{}' for '{}'",
                                       spec.sparsity == Sparsity::dense ? 0 : spec.block_size, key(t), key(spec)));
   const std::string_view header = !t.wgmma                      ? "attention_backward"
+                                  : t.gathered_block > 0       ? "attention_backward_sm90_gather"
                                   : t.part == BackwardPart::dq ? "attention_backward_dq_sm90"
-                                  : t.gathered_keys > 0        ? "attention_backward_sm90_gather"
                                                                : "attention_backward_sm90";
   out.source = fmt::format(
       "// {}\n"
@@ -237,7 +241,7 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
       out.kernel_key, header, cuda_type(spec.dtype), spec.head_dim, t.warps, t.block_cols,
       t.stages, causal, name(spec.causal), sparsity, spec.sparsity == Sparsity::dense ? 1 << 20 : spec.block_size,
       atomic_dq(spec) ? "true" : "false", dkdv_query_runs(spec, t));
-  const std::string_view suffix = t.gathered_keys > 0 ? "_sm90_gather" : t.wgmma ? "_sm90" : "";
+  const std::string_view suffix = t.gathered_block > 0 ? "_sm90_gather" : t.wgmma ? "_sm90" : "";
   out.source_name = fmt::format("attention_backward_{}{}.cu", part_name(t.part), suffix);
   out.name_expression = fmt::format("sjit_kernels::attention_backward_{}{}<Cfg>", part_name(t.part), suffix);
   out.dynamic_shared_bytes = attention_backward_shared_bytes(spec, t);

@@ -47,16 +47,16 @@ struct BackwardTiling {
   int block_cols = 64; // columns a tile holds (queries for dkdv, keys for dq)
   int stages = 2;
   bool wgmma = false;  // dkdv and dq: the Hopper kernels (attention_backward_sm90.cuh, _dq_sm90.cuh), sm_90a
-  // dkdv with path=wgmma_gather (wgmma too): the keys a CTA owns, one pattern block of 16 or 32, whose
-  // query blocks it gathers 64 queries a step with one warpgroup (attention_backward_sm90_gather.cuh;
-  // warps=4, cols=64, stages=2); 0 elsewhere.
-  int gathered_keys = 0;
-  int block_rows() const { return gathered_keys > 0 ? gathered_keys : 16 * warps; }
+  // path=wgmma_gather (wgmma too; warps=4, cols=64, stages=2): the pattern block a CTA owns, 16 or 32
+  // keys (dkdv) or queries (dq), with one warpgroup that gathers the blocks its block sees 64 rows a
+  // step (attention_backward_sm90_gather.cuh); 0 elsewhere.
+  int gathered_block = 0;
+  int block_rows() const { return gathered_block > 0 ? gathered_block : 16 * warps; }
   // The Hopper kernels run two math warpgroups (splitting the rows, or at d = 256 the dims); the dK/dV
   // one a third that issues the copies and adds dQ to the accumulator (attention_backward_sm90.cuh),
   // and the dQ pass one that issues the copies at d = 256 (4 warps of rows: attention_backward_dq_sm90.cuh).
   int threads() const {
-    if (!wgmma || gathered_keys > 0) return 32 * warps;
+    if (!wgmma || gathered_block > 0) return 32 * warps;
     return part == BackwardPart::dkdv || warps == 4 ? 384 : 256;
   }
   friend bool operator==(const BackwardTiling&, const BackwardTiling&) = default;
@@ -75,10 +75,10 @@ int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTil
 // (PackedQueries in attention_backward.cuh), where the schedule lists such runs (a choice made per
 // pattern: attention/packed_queries.h); elsewhere 1.
 int dkdv_query_runs(const AttentionSpec& spec, const BackwardTiling& tiling);
-// The gathered-query dK/dV tiling (path=wgmma_gather) for a spec with pattern blocks of 16 or 32 at
-// head_dim 64, 96 or 128 on sm_90a; nullopt elsewhere. Whether a pattern runs on it is chosen per
-// pattern (attention/packed_queries.h).
-std::optional<BackwardTiling> gathered_dkdv_tiling(const AttentionSpec& spec);
+// The gathered tiling (path=wgmma_gather) of `part` (dkdv or dq) for a spec with pattern blocks of 16 or
+// 32 at head_dim 64, 96 or 128 on sm_90a; nullopt elsewhere. Whether a pattern runs on it is chosen
+// per pattern (attention/packed_queries.h).
+std::optional<BackwardTiling> gathered_backward_tiling(const AttentionSpec& spec, BackwardPart part);
 KernelSource attention_backward_source(const AttentionSpec& spec, const BackwardTiling& tiling);
 
 }  // namespace sjit::codegen

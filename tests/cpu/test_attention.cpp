@@ -723,6 +723,66 @@ TEST_CASE("the backward packs query blocks of random sparse patterns, not of win
   CHECK_FALSE(pays(patterns::random(32, seq, seq, 0.0, 5)));
 }
 
+// The thresholds are the measured crossovers (packed_queries.cpp); each case sits on one side of one
+// (the ratio of the 128-key CTAs' scores to the gathered steps' is in the comment).
+TEST_CASE("the backward gathers the blocks of sparse random patterns of 16 and 32, not of windows or dense-ish ones",
+          "[attention][schedule]") {
+  const std::int64_t seq = 8192;
+  auto pays = [&](int head_dim, const BlockPattern& p) {
+    AttentionSpec spec;
+    spec.head_dim = head_dim;
+    spec.sparsity = Sparsity::block_sparse;
+    spec.block_size = p.block_size();
+    return attention::gathering_queries_pays(spec, p, 128, 64);
+  };
+  // d = 128: blocks of 16 from 0.1 (5.6) down, not at 0.25 (3.6); blocks of 32 from 0.1 (3.4), not at
+  // 0.25 (2.7).
+  CHECK(pays(128, patterns::random(16, seq, seq, 0.1, 7)));
+  CHECK(pays(128, patterns::random(16, seq, seq, 0.02, 7)));
+  CHECK_FALSE(pays(128, patterns::random(16, seq, seq, 0.25, 7)));
+  CHECK(pays(128, patterns::random(32, seq, seq, 0.1, 7)));
+  CHECK(pays(128, patterns::random(32, seq, seq, 0.02, 7)));
+  CHECK_FALSE(pays(128, patterns::random(32, seq, seq, 0.25, 7)));
+  // d = 64, where the 128-key CTAs' dQ pass is slow on small blocks: from 0.25 on, not at 0.5 (2.0, 1.9).
+  CHECK(pays(64, patterns::random(16, seq, seq, 0.25, 7)));
+  CHECK(pays(64, patterns::random(32, seq, seq, 0.25, 7)));
+  CHECK_FALSE(pays(64, patterns::random(16, seq, seq, 0.5, 7)));
+  CHECK_FALSE(pays(64, patterns::random(32, seq, seq, 0.5, 7)));
+  for (const int bs : {16, 32}) {
+    CAPTURE(bs);
+    // A window's blocks fill the 128-key CTAs' tiles (1.2).
+    CHECK_FALSE(pays(64, patterns::sliding_window(bs, seq, seq, 256 / bs, 0)));
+    CHECK_FALSE(pays(64, patterns::random(bs, seq, seq, 0.0, 7)));  // nothing to walk
+  }
+  CHECK_FALSE(pays(64, patterns::random(64, seq, seq, 0.1, 7)));  // blocks as wide as the tiles
+}
+
+TEST_CASE("SJIT_BACKWARD_WALK forces a walk where it exists, and a bad value is refused", "[attention][schedule]") {
+  AttentionSpec spec;
+  spec.head_dim = 128;
+  spec.sparsity = Sparsity::block_sparse;
+  spec.block_size = 16;
+  const BlockPattern sparse = patterns::random(16, 4096, 4096, 0.1, 7);
+  using attention::QueryWalk;
+  auto walk = [&](const BlockPattern& p, bool gathers, std::string_view forced) {
+    return attention::choose_query_walk(spec, p, 128, 64, gathers, forced);
+  };
+  CHECK(walk(sparse, true, "") == QueryWalk::gathered);  // the rule (ratio 5.6)
+  CHECK(walk(sparse, true, "auto") == QueryWalk::gathered);
+  CHECK(walk(sparse, false, "") == QueryWalk::packed);  // no gathered pass: packing's rule
+  CHECK(walk(sparse, true, "tiles") == QueryWalk::tiles);
+  CHECK(walk(sparse, true, "packed") == QueryWalk::packed);
+  CHECK(walk(sparse, false, "gathered") == QueryWalk::packed);  // no gathered pass for the spec
+  const BlockPattern window = patterns::sliding_window(16, 4096, 4096, 16, 0);
+  CHECK(walk(window, true, "") == QueryWalk::tiles);
+  CHECK(walk(window, true, "gathered") == QueryWalk::gathered);
+  const BlockPattern wide = patterns::random(64, 4096, 4096, 0.1, 7);  // nothing narrower than the tiles
+  CHECK(walk(wide, true, "gathered") == QueryWalk::tiles);
+  CHECK_THROWS_WITH(walk(sparse, true, "gather"),
+                    Catch::Matchers::Contains("SJIT_BACKWARD_WALK = 'gather'") &&
+                        Catch::Matchers::Contains("tiles, packed, gathered or auto"));
+}
+
 TEST_CASE("the tile schedule of small hand-made patterns", "[attention][schedule]") {
   SECTION("a 128-block pattern over 64 x 32 tiles: each active block is 2 x 4 whole tiles") {
     // Blocks (0,1) and (1,0) of a 2 x 2 pattern.

@@ -123,3 +123,23 @@ TEST_CASE("a spec that must take the dQ pass takes it whatever is stored, and re
   CHECK_THROWS_WITH(choose_dq_summation(spec_of(256), false, 6, 1, "", DqSummation::atomic),
                     Contains("dq_summation = atomic") && Contains("d=256") && Contains("head_dim"));
 }
+
+// The gathered backward (pattern blocks of 16 and 32) has its own crossover: its dK/dV pass's bulk
+// reductions against the gathered dQ pass, measured with one and four query heads a K/V head.
+TEST_CASE("the gathered backward sums dQ atomically with one query head a K/V head, by its pass with four",
+          "[attention][backward][policy]") {
+  for (const int d : {64, 128}) {
+    CAPTURE(d);
+    // Whatever the tiles a row (the 128-key pass's rule would take the pass below 2.5, and at d = 64).
+    for (const double tiles : {1.0, 6.0, 40.0}) {
+      CHECK(choose_dq_summation(spec_of(d), true, tiles, 1, "", std::nullopt, std::nullopt, true) == DqSummation::atomic);
+      CHECK(choose_dq_summation(spec_of(d), true, tiles, 4, "", std::nullopt, std::nullopt, true) == DqSummation::pass);
+    }
+    // What comes before the rule still decides: asked, a deterministic spec, forced.
+    CHECK(choose_dq_summation(spec_of(d), true, 6, 1, "", DqSummation::pass, std::nullopt, true) == DqSummation::pass);
+    CHECK(choose_dq_summation(spec_of(d, Causal::none, true), true, 6, 1, "", std::nullopt, std::nullopt, true) ==
+          DqSummation::pass);
+    CHECK(choose_dq_summation(spec_of(d), true, 6, 4, "atomic", std::nullopt, std::nullopt, true) == DqSummation::atomic);
+    CHECK(choose_dq_summation(spec_of(d), true, 6, 1, "pass", std::nullopt, std::nullopt, true) == DqSummation::pass);
+  }
+}

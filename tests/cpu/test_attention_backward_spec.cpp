@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <future>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,10 +95,15 @@ TEST_CASE("the backward kernels of both modes compile with NVRTC without spills 
   const CacheSettings saved = cache_settings();
   set_cache_settings({saved.dir, CacheMode::off, saved.max_bytes});
   const std::string spec = "attention:d=64,dtype=f16,causal=tl,sparsity=bsr,block=64,pass=bwd";
+  // And the gathered backward of pattern blocks of 16 (sm_90a), both ways of summing dQ.
+  const std::string small = "attention:d=64,dtype=bf16,causal=br,sparsity=bsr,block=16,pass=bwd";
   const std::vector<std::string> keys = {
       spec + "|part=prep,warps=8,cols=64,stages=2",      spec + "|part=dkdv,warps=8,cols=64,stages=2",
       spec + "|part=dq_convert,warps=8,cols=64,stages=2", spec + ",det=1|part=dkdv,warps=8,cols=64,stages=2",
       spec + ",det=1|part=dq,warps=4,cols=64,stages=2",
+      small + "|part=dkdv,warps=4,cols=64,stages=2,path=wgmma_gather,block=16",
+      small + ",det=1|part=dkdv,warps=4,cols=64,stages=2,path=wgmma_gather,block=16",
+      small + ",det=1|part=dq,warps=4,cols=64,stages=2,path=wgmma_gather,block=16",
   };
   // Two at a time: CI has two cores.
   for (std::size_t first = 0; first < keys.size(); first += 2) {
@@ -346,6 +352,55 @@ TEST_CASE("attention_kernel_keys names the kernels an Attention loads, per arch"
   CHECK_THROWS_WITH(attention_kernel_keys(spec, "sm_90a"), Contains("baked"));
 }
 
+TEST_CASE("the gathered backward's tilings: key text, which specs have them, refusals", "[attention][backward][codegen]") {
+  using codegen::BackwardPart;
+  AttentionSpec spec = backward_spec(128, false);
+  spec.sparsity = Sparsity::block_sparse;
+  for (const int block : {16, 32})
+    for (const BackwardPart part : {BackwardPart::dkdv, BackwardPart::dq}) {
+      spec.block_size = block;
+      const std::optional<codegen::BackwardTiling> t = codegen::gathered_backward_tiling(spec, part);
+      REQUIRE(t.has_value());
+      const std::string text = codegen::key(*t);
+      CAPTURE(text);
+      CHECK(text == fmt::format("part={},warps=4,cols=64,stages=2,path=wgmma_gather,block={}",
+                                part == BackwardPart::dq ? "dq" : "dkdv", block));
+      CHECK(codegen::parse_backward_tiling(text) == *t);
+      CHECK(t->block_rows() == block);  // a pattern block a CTA
+      CHECK(t->threads() == 128);       // one warpgroup
+      const codegen::KernelSource source = codegen::attention_backward_source(spec, *t);
+      CHECK_THAT(source.source, Contains("attention_backward_sm90_gather.cuh"));
+      CHECK(source.name_expression == fmt::format("sjit_kernels::attention_backward_{}_sm90_gather<Cfg>",
+                                                  part == BackwardPart::dq ? "dq" : "dkdv"));
+      CHECK(source.dynamic_shared_bytes <= 232448);
+      // The spec's blocks must be the tiling's.
+      AttentionSpec other = spec;
+      other.block_size = block == 16 ? 32 : 16;
+      CHECK_THROWS_WITH(codegen::attention_backward_source(other, *t),
+                        Contains("block = the pattern's") && Contains(text));
+    }
+  // Only blocks of 16 and 32 at d = 64, 96 and 128, and only the two passes.
+  spec.block_size = 64;
+  CHECK_FALSE(codegen::gathered_backward_tiling(spec, BackwardPart::dkdv));
+  spec.block_size = 16;
+  CHECK_FALSE(codegen::gathered_backward_tiling(spec, BackwardPart::prep));
+  CHECK_FALSE(codegen::gathered_backward_tiling(backward_spec(128, false), BackwardPart::dkdv));  // dense
+  AttentionSpec wide = spec;
+  wide.head_dim = 256;
+  CHECK_FALSE(codegen::gathered_backward_tiling(wide, BackwardPart::dq));
+  // The key text's refusals name what exists.
+  for (const char* bad : {"part=prep,warps=4,cols=64,stages=2,path=wgmma_gather,block=16",
+                          "part=dkdv,warps=8,cols=64,stages=2,path=wgmma_gather,block=16",
+                          "part=dkdv,warps=4,cols=64,stages=2,path=wgmma_gather,block=64",
+                          "part=dq,warps=4,cols=64,stages=2,path=wgmma_gather"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH(codegen::parse_backward_tiling(bad),
+                      Contains("path=wgmma_gather exists for part=dkdv and part=dq") && Contains(bad));
+  }
+  CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dq,warps=4,cols=64,stages=2,path=gather"),
+                    Contains("'gather'") && Contains("mma, wgmma or wgmma_gather"));
+}
+
 TEST_CASE("attention_kernel_keys adds the wide and gathered tilings of small pattern blocks on sm_90a",
           "[attention][spec]") {
   AttentionSpec spec;
@@ -355,17 +410,23 @@ TEST_CASE("attention_kernel_keys adds the wide and gathered tilings of small pat
     spec.block_size = bs;
     CAPTURE(bs);
     const std::vector<std::string> hopper = attention_kernel_keys(spec, "sm_90a");
-    // The forward, the backward's three, its deterministic twin's, the wide forward, and the
-    // gathered-key forwards: with blocks of 16 for 1, 2 and 4 query heads a CTA, of 32 for 2.
-    REQUIRE(hopper.size() == (bs == 16 ? 11u : 9u));
+    // The forward; the backward's three and its gathered dK/dV pass; its deterministic twin's three, and
+    // its gathered dK/dV and dQ passes; the wide forward, and the gathered-key forwards: with blocks of
+    // 16 for 1, 2 and 4 query heads a CTA, of 32 for 2.
+    REQUIRE(hopper.size() == (bs == 16 ? 14u : 12u));
     const std::string fwd = fmt::format("attention:d=128,dtype=bf16,causal=none,sparsity=bsr,block={},pass=fwd|", bs);
+    const std::string bwd = fmt::format("attention:d=128,dtype=bf16,causal=none,sparsity=bsr,block={},pass=bwd", bs);
+    const std::string gathered = fmt::format("warps=4,cols=64,stages=2,path=wgmma_gather,block={}", bs);
     CHECK(hopper[0] == fwd + fmt::format("warps=4,mt=1,bn={},stages=2,qreg=0,path=wgmma", bs));
-    CHECK(hopper[7] == fwd + "warps=8,mt=1,bn=128,stages=2,qreg=0,path=wgmma_ws");
+    CHECK(hopper[4] == bwd + "|part=dkdv," + gathered);
+    CHECK(hopper[8] == bwd + ",det=1|part=dkdv," + gathered);
+    CHECK(hopper[9] == bwd + ",det=1|part=dq," + gathered);
+    CHECK(hopper[10] == fwd + "warps=8,mt=1,bn=128,stages=2,qreg=0,path=wgmma_ws");
     if (bs == 16) {
-      CHECK(hopper[8] == fwd + "warps=4,mt=1,bn=16,stages=2,qreg=0,path=wgmma_gather");
-      CHECK(hopper[10] == fwd + "warps=4,mt=4,bn=16,stages=2,qreg=0,path=wgmma_gather");
+      CHECK(hopper[11] == fwd + "warps=4,mt=1,bn=16,stages=2,qreg=0,path=wgmma_gather");
+      CHECK(hopper[13] == fwd + "warps=4,mt=4,bn=16,stages=2,qreg=0,path=wgmma_gather");
     } else {
-      CHECK(hopper[8] == fwd + "warps=4,mt=2,bn=32,stages=2,qreg=0,path=wgmma_gather");
+      CHECK(hopper[11] == fwd + "warps=4,mt=2,bn=32,stages=2,qreg=0,path=wgmma_gather");
     }
     CHECK(attention_kernel_keys(spec, "sm_80").size() == 4);  // no wgmma kernels there
   }

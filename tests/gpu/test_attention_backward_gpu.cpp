@@ -319,13 +319,13 @@ TEST_CASE("the dK/dV pass packs narrow query blocks into its tiles and gives the
   }
 }
 
-// Pattern blocks of 16 and 32 on the gathered-query dK/dV pass (forced: SJIT_BACKWARD_WALK): a CTA a
-// key block, its query blocks gathered 4 or 2 a step from every query head of the K/V group, a walk's
-// last step padded with blocks that must add nothing. Both ways of summing dQ (the pass's own bulk
-// reductions, and the dQ pass), every head dim it takes, both dtypes, every causal mode with Sq < Sk
-// and Sq > Sk (rows on their own causal edge, key blocks no query sees), lengths that cut the last
-// block short, a pattern per head, densities from full to empty.
-TEST_CASE("the gathered-query dK/dV pass gives the reference's gradients", "[gpu][attention][backward]") {
+// Pattern blocks of 16 and 32 on the gathered backward (forced: SJIT_BACKWARD_WALK): the dK/dV pass a
+// CTA a key block, its query blocks gathered 4 or 2 a step from every query head of the K/V group, a
+// walk's last step padded with blocks that must add nothing; dQ summed by its bulk reductions, or by
+// the gathered dQ pass (a CTA a query block, its key blocks 64 keys a step). Every head dim they take,
+// both dtypes, every causal mode with Sq < Sk and Sq > Sk (rows on their own causal edge, key blocks no
+// query sees), lengths that cut the last block short, a pattern per head, densities from full to empty.
+TEST_CASE("the gathered backward gives the reference's gradients", "[gpu][attention][backward]") {
   const DeviceInfo device = current_device();
   if (device.cc_major != 9 || device.cc_minor != 0) {
     WARN("the gathered-query pass runs on compute capability 9.0 only, not on " << device.name);
@@ -346,7 +346,9 @@ TEST_CASE("the gathered-query dK/dV pass gives the reference's gradients", "[gpu
                   seq_q, seq_k, density};
         c.per_head_pattern = variant % 2 == 0;
         c.spec.deterministic = variant % 5 == 0;
-        INFO(c.name());
+        // Each way of summing dQ (a deterministic spec takes the pass whatever is forced).
+        const DqMethodOverride dq_way(variant % 2 ? "atomic" : "pass");
+        INFO(c.name() << (variant % 2 ? ", atomic dQ" : ", the dQ pass"));
         const Inputs in = random_inputs(c, rng);
         const BlockPattern pattern =
             patterns::random(bs, seq_q, seq_k, density, rng(), c.per_head_pattern ? int(c.heads_q) : 1);
@@ -355,7 +357,7 @@ TEST_CASE("the gathered-query dK/dV pass gives the reference's gradients", "[gpu
         // A full pattern runs the dense kernels; any other, the gathered pass.
         if (pattern.nnz() < pattern.heads() * pattern.block_rows() * pattern.block_cols())
           REQUIRE_THAT(AttentionInternals::backward_dkdv_tiling(attention, run.backward_args()),
-                       Catch::Contains(fmt::format("path=wgmma_gather,keys={}", bs)));
+                       Catch::Contains(fmt::format("path=wgmma_gather,block={}", bs)));
         run.forward(attention);
         run.backward(attention);
         synchronize();

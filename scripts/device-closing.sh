@@ -26,17 +26,26 @@ timeout 120 ./build-gpu/sjit bench attention --iters 10 --density 1,0.5,0.25,0.1
   # Pattern blocks of 32 and 16: each pattern on the narrow or the wide tiles (the config column says
   # which), random blocks and a sliding window of 16 blocks.
   timeout 90 ./build-gpu/sjit bench attention --iters 10 --block 32 --density 0.5,0.25,0.1,0.02 --backward
-  timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --density 0.5,0.25,0.1,0.05,0.02
+  timeout 90 ./build-gpu/sjit bench attention --iters 10 --block 16 --density 0.5,0.25,0.1,0.05,0.02 --backward
   # Blocks of 16: sparse random patterns on the gathered-key kernel (chosen above) against the narrow
   # tiles (forced), and at d = 64.
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --density 0.1,0.05,0.02 --config warps=4,mt=1,bn=16,stages=2,qreg=0,path=wgmma
-  timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --d 64 --batch 4 --heads 32 --seq 4096 --density 0.1,0.02
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --d 64 --batch 4 --heads 32 --seq 4096 --density 0.25,0.1,0.02 --backward
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 32 --d 64 --batch 4 --heads 32 --seq 4096 --density 0.25,0.1,0.02 --backward
+  # The gathered backward (chosen above for sparse random blocks of 16 and 32) against the 128-key
+  # CTAs' walk (forced), at d = 128 and 64.
+  SJIT_BACKWARD_WALK=packed timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --density 0.1,0.05 --backward
+  SJIT_BACKWARD_WALK=packed timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 32 --density 0.1,0.05 --backward
+  SJIT_BACKWARD_WALK=packed timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --d 64 --batch 4 --heads 32 --seq 4096 --density 0.25,0.1 --backward
+  SJIT_BACKWARD_WALK=packed timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 32 --d 64 --batch 4 --heads 32 --seq 4096 --density 0.25,0.1 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --window 8,7 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --window 8,7 --config warps=4,mt=1,bn=16,stages=2,qreg=0,path=wgmma
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 32 --window 4,3 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 32 --window 4,3 --config warps=4,mt=1,bn=32,stages=2,qreg=0,path=wgmma
   # GQA, 4 query heads a K/V head: the backward chooses the dQ pass below 20 key tiles a query row.
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --heads-kv 4 --density 1,0.25,0.1 --backward
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --heads-kv 4 --block 16 --density 0.25,0.1,0.02 --backward
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --heads-kv 4 --block 32 --density 0.25,0.1,0.02 --backward
   # A training step captured into a CUDA graph, timed alternately with the same calls made directly.
   timeout 90 ./build-gpu/sjit bench attention --iters 10 --backward --graph --density 1,0.1,0.02
   # d = 256 (the one-item wgmma forward; the Hopper backward with its warpgroups on half the dims

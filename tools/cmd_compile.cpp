@@ -26,11 +26,13 @@ void print_list() {
   fmt::print("  sparsity  dense | bsr (pattern at launch) | baked (needs the pattern: C++ API only)\n");
   fmt::print("  block     16 | 32 | 64 | 128 (pattern block size, bsr and baked)\n");
   fmt::print("  pass      fwd | bwd (bwd keys name a part: '...,pass=bwd|part=prep|dkdv|dq|dq_convert,warps=8,cols=64,\n"
-             "            stages=2[,path=wgmma]')\n");
+             "            stages=2[,path=wgmma]'; blocks of 16 and 32 also 'part=dkdv|dq,warps=4,cols=64,stages=2,\n"
+             "            path=wgmma_gather,block=B')\n");
   fmt::print("  det       1: deterministic backward (a dQ pass of its own); default: dQ summed atomically\n"
              "            or by a pass, whichever is faster for the call\n");
-  fmt::print("  config    --config warps=4|8,mt=1|2,bn=16|32|64|128,stages=2|3,qreg=0|1[,path=mma|wgmma|wgmma_ws]\n");
-  fmt::print("            (path=wgmma, wgmma_ws: Hopper, --arch sm_90a; mt=1, bn 64|128, qreg=0; stages=4 on wgmma_ws)\n");
+  fmt::print("  config    --config warps=4|8,mt=1|2|4,bn=16|32|64|128,stages=2|3,qreg=0|1[,path=mma|wgmma|wgmma_ws|wgmma_gather]\n");
+  fmt::print("            (path=wgmma, wgmma_ws, wgmma_gather: Hopper, --arch sm_90a; wgmma_ws: mt=1, bn 64|128, qreg=0,\n"
+             "            stages=4; wgmma_gather: blocks of 16 and 32, warps=4, bn = the block, mt heads a CTA)\n");
   fmt::print("  example   sjit compile attention:d=128,dtype=bf16,causal=tl,sparsity=bsr,block=128\n");
   fmt::print("            sjit compile 'attention:d=128,pass=bwd|part=dkdv,warps=8,cols=64,stages=2,path=wgmma' --arch sm_90a\n");
   fmt::print("\nop e23: the E23 dual-memory Elman cell, a whole sequence a launch (docs/e23.md)\n");

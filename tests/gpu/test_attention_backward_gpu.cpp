@@ -365,6 +365,38 @@ TEST_CASE("the gathered backward gives the reference's gradients", "[gpu][attent
       }
 }
 
+// Unforced, the backward takes the gathered passes for sparse random blocks of 16 and 32 and keeps the
+// 128-key CTAs for a sliding window (attention/packed_queries.h), one Attention meeting both.
+TEST_CASE("sparse random blocks of 16 and 32 take the gathered backward, windows the 128-key one",
+          "[gpu][attention][backward]") {
+  const DeviceInfo device = current_device();
+  if (device.cc_major != 9 || device.cc_minor != 0) {
+    WARN("the gathered backward runs on compute capability 9.0 only, not on " << device.name);
+    return;
+  }
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (const int bs : {16, 32}) {
+    const Problem c{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, bs), 1, 2, 1, 2048, 2048, 0.1};
+    INFO(c.name());
+    const Inputs in = random_inputs(c, rng);
+    Attention attention(c.spec);
+    const BlockPattern random = patterns::random(bs, c.seq_q, c.seq_k, 0.05, rng());
+    const BlockPattern window = patterns::sliding_window(bs, c.seq_q, c.seq_k, 256 / bs, 0);
+    for (const BlockPattern* pattern : {&random, &window}) {
+      GpuRun run(c, in, pattern);
+      const std::string tiling = AttentionInternals::backward_dkdv_tiling(attention, run.backward_args());
+      CAPTURE(tiling);
+      CHECK((tiling.find("path=wgmma_gather") != std::string::npos) == (pattern == &random));
+      run.forward(attention);
+      run.backward(attention);
+      synchronize();
+      expect_gradients_close(c, run.gradients(), run_reference(c, in, pattern));
+    }
+  }
+}
+
 TEST_CASE("with no active block every gradient is exactly 0 and nothing is NaN", "[gpu][attention][backward]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);

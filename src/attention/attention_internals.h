@@ -11,8 +11,8 @@ struct AttentionInternals {
   // The mean number of active key tiles (of the dK/dV pass's tiling) a query row of args sees: what
   // the backward chooses its way of summing dQ by. Checks args as backward does; launches nothing.
   static double backward_key_tiles_per_row(Attention& attention, const AttentionBackwardArgs& args);
-  // The tiling key of the dK/dV pass the backward of args runs (e.g. ",path=wgmma_gather,keys=16" where
-  // the gathered-query pass takes the pattern). Checks args as backward does; launches nothing.
+  // The tiling key of the dK/dV pass the backward of args runs (",path=wgmma_gather,block=16" at its end where
+  // the gathered backward takes the pattern). Checks args as backward does; launches nothing.
   static std::string backward_dkdv_tiling(Attention& attention, const AttentionBackwardArgs& args);
 };
 

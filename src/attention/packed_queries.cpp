@@ -10,15 +10,6 @@
 
 namespace sjit::attention {
 
-std::string_view name(QueryWalk walk) {
-  switch (walk) {
-    case QueryWalk::tiles: return "tiles";
-    case QueryWalk::packed: return "packed";
-    case QueryWalk::gathered: return "gathered";
-  }
-  return "?";
-}
-
 QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols,
                             bool gathers, std::string_view forced) {
   const bool narrow = pattern.block_size() < tile_cols;

@@ -23,7 +23,6 @@ namespace sjit::attention {
 // How the Hopper dK/dV pass walks a pattern's query blocks of 16 or 32: contiguous tiles, packed tiles
 // (both 128 keys a CTA), or gathered (a key block a CTA).
 enum class QueryWalk { tiles, packed, gathered };
-std::string_view name(QueryWalk walk);
 
 // The walk for `pattern` on a 128-key pass of `key_rows` keys and `tile_cols` queries a tile, where the
 // spec has a gathered-query pass (`gathers`). The first that applies decides:

@@ -23,10 +23,11 @@
 // keys), so the pass is bound by the L2's bandwidth, as the gathered-key forward is
 // (docs/attention.md, "Small pattern blocks in the backward: the gathered-query pass").
 //
-// One warpgroup a CTA; thread 0 issues every copy and reduction. Q and dO have two ring slots, each
-// with one barrier for both: step j + 2 loads into step j's slot once every warp's products of step j
-// are done. K and V stay for the whole walk. Rows: the accumulator layout (wgmma.cuh) gives warp w the
-// queries 16w .. 16w + 15 of a step, all in one query block, and each thread rows g and g + 8 of them.
+// One warpgroup a CTA; thread 0 issues every copy and reduction. A ring slot holds a step's Q and dO
+// (one barrier for both), then its fp32 dQ once every warp's products are done with them; step j + 1
+// loads into step j - 1's slot at the top of step j, once that step's reductions have read it. K and V
+// stay for the whole walk. Rows: the accumulator layout (wgmma.cuh) gives warp w the queries
+// 16w .. 16w + 15 of a step, all in one query block, and each thread rows g and g + 8 of them.
 #pragma once
 
 #include "sparsejit/attention_backward.cuh"
@@ -35,22 +36,33 @@
 
 namespace sjit_kernels {
 
+// What the layouts of both passes share: a CTA owns one pattern block of 16 or 32 rows (keys or
+// queries) and walks the other side's blocks 64 rows a step with one warpgroup.
 template <class Cfg>
-struct BackwardGatherLayout {
+struct BackwardGatherShape {
   using Tr = BackwardTraits<Cfg>;
-  static constexpr int block = Cfg::pattern_block;  // the CTA's keys, and each run's queries
+  static constexpr int block = Cfg::pattern_block;
   static_assert(Cfg::sparsity != kDense && (block == 16 || block == 32),
-                "path=wgmma_gather (dK/dV): one pattern block of 16 or 32 keys a CTA");
+                "path=wgmma_gather: one pattern block of 16 or 32 a CTA");
   static_assert(Cfg::warps == 4 && Cfg::block_cols == 64 && Cfg::stages == 2,
-                "path=wgmma_gather (dK/dV): one warpgroup, 64 queries a step, two ring slots");
-  static constexpr int step_queries = 64;  // the rows of a wgmma product
-  static constexpr int runs = step_queries / block;
-  static_assert(Cfg::query_runs == runs, "path=wgmma_gather (dK/dV): a query block a run");
+                "path=wgmma_gather: one warpgroup, 64 rows a step, two ring slots");
+  static constexpr int step_rows = 64;  // the rows of a wgmma product
+  static constexpr int blocks_per_step = step_rows / block;
   static constexpr int tile_dim = swizzled_tile_cols(Tr::head_dim);
-  static constexpr int dim_blocks = tile_dim / 64;  // dV^T's and dK^T's 64-row products, dQ's 64-dim ones
-  static constexpr int kv_bytes = block * tile_dim * 2;
-  static constexpr int step_bytes = step_queries * tile_dim * 2;  // a step's Q, or its dO
-  static constexpr int slot_bytes = 2 * step_bytes;               // a ring slot: Q, then dO
+  static constexpr int dim_blocks = tile_dim / 64;  // 64-row products over the head dims
+  static constexpr int block_bytes = block * tile_dim * 2;  // the CTA's block of one tensor
+  static constexpr int step_bytes = step_rows * tile_dim * 2;  // a step's rows of one tensor
+};
+
+template <class Cfg>
+struct BackwardGatherLayout : BackwardGatherShape<Cfg> {
+  using Base = BackwardGatherShape<Cfg>;
+  using Base::block, Base::tile_dim, Base::step_bytes;
+  using Tr = BackwardTraits<Cfg>;
+  static constexpr int step_queries = Base::step_rows, runs = Base::blocks_per_step;
+  static_assert(Cfg::query_runs == runs, "path=wgmma_gather (dK/dV): a query block a run");
+  static constexpr int kv_bytes = Base::block_bytes;
+  static constexpr int slot_bytes = 2 * step_bytes;  // a ring slot: a step's Q, then its dO
   static constexpr int transposed_bytes = block * 128;            // P^T or dS^T: a row of 64 queries a key
   // A step's fp32 dQ (atomic dQ), staged over its own slot once the products are done with it: boxes of
   // 32 columns x 64 rows (128-byte swizzled rows), one after the other.
@@ -69,10 +81,8 @@ struct BackwardGatherLayout {
   static_assert(sizeof(QueryTileWalk<Cfg, step_queries>) <= 1024, "codegen's attention_backward_shared_bytes allows 1 KB for the walk");
   // dK and dV are staged over the first slot once the walk is done.
   static_assert(kv_bytes <= step_bytes, "the output staging tiles fit a slot's Q and dO");
-  // CTAs an SM as shared memory allows (228 KB, 1 KB reserved a CTA, 1 KB for alignment), at most 4:
-  // one CTA's element-wise steps and barriers then run under another's products.
-  static constexpr int fit = 228 * 1024 / (used_bytes + 2048);
-  static constexpr int ctas_per_sm = fit > 4 ? 4 : fit < 1 ? 1 : fit;
+  // At most 4: one CTA's element-wise steps and barriers then run under another's products.
+  static constexpr int ctas_per_sm = ctas_per_sm_by_shared(used_bytes, 4);
 };
 
 // Rows row0 .. row0 + ROWS - 1 (those before `rows_total`) of a [rows, HEAD_DIM] matrix at `out` from a
@@ -203,18 +213,10 @@ __global__ void __launch_bounds__(128, BackwardGatherLayout<Cfg>::ctas_per_sm)
     const int q0 = warp_rows(t).q0;  // this warp's first query
     const bool whole = !padding && own.key0 + N <= p.seq_k &&
                        (Cfg::causal == kNotCausal || own.key0 + N - 1 <= q0 + causal_offset);
-    if (!whole) {
-#pragma unroll
-      for (int c = 0; c < N / 8; ++c)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = own.key0 + 8 * c + 2 * (lane % 4) + e % 2;
-          const int query = q0 + lane / 4 + 8 * (e / 2);
-          bool allowed = !padding && key < p.seq_k;
-          if constexpr (Cfg::causal != kNotCausal) allowed = allowed && key <= query + causal_offset;
-          if (!allowed) s[c][e] = -infinity();
-        }
-    }
+    if (!whole)
+      mask_gathered_scores<Cfg::causal>(
+          s, padding, p.seq_q, p.seq_k, [&](int c, int e) { return own.key0 + 8 * c + 2 * (lane % 4) + e % 2; },
+          [&](int, int e) { return q0 + lane / 4 + 8 * (e / 2); });
 #pragma unroll
     for (int c = 0; c < N / 8; ++c)
 #pragma unroll
@@ -336,25 +338,16 @@ __global__ void __launch_bounds__(128, BackwardGatherLayout<Cfg>::ctas_per_sm)
 // warp's products of step j are done. Rows: warp w holds keys 16w .. 16w + 15 of a step, all in one key
 // block, and each thread columns 8c + 2t, 8c + 2t + 1 of every 8-column chunk c.
 template <class Cfg>
-struct BackwardDqGatherLayout {
-  using Tr = BackwardTraits<Cfg>;
-  static constexpr int block = Cfg::pattern_block;  // the CTA's queries, and each gathered block's keys
-  static_assert(Cfg::sparsity != kDense && (block == 16 || block == 32),
-                "path=wgmma_gather (dQ): one pattern block of 16 or 32 queries a CTA");
-  static_assert(Cfg::warps == 4 && Cfg::block_cols == 64 && Cfg::stages == 2,
-                "path=wgmma_gather (dQ): one warpgroup, 64 keys a step, two ring slots");
-  static constexpr int step_keys = 64, blocks_per_step = step_keys / block;
-  static constexpr int tile_dim = swizzled_tile_cols(Tr::head_dim);
-  static constexpr int dim_blocks = tile_dim / 64;
-  static constexpr int own_bytes = block * tile_dim * 2;     // the block's Q, or its dO
-  static constexpr int step_bytes = step_keys * tile_dim * 2;  // a step's K, or its V
-  static constexpr int q_tile = 0, do_tile = own_bytes, ring = 2 * own_bytes;  // a slot: K, then V
-  static constexpr int ds_tile = ring + 4 * step_bytes;      // dS^T: a row of 64 keys a query
+struct BackwardDqGatherLayout : BackwardGatherShape<Cfg> {
+  using Base = BackwardGatherShape<Cfg>;
+  using Base::block, Base::step_bytes;
+  static constexpr int step_keys = Base::step_rows;
+  static constexpr int q_tile = 0, do_tile = Base::block_bytes, ring = 2 * Base::block_bytes;  // a slot: K, then V
+  static constexpr int ds_tile = ring + 4 * step_bytes;  // dS^T: a row of 64 keys a query
   static constexpr int barriers = ds_tile + block * 128;
   static constexpr int own_full = 0, slot_full = 1;
   static constexpr int used_bytes = barriers + 8 * 3;
-  static constexpr int fit = 228 * 1024 / (used_bytes + 2048);
-  static constexpr int ctas_per_sm = fit > 4 ? 4 : fit < 1 ? 1 : fit;
+  static constexpr int ctas_per_sm = ctas_per_sm_by_shared(used_bytes, 4);
 };
 
 template <class Cfg>
@@ -392,7 +385,7 @@ __global__ void __launch_bounds__(128, BackwardDqGatherLayout<Cfg>::ctas_per_sm)
   if (threadIdx.x == 0) {
     init_copy_barriers(barrier(0), 3);
     if (steps > 0) {
-      mbarrier_expect_bytes(barrier(L::own_full), 2 * L::own_bytes);
+      mbarrier_expect_bytes(barrier(L::own_full), 2 * L::block_bytes);
       tma_load_tile<D, N>(base + L::q_tile, maps.q, barrier(L::own_full), w.batch, w.head_q, w.q0);
       tma_load_tile<D, N>(base + L::do_tile, maps.d_o, barrier(L::own_full), w.batch, w.head_q, w.q0);
       for (int j = 0; j < 2 && j < steps; ++j) load_step(j);
@@ -431,18 +424,10 @@ __global__ void __launch_bounds__(128, BackwardDqGatherLayout<Cfg>::ctas_per_sm)
     const bool padding = position >= w.count;
     const bool whole = !padding && first_key + 16 <= p.seq_k &&
                        (Cfg::causal == kNotCausal || first_key + 15 <= w.q0 + causal_offset);
-    if (!whole) {
-#pragma unroll
-      for (int c = 0; c < N / 8; ++c)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = first_key + lane / 4 + 8 * (e / 2);
-          const int query = w.q0 + 8 * c + 2 * (lane % 4) + e % 2;
-          bool allowed = !padding && key < p.seq_k;
-          if constexpr (Cfg::causal != kNotCausal) allowed = allowed && key <= query + causal_offset;
-          if (!allowed) s[c][e] = -infinity();
-        }
-    }
+    if (!whole)
+      mask_gathered_scores<Cfg::causal>(
+          s, padding, p.seq_q, p.seq_k, [&](int, int e) { return first_key + lane / 4 + 8 * (e / 2); },
+          [&](int c, int e) { return w.q0 + 8 * c + 2 * (lane % 4) + e % 2; });
 #pragma unroll
     for (int c = 0; c < N / 8; ++c)
 #pragma unroll

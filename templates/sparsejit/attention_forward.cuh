@@ -610,4 +610,23 @@ __global__ void __launch_bounds__(AttentionForwardTraits<Cfg>::threads)
                    p.seq_q);
 }
 
+// The gathered kernels' masks (path=wgmma_gather): each score of a warpgroup's accumulator tile to
+// -inf where its key is padding (a step's positions past the walk's last block), lies past Sk, or
+// (causal) comes after its query. key_of(c, e) and query_of(c, e) name element e of chunk c's key and
+// query: the kernels lay keys and queries out as rows or columns.
+template <int CAUSAL, int CHUNKS, class KeyOf, class QueryOf>
+__device__ __forceinline__ void mask_gathered_scores(float (&s)[CHUNKS][4], bool padding, int seq_q, int seq_k,
+                                                     KeyOf key_of, QueryOf query_of) {
+  const int causal_offset = CAUSAL == kCausalBottomRight ? seq_k - seq_q : 0;
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = key_of(c, e);
+      bool allowed = !padding && key < seq_k;
+      if constexpr (CAUSAL != kNotCausal) allowed = allowed && key <= query_of(c, e) + causal_offset;
+      if (!allowed) s[c][e] = -infinity();
+    }
+}
+
 }  // namespace sjit_kernels

@@ -60,10 +60,9 @@ struct GatherLayout {
   static constexpr int barriers = exchange + 2 * 4 * queries * 4;
   static constexpr int q_full = 0, k_full = 1, v_full = 3;
   static constexpr int used_bytes = barriers + 8 * 5;
-  // CTAs an SM as shared memory allows (228 KB, 1 KB reserved a CTA, 1 KB for alignment), at most 4:
-  // one CTA's softmax and copies then run under another's products.
-  static constexpr int fit = 228 * 1024 / (used_bytes + 2048);
-  static constexpr int ctas_per_sm = fit > 4 ? 4 : fit < 1 ? 1 : fit;
+  // CTAs an SM as shared memory allows, at most 4: one CTA's softmax and copies then run under
+  // another's products.
+  static constexpr int ctas_per_sm = ctas_per_sm_by_shared(used_bytes, 4);
 };
 
 // A column's value over the warp's 16 keys, from each thread's value over its two: lanes 4, 8 and 16
@@ -187,18 +186,10 @@ __global__ void __launch_bounds__(128, GatherLayout<Cfg>::ctas_per_sm)
     const bool padding = position >= count;
     const bool whole = !padding && first_key + 16 <= p.seq_k &&
                        (Cfg::causal == kNotCausal || first_key + 15 <= q_row0 + causal_offset);
-    if (!whole) {
-#pragma unroll
-      for (int c = 0; c < chunks; ++c)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = first_key + lane / 4 + 8 * (e / 2);
-          const int query = q_row0 + (8 * c + 2 * (lane % 4) + e % 2) % L::block;
-          bool allowed = !padding && key < p.seq_k;
-          if constexpr (Cfg::causal != kNotCausal) allowed = allowed && key <= query + causal_offset;
-          if (!allowed) s[c][e] = -infinity();
-        }
-    }
+    if (!whole)
+      mask_gathered_scores<Cfg::causal>(
+          s, padding, p.seq_q, p.seq_k, [&](int, int e) { return first_key + lane / 4 + 8 * (e / 2); },
+          [&](int c, int e) { return q_row0 + (8 * c + 2 * (lane % 4) + e % 2) % L::block; });
 
     // Each query's maximum over the tile: the thread's two keys, the warp's 16 (lanes 4 apart), then
     // the four warps' through shared memory.

@@ -118,6 +118,13 @@ __device__ __forceinline__ unsigned dynamic_shared_bytes() {
   asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(bytes));
   return bytes;
 }
+// CTAs of a layout of `used_bytes` that an SM's shared memory holds (228 KB; each CTA also 1 KB
+// reserved and 1 KB for alignment), between 1 and `most`: for __launch_bounds__, so that ptxas keeps
+// the registers of that many CTAs.
+constexpr int ctas_per_sm_by_shared(int used_bytes, int most) {
+  const int fit = 228 * 1024 / (used_bytes + 2048);
+  return fit > most ? most : fit < 1 ? 1 : fit;
+}
 // The dynamic shared memory `raw` from its first 1024-byte boundary, where swizzle atoms must start
 // (the launch asks for 1 KB more than a layout's `used_bytes`). No launch may give less than the
 // layout: the host's figure (codegen) is written apart from it, so a mismatch traps here.

@@ -288,6 +288,22 @@ TEST_CASE("block-sparse attention gradients match the reference for every block 
   check_problem({spec_of(64, DType::bf16, Causal::top_left, Sparsity::baked, 32), 1, 2, 2, 300, 300, 0.4}, rng);
 }
 
+// A problem of the small-block tests: with the variant, the head dim cycles through 64, 128 and 96, the
+// dtype and a pattern per head alternate, Sq < Sk and Sq > Sk alternate (each block on its own causal
+// edge with bottom-right causality), and every fifth is deterministic; B2, eight query heads over two
+// K/V heads.
+namespace {
+Problem small_block_problem(int variant, int bs, double density, Causal causal) {
+  const int d = variant % 3 == 0 ? 64 : variant % 3 == 1 ? 128 : 96;
+  const std::int64_t seq_q = variant % 2 ? 700 : 333, seq_k = variant % 2 ? 301 : 650;
+  Problem c{spec_of(d, variant % 4 ? DType::bf16 : DType::f16, causal, Sparsity::block_sparse, bs), 2, 8, 2,
+            seq_q, seq_k, density};
+  c.per_head_pattern = variant % 2 == 0;
+  c.spec.deterministic = variant % 5 == 0;
+  return c;
+}
+}  // namespace
+
 // Pattern blocks of 16 and 32 on Hopper: each 64-query tile of the dK/dV pass is packed from 4 or 2
 // active query blocks wherever they lie (PackedQueries), from several query heads of a K/V head's
 // group, with a walk's last tile padded by blocks that must add nothing. Sparse patterns make short
@@ -302,14 +318,7 @@ TEST_CASE("the dK/dV pass packs narrow query blocks into its tiles and gives the
   for (const int bs : {16, 32})
     for (const double density : {0.5, 0.1, 0.02})
       for (const Causal causal : {Causal::none, Causal::bottom_right}) {
-        ++variant;
-        const int d = variant % 3 == 0 ? 64 : variant % 3 == 1 ? 128 : 96;
-        const std::int64_t seq_q = variant % 2 ? 700 : 333, seq_k = variant % 2 ? 301 : 650;
-        Problem c{spec_of(d, variant % 4 ? DType::bf16 : DType::f16, causal, Sparsity::block_sparse, bs), 2, 8, 2,
-                  seq_q, seq_k, density};
-        c.per_head_pattern = variant % 2 == 0;
-        c.spec.deterministic = variant % 5 == 0;
-        check_problem(c, rng);
+        check_problem(small_block_problem(++variant, bs, density, causal), rng);
       }
   // d = 256's dK/dV pass (64 keys a CTA, warpgroups by role) packs them too.
   for (const int bs : {16, 32}) {
@@ -319,6 +328,14 @@ TEST_CASE("the dK/dV pass packs narrow query blocks into its tiles and gives the
   }
 }
 
+// Whether this device runs the gathered backward (compute capability 9.0); a warning where not.
+bool gathered_backward_runs_here() {
+  const DeviceInfo device = current_device();
+  const bool hopper = device.cc_major == 9 && device.cc_minor == 0;
+  if (!hopper) WARN("the gathered backward runs on compute capability 9.0 only, not on " << device.name);
+  return hopper;
+}
+
 // Pattern blocks of 16 and 32 on the gathered backward (forced: SJIT_BACKWARD_WALK): the dK/dV pass a
 // CTA a key block, its query blocks gathered 4 or 2 a step from every query head of the K/V group, a
 // walk's last step padded with blocks that must add nothing; dQ summed by its bulk reductions, or by
@@ -326,11 +343,7 @@ TEST_CASE("the dK/dV pass packs narrow query blocks into its tiles and gives the
 // both dtypes, every causal mode with Sq < Sk and Sq > Sk (rows on their own causal edge, key blocks no
 // query sees), lengths that cut the last block short, a pattern per head, densities from full to empty.
 TEST_CASE("the gathered backward gives the reference's gradients", "[gpu][attention][backward]") {
-  const DeviceInfo device = current_device();
-  if (device.cc_major != 9 || device.cc_minor != 0) {
-    WARN("the gathered-query pass runs on compute capability 9.0 only, not on " << device.name);
-    return;
-  }
+  if (!gathered_backward_runs_here()) return;
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
@@ -339,19 +352,13 @@ TEST_CASE("the gathered backward gives the reference's gradients", "[gpu][attent
   for (const int bs : {16, 32})
     for (const double density : {1.0, 0.5, 0.1, 0.02, 0.0})
       for (const Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right}) {
-        ++variant;
-        const int d = variant % 3 == 0 ? 64 : variant % 3 == 1 ? 128 : 96;
-        const std::int64_t seq_q = variant % 2 ? 700 : 333, seq_k = variant % 2 ? 301 : 650;
-        Problem c{spec_of(d, variant % 4 ? DType::bf16 : DType::f16, causal, Sparsity::block_sparse, bs), 2, 8, 2,
-                  seq_q, seq_k, density};
-        c.per_head_pattern = variant % 2 == 0;
-        c.spec.deterministic = variant % 5 == 0;
+        const Problem c = small_block_problem(++variant, bs, density, causal);
         // Each way of summing dQ (a deterministic spec takes the pass whatever is forced).
         const DqMethodOverride dq_way(variant % 2 ? "atomic" : "pass");
         INFO(c.name() << (variant % 2 ? ", atomic dQ" : ", the dQ pass"));
         const Inputs in = random_inputs(c, rng);
         const BlockPattern pattern =
-            patterns::random(bs, seq_q, seq_k, density, rng(), c.per_head_pattern ? int(c.heads_q) : 1);
+            patterns::random(bs, c.seq_q, c.seq_k, density, rng(), c.per_head_pattern ? int(c.heads_q) : 1);
         Attention attention(c.spec);
         GpuRun run(c, in, &pattern);
         // A full pattern runs the dense kernels; any other, the gathered pass.
@@ -369,11 +376,7 @@ TEST_CASE("the gathered backward gives the reference's gradients", "[gpu][attent
 // 128-key CTAs for a sliding window (attention/packed_queries.h), one Attention meeting both.
 TEST_CASE("sparse random blocks of 16 and 32 take the gathered backward, windows the 128-key one",
           "[gpu][attention][backward]") {
-  const DeviceInfo device = current_device();
-  if (device.cc_major != 9 || device.cc_minor != 0) {
-    WARN("the gathered backward runs on compute capability 9.0 only, not on " << device.name);
-    return;
-  }
+  if (!gathered_backward_runs_here()) return;
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);

@@ -63,7 +63,8 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
   // atomic / pass: one query head a K/V head, d = 128 (B2 H16 S8192): blocks of 16 at 0.1 2.91 / 3.74,
   // 0.02 0.96 / 1.12, blocks of 32 at 0.1 1.57 / 1.99; d = 64 (B4 H32 S4096): blocks of 16 at 0.1
   // 1.55 / 1.87, blocks of 32 at 0.1 0.88 / 1.06. Four heads a K/V head, d = 128: blocks of 16 at 0.1
-  // 3.45 / 2.90, 0.02 0.90 / 0.80, blocks of 32 at 0.1 1.94 / 1.38. (Two heads: not measured; as one.)
+  // 3.45 / 2.90, 0.02 0.90 / 0.80, blocks of 32 at 0.1 1.94 / 1.38. Two heads: blocks of 16 at 0.1
+  // 2.78 / 2.95, 0.02 0.83 / 0.84, blocks of 32 at 0.1 1.63 / 1.53: as one.
   if (gathered) return group >= 4 ? DqSummation::pass : DqSummation::atomic;
   if (spec.head_dim == 64) return DqSummation::pass;  // a tie or better at every density measured
   // Key tiles a row at S = 8192 are 64 x density: 24 at 0.375, where four heads a group tie, and

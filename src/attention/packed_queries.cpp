@@ -39,7 +39,9 @@ std::string_view forced_query_walk() {
 //     of 32: 0.25 3.05 / 1.74, 0.1 1.86 / 0.88, 0.02 0.69 / 0.49;
 //   d = 128, 4 query heads a K/V head (the gathered dQ pass): blocks of 16 at 0.25 4.88 / 6.73, 0.1
 //     3.19 / 2.90, 0.02 1.72 / 0.80; blocks of 32 at 0.25 3.23 / 3.22, 0.1 1.88 / 1.38, 0.02 0.65 / 0.45.
-// d = 96 is taken as 128 (not measured).
+// d = 96 takes 128's crossovers: blocks of 16 at 0.1 2.46 against 2.69, blocks of 32 1.36 against
+// 1.59. Causal top-left: blocks of 16 at 0.1 1.81 against 1.93, but at 0.02 (5 blocks a key block
+// column) 0.72 against 0.68; blocks of 32 at 0.1 0.98 against 1.18: hence kMinGatheredBlocksPerColumn.
 double min_walk_over_gathered_scores(int head_dim, int block) {
   if (head_dim == 64) return block == 16 ? 3.0 : 2.0;
   return block == 16 ? 5.0 : 3.0;
@@ -54,12 +56,19 @@ bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& patte
   const double packed = double(count_active_tiles(key_major, key_rows, block)) * block / tile_cols;
   const double walk_scores = std::min(contiguous, packed) * key_rows * tile_cols;
   // The gathered dK/dV pass's: a key block's query blocks, 64 queries a step, the last one padded.
-  // (Neither count cuts at a causal edge: both passes drop the tiles past it.)
+  // (Neither count cuts at a causal edge: both passes drop the tiles past it.) And the blocks a causal
+  // mask leaves a key block: with few, each CTA's fixed costs (K and V in, dK and dV out) dominate.
   const int blocks_per_step = tile_cols / block;
-  std::int64_t steps = 0;
+  const std::int64_t offset = spec.causal == Causal::bottom_right ? pattern.block_cols() - pattern.block_rows() : 0;
+  std::int64_t steps = 0, seen = 0;
   for (int head = 0; head < key_major.heads(); ++head)
-    for (std::int64_t key_block = 0; key_block < key_major.block_rows(); ++key_block)
-      steps += (std::int64_t(key_major.row(head, key_block).size()) + blocks_per_step - 1) / blocks_per_step;
+    for (std::int64_t key_block = 0; key_block < key_major.block_rows(); ++key_block) {
+      const auto column = key_major.row(head, key_block);
+      steps += (std::int64_t(column.size()) + blocks_per_step - 1) / blocks_per_step;
+      for (const std::int32_t q_block : column) seen += spec.causal == Causal::none || key_block <= q_block + offset;
+    }
+  const double columns = double(key_major.heads()) * double(key_major.block_rows());
+  if (double(seen) < kMinGatheredBlocksPerColumn * columns) return false;
   const double gathered_scores = double(steps) * tile_cols * block;
   return walk_scores >= min_walk_over_gathered_scores(spec.head_dim, block) * gathered_scores;
 }

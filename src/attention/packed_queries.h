@@ -37,12 +37,14 @@ std::string_view forced_query_walk();
 
 // Whether the gathered backward is expected to beat the 128-key CTAs on `pattern`: the scores those
 // compute (on the fewer of contiguous and packed tiles) over the gathered steps' scores, at least
-// min_walk_over_gathered_scores.
+// min_walk_over_gathered_scores, with kMinGatheredBlocksPerColumn blocks a key block.
 bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols);
 // The crossover measured on the H100 (packed_queries.cpp): a gathered score costs more where blocks are
 // narrower (a step reads 64 rows for 16 keys or 32) and less at d = 64, where the 128-key CTAs' dQ
 // pass is slow on small blocks.
 double min_walk_over_gathered_scores(int head_dim, int block);
+// And the active blocks a key block's column holds on average, after a causal mask, at least.
+constexpr double kMinGatheredBlocksPerColumn = 6;
 
 // Whether a dK/dV pass of `key_rows` keys a CTA and `tile_cols` queries a tile should pack `pattern`'s
 // query blocks (block_size < tile_cols) into its tiles: the tiles packed runs would fill, over the

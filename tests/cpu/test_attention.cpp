@@ -728,9 +728,10 @@ TEST_CASE("the backward packs query blocks of random sparse patterns, not of win
 TEST_CASE("the backward gathers the blocks of sparse random patterns of 16 and 32, not of windows or dense-ish ones",
           "[attention][schedule]") {
   const std::int64_t seq = 8192;
-  auto pays = [&](int head_dim, const BlockPattern& p) {
+  auto pays = [&](int head_dim, const BlockPattern& p, Causal causal = Causal::none) {
     AttentionSpec spec;
     spec.head_dim = head_dim;
+    spec.causal = causal;
     spec.sparsity = Sparsity::block_sparse;
     spec.block_size = p.block_size();
     return attention::gathering_queries_pays(spec, p, 128, 64);
@@ -738,11 +739,15 @@ TEST_CASE("the backward gathers the blocks of sparse random patterns of 16 and 3
   // d = 128: blocks of 16 from 0.1 (5.6) down, not at 0.25 (3.6); blocks of 32 from 0.1 (3.4), not at
   // 0.25 (2.7).
   CHECK(pays(128, patterns::random(16, seq, seq, 0.1, 7)));
-  CHECK(pays(128, patterns::random(16, seq, seq, 0.02, 7)));
+  CHECK(pays(128, patterns::random(16, seq, seq, 0.02, 7)));  // 10 blocks a key block's column
   CHECK_FALSE(pays(128, patterns::random(16, seq, seq, 0.25, 7)));
   CHECK(pays(128, patterns::random(32, seq, seq, 0.1, 7)));
-  CHECK(pays(128, patterns::random(32, seq, seq, 0.02, 7)));
   CHECK_FALSE(pays(128, patterns::random(32, seq, seq, 0.25, 7)));
+  // Too few blocks a column for a CTA's fixed costs: blocks of 32 at 0.02 (5), blocks of 16 at 0.02
+  // under a causal mask (about 5 left of 10).
+  CHECK_FALSE(pays(128, patterns::random(32, seq, seq, 0.02, 7)));
+  CHECK_FALSE(pays(128, patterns::random(16, seq, seq, 0.02, 7), Causal::top_left));
+  CHECK(pays(128, patterns::random(16, seq, seq, 0.1, 7), Causal::top_left));
   // d = 64, where the 128-key CTAs' dQ pass is slow on small blocks: from 0.25 on, not at 0.5 (2.0, 1.9).
   CHECK(pays(64, patterns::random(16, seq, seq, 0.25, 7)));
   CHECK(pays(64, patterns::random(32, seq, seq, 0.25, 7)));

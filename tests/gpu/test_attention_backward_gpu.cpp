@@ -381,11 +381,11 @@ TEST_CASE("sparse random blocks of 16 and 32 take the gathered backward, windows
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   for (const int bs : {16, 32}) {
-    const Problem c{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, bs), 1, 2, 1, 2048, 2048, 0.1};
+    const Problem c{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, bs), 1, 2, 1, 4096, 4096, 0.1};
     INFO(c.name());
     const Inputs in = random_inputs(c, rng);
     Attention attention(c.spec);
-    const BlockPattern random = patterns::random(bs, c.seq_q, c.seq_k, 0.05, rng());
+    const BlockPattern random = patterns::random(bs, c.seq_q, c.seq_k, c.density, rng());
     const BlockPattern window = patterns::sliding_window(bs, c.seq_q, c.seq_k, 256 / bs, 0);
     for (const BlockPattern* pattern : {&random, &window}) {
       GpuRun run(c, in, pattern);

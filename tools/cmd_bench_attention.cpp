@@ -141,7 +141,10 @@ int run_attention(const AttentionBenchOptions& o) {
     const StepTimes step = median_step_ms(
         o.warmup, o.iterations, {[&] { attention.forward(args); }, [&] { attention.backward(bargs); }}, o.queued);
     if (pattern == nullptr) dense_step_ms = step.step;
-    std::vector<std::string> cells = {fmt::format("{:.3f} ms", bwd_ms), std::string(name(attention.dq_summation(bargs))),
+    // How dQ was summed, and whether the gathered passes ran (pattern blocks of 16 and 32).
+    const bool gathered = attention.backward_tiling(bargs).find("path=wgmma_gather") != std::string::npos;
+    std::vector<std::string> cells = {fmt::format("{:.3f} ms", bwd_ms),
+                                      fmt::format("{}{}", name(attention.dq_summation(bargs)), gathered ? ", gathered" : ""),
                                       fmt::format("{:.3f} ms", step.step),
                                       fmt::format("{:.3f} / {:.3f}", step.parts[0], step.parts[1]),
                                       fmt::format("{:.0f}", 3.5 * flops / step.step / 1e9),
@@ -223,7 +226,9 @@ int run_attention(const AttentionBenchOptions& o) {
   if (o.backward)
     fmt::print("fwd+bwd is one step: the forward then the backward, back to back between one pair of events, as in\n"
                "training ('in it' splits it). It differs from the two timed apart, which pay the host's launch\n"
-               "latency twice and whose ends miss what each leaves to the next (the L2's write-backs, say).\n");
+               "latency twice and whose ends miss what each leaves to the next (the L2's write-backs, say).\n"
+               "dQ: summed atomically or by a pass of its own; 'gathered': the pattern ran the gathered backward\n"
+               "(pattern blocks of 16 and 32, a block a CTA; SJIT_BACKWARD_WALK=packed forces the 128-key pass).\n");
   return 0;
 }
 

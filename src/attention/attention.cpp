@@ -811,8 +811,8 @@ double AttentionInternals::backward_key_tiles_per_row(Attention& attention, cons
   return attention.state_->plan_of_call(in).key_tiles_per_row;
 }
 
-std::string AttentionInternals::backward_dkdv_tiling(Attention& attention, const AttentionBackwardArgs& in) {
-  return codegen::key(attention.state_->plan_of_call(in).kv_tiling);
+std::string Attention::backward_tiling(const AttentionBackwardArgs& in) {
+  return codegen::key(state_->plan_of_call(in).kv_tiling);
 }
 
 std::string_view name(DqSummation s) { return s == DqSummation::atomic ? "atomic" : "pass"; }

@@ -1,8 +1,6 @@
 // What the library's own code (the dQ tuner) asks of an Attention beyond its public interface.
 #pragma once
 
-#include <string>
-
 #include "sparsejit/attention.h"
 
 namespace sjit {
@@ -11,9 +9,6 @@ struct AttentionInternals {
   // The mean number of active key tiles (of the dK/dV pass's tiling) a query row of args sees: what
   // the backward chooses its way of summing dQ by. Checks args as backward does; launches nothing.
   static double backward_key_tiles_per_row(Attention& attention, const AttentionBackwardArgs& args);
-  // The tiling key of the dK/dV pass the backward of args runs (",path=wgmma_gather,block=16" at its end where
-  // the gathered backward takes the pattern). Checks args as backward does; launches nothing.
-  static std::string backward_dkdv_tiling(Attention& attention, const AttentionBackwardArgs& args);
 };
 
 }  // namespace sjit

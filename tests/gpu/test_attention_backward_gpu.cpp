@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "attention/attention_internals.h"
 #include "sparsejit/attention_reference.h"
 #include "sparsejit/sparsejit.h"
 #include "support/attention_support.h"
@@ -363,7 +362,7 @@ TEST_CASE("the gathered backward gives the reference's gradients", "[gpu][attent
         GpuRun run(c, in, &pattern);
         // A full pattern runs the dense kernels; any other, the gathered pass.
         if (pattern.nnz() < pattern.heads() * pattern.block_rows() * pattern.block_cols())
-          REQUIRE_THAT(AttentionInternals::backward_dkdv_tiling(attention, run.backward_args()),
+          REQUIRE_THAT(attention.backward_tiling(run.backward_args()),
                        Catch::Contains(fmt::format("path=wgmma_gather,block={}", bs)));
         run.forward(attention);
         run.backward(attention);
@@ -389,7 +388,7 @@ TEST_CASE("sparse random blocks of 16 and 32 take the gathered backward, windows
     const BlockPattern window = patterns::sliding_window(bs, c.seq_q, c.seq_k, 256 / bs, 0);
     for (const BlockPattern* pattern : {&random, &window}) {
       GpuRun run(c, in, pattern);
-      const std::string tiling = AttentionInternals::backward_dkdv_tiling(attention, run.backward_args());
+      const std::string tiling = attention.backward_tiling(run.backward_args());
       CAPTURE(tiling);
       CHECK((tiling.find("path=wgmma_gather") != std::string::npos) == (pattern == &random));
       run.forward(attention);

@@ -149,6 +149,12 @@ class Attention {
   // as backward does and builds the pattern's key-major schedule (an upload: call it outside a
   // capture, or after prepare_backward); launches nothing.
   DqSummation dq_summation(const AttentionBackwardArgs& args);
+  // The key text of the dK/dV pass's tiling that backward(args) runs on the current device (the same
+  // checks and schedule as dq_summation): "...,path=wgmma_gather,block=16" where a sparse pattern of
+  // blocks of 16 or 32 runs the gathered backward on Hopper (docs/attention.md, "Small pattern blocks
+  // in the backward: the gathered passes"), the 128-key pass's elsewhere (the dense kernels' where
+  // every block is active).
+  std::string backward_tiling(const AttentionBackwardArgs& args);
 
   const AttentionSpec& spec() const;
   AttentionConfig config() const;  // after resolve()

@@ -53,22 +53,32 @@ int gathered_heads(const AttentionSpec& spec, const BlockPattern& pattern, std::
   return 1;
 }
 
+GatheredWalk gathered_walk(const AttentionSpec& spec, const BlockPattern& rows, int blocks_per_step, bool rows_are_keys) {
+  // Causal bottom-right: key blocks may reach (key block rows - query block rows) past the query's.
+  const std::int64_t key_blocks = rows_are_keys ? rows.block_rows() : rows.block_cols();
+  const std::int64_t query_blocks = rows_are_keys ? rows.block_cols() : rows.block_rows();
+  const std::int64_t offset = spec.causal == Causal::bottom_right ? key_blocks - query_blocks : 0;
+  GatheredWalk walk;
+  for (int head = 0; head < rows.heads(); ++head)
+    for (std::int64_t r = 0; r < rows.block_rows(); ++r) {
+      const auto row = rows.row(head, r);
+      walk.steps += (std::int64_t(row.size()) + blocks_per_step - 1) / blocks_per_step;
+      for (const std::int32_t c : row) {
+        const std::int64_t key = rows_are_keys ? r : c, query = rows_are_keys ? c : r;
+        walk.seen += spec.causal == Causal::none || key <= query + offset;
+      }
+    }
+  return walk;
+}
+
 bool gathering_pays(const AttentionSpec& spec, const BlockPattern& pattern, const AttentionConfig& narrow, int heads) {
   if (!gathered_config(spec, heads) || pattern.nnz() == 0) return false;
   // The gathered kernel's steps: 64 keys, a row's blocks 64 / block at a time (the last step padded);
   // and the blocks a causal mask leaves (the kernel drops those past the edge before any load).
-  const int blocks_per_step = 64 / pattern.block_size();
-  const std::int64_t offset = spec.causal == Causal::bottom_right ? pattern.block_cols() - pattern.block_rows() : 0;
-  std::int64_t steps = 0, seen = 0;
-  for (int head = 0; head < pattern.heads(); ++head)
-    for (std::int64_t r = 0; r < pattern.block_rows(); ++r) {
-      const auto row = pattern.row(head, r);
-      steps += (std::int64_t(row.size()) + blocks_per_step - 1) / blocks_per_step;
-      for (const std::int32_t c : row) seen += spec.causal == Causal::none || c <= r + offset;
-    }
+  const GatheredWalk walk = gathered_walk(spec, pattern, 64 / pattern.block_size(), false);
   const double rows = double(pattern.heads()) * double(pattern.block_rows());
-  if (double(seen) < kMinBlocksPerRow * rows) return false;
-  const double gathered_scores = double(steps) * 64 * pattern.block_size();
+  if (double(walk.seen) < kMinBlocksPerRow * rows) return false;
+  const double gathered_scores = double(walk.steps) * 64 * pattern.block_size();
   const double narrow_scores =
       double(count_active_tiles(pattern, narrow.block_m(), narrow.block_n)) * narrow.block_m() * narrow.block_n;
   if (heads == 1) return narrow_scores >= kMinScoreRatio * gathered_scores;

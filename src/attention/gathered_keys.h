@@ -32,6 +32,14 @@ bool heads_may_share(const AttentionSpec& spec, const BlockPattern& pattern, int
 int gathered_heads(const AttentionSpec& spec, const BlockPattern& pattern, std::int64_t heads_q,
                    std::int64_t heads_kv);
 
+// A pattern's rows as a gathered kernel walks them, `blocks_per_step` blocks a step: the steps (each
+// row's last one padded) and the blocks a causal mask of the spec leaves (key <= query + offset), the
+// rows being query blocks, or key blocks where `rows_are_keys` (the backward's transposed pattern).
+struct GatheredWalk {
+  std::int64_t steps = 0, seen = 0;
+};
+GatheredWalk gathered_walk(const AttentionSpec& spec, const BlockPattern& rows, int blocks_per_step, bool rows_are_keys);
+
 // Whether a forward with `pattern` is expected to run faster on gathered_config(spec, heads) than on
 // the narrow tiles `narrow` (64 x 16 or 64 x 32) and, with several heads, than on the wide tiles.
 bool gathering_pays(const AttentionSpec& spec, const BlockPattern& pattern, const AttentionConfig& narrow,

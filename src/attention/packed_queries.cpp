@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "attention/gathered_keys.h"
 #include "attention/tile_schedule.h"
 #include "sparsejit/error.h"
 
@@ -58,18 +59,10 @@ bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& patte
   // The gathered dK/dV pass's: a key block's query blocks, 64 queries a step, the last one padded.
   // (Neither count cuts at a causal edge: both passes drop the tiles past it.) And the blocks a causal
   // mask leaves a key block: with few, each CTA's fixed costs (K and V in, dK and dV out) dominate.
-  const int blocks_per_step = tile_cols / block;
-  const std::int64_t offset = spec.causal == Causal::bottom_right ? pattern.block_cols() - pattern.block_rows() : 0;
-  std::int64_t steps = 0, seen = 0;
-  for (int head = 0; head < key_major.heads(); ++head)
-    for (std::int64_t key_block = 0; key_block < key_major.block_rows(); ++key_block) {
-      const auto column = key_major.row(head, key_block);
-      steps += (std::int64_t(column.size()) + blocks_per_step - 1) / blocks_per_step;
-      for (const std::int32_t q_block : column) seen += spec.causal == Causal::none || key_block <= q_block + offset;
-    }
+  const GatheredWalk walk = gathered_walk(spec, key_major, tile_cols / block, true);
   const double columns = double(key_major.heads()) * double(key_major.block_rows());
-  if (double(seen) < kMinGatheredBlocksPerColumn * columns) return false;
-  const double gathered_scores = double(steps) * tile_cols * block;
+  if (double(walk.seen) < kMinGatheredBlocksPerColumn * columns) return false;
+  const double gathered_scores = double(walk.steps) * tile_cols * block;
   return walk_scores >= min_walk_over_gathered_scores(spec.head_dim, block) * gathered_scores;
 }
 

@@ -62,7 +62,7 @@ struct BackwardTiling {
   friend bool operator==(const BackwardTiling&, const BackwardTiling&) = default;
 };
 
-// "part=dkdv,warps=8,cols=64,stages=2" (",path=wgmma", ",path=wgmma_gather,keys=16"), and back (throws
+// "part=dkdv,warps=8,cols=64,stages=2" (",path=wgmma", ",path=wgmma_gather,block=16"), and back (throws
 // InvalidArgument naming the field).
 std::string key(const BackwardTiling& tiling);
 BackwardTiling parse_backward_tiling(std::string_view text);

@@ -327,14 +327,6 @@ TEST_CASE("the dK/dV pass packs narrow query blocks into its tiles and gives the
   }
 }
 
-// Whether this device runs the gathered backward (compute capability 9.0); a warning where not.
-bool gathered_backward_runs_here() {
-  const DeviceInfo device = current_device();
-  const bool hopper = device.cc_major == 9 && device.cc_minor == 0;
-  if (!hopper) WARN("the gathered backward runs on compute capability 9.0 only, not on " << device.name);
-  return hopper;
-}
-
 // Pattern blocks of 16 and 32 on the gathered backward (forced: SJIT_BACKWARD_WALK): the dK/dV pass a
 // CTA a key block, its query blocks gathered 4 or 2 a step from every query head of the K/V group, a
 // walk's last step padded with blocks that must add nothing; dQ summed by its bulk reductions, or by
@@ -342,7 +334,7 @@ bool gathered_backward_runs_here() {
 // both dtypes, every causal mode with Sq < Sk and Sq > Sk (rows on their own causal edge, key blocks no
 // query sees), lengths that cut the last block short, a pattern per head, densities from full to empty.
 TEST_CASE("the gathered backward gives the reference's gradients", "[gpu][attention][backward]") {
-  if (!gathered_backward_runs_here()) return;
+  if (!test::on_hopper("the gathered backward")) return;
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
@@ -375,7 +367,7 @@ TEST_CASE("the gathered backward gives the reference's gradients", "[gpu][attent
 // 128-key CTAs for a sliding window (attention/packed_queries.h), one Attention meeting both.
 TEST_CASE("sparse random blocks of 16 and 32 take the gathered backward, windows the 128-key one",
           "[gpu][attention][backward]") {
-  if (!gathered_backward_runs_here()) return;
+  if (!test::on_hopper("the gathered backward")) return;
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);

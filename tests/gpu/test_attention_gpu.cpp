@@ -176,12 +176,7 @@ using test::spec_of;
 
 // The wgmma tests need compute capability 9.0; elsewhere they say so (a warning in the report) and
 // check nothing.
-bool on_hopper() {
-  const DeviceInfo device = current_device();
-  const bool hopper = device.cc_major == 9 && device.cc_minor == 0;
-  if (!hopper) WARN("wgmma path not tested: " << device.name << " is not compute capability 9.0");
-  return hopper;
-}
+bool on_hopper() { return test::on_hopper("wgmma path"); }
 
 // The two Hopper kernels: one CTA a query tile (wgmma) and persistent, warp-specialized (wgmma_ws).
 // They share the per-warpgroup math, so every wgmma test runs both.

@@ -1,5 +1,7 @@
 #include "support/attention_support.h"
 
+#include <catch2/catch.hpp>
+
 #include <algorithm>
 
 #include "support/test_support.h"
@@ -34,6 +36,13 @@ AttentionSpec spec_of(int d, DType dtype, Causal causal, Sparsity sparsity, int 
   AttentionSpec s;
   s.head_dim = d, s.dtype = dtype, s.causal = causal, s.sparsity = sparsity, s.block_size = block;
   return s;
+}
+
+bool on_hopper(const char* what) {
+  const DeviceInfo device = current_device();
+  const bool hopper = device.cc_major == 9 && device.cc_minor == 0;
+  if (!hopper) WARN(what << " not tested: " << device.name << " is not compute capability 9.0");
+  return hopper;
 }
 
 }  // namespace sjit::test

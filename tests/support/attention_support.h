@@ -17,6 +17,10 @@ reference::AttentionProblem reference_problem(const AttentionSpec& spec, std::in
 // A spec from the fields the GPU tests vary (the others keep their defaults: forward, not deterministic).
 AttentionSpec spec_of(int d, DType dtype, Causal causal, Sparsity sparsity = Sparsity::dense, int block = 0);
 
+// Whether the current device is compute capability 9.0, where the Hopper (wgmma) kernels run; elsewhere
+// a warning in the report naming `what` was not tested, so that a test checking nothing says so.
+bool on_hopper(const char* what);
+
 // A device buffer holding `values` as `dtype` (at least 16 bytes, so that empty tensors have an address).
 DeviceBuffer upload(DType dtype, const std::vector<float>& values);
 

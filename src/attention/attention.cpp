@@ -417,9 +417,10 @@ struct Attention::State {
     const bool gathered = plan.key_schedule && query_walk(*a.pattern, plan.kv_tiling) == attention::QueryWalk::gathered;
     const std::int64_t group = a.heads_q / std::max<std::int64_t>(a.heads_kv, 1);
     // A stored tuning (nullopt at once with the autotune policy off; remembered per process otherwise)
-    // decides only where nothing before it in choose_dq_summation does.
+    // decides only where nothing before it in choose_dq_summation does; the gathered backward's are
+    // stored apart from the 128-key passes'.
     const std::optional<DqSummation> tuned =
-        tuning::tuned_dq_summation(backward_spec(true), group, plan.key_tiles_per_row);
+        tuning::tuned_dq_summation(backward_spec(true), group, plan.key_tiles_per_row, gathered);
     plan.atomic = attention::choose_dq_summation(spec, plan.sm90, plan.key_tiles_per_row, group,
                                                  attention::forced_dq_summation(), a.dq_summation, tuned, gathered) ==
                   DqSummation::atomic;
@@ -807,8 +808,10 @@ DqSummation Attention::dq_summation(const AttentionBackwardArgs& in) {
   return state_->plan_of_call(in).atomic ? DqSummation::atomic : DqSummation::pass;
 }
 
-double AttentionInternals::backward_key_tiles_per_row(Attention& attention, const AttentionBackwardArgs& in) {
-  return attention.state_->plan_of_call(in).key_tiles_per_row;
+AttentionInternals::DqChoiceInputs AttentionInternals::backward_dq_choice_inputs(Attention& attention,
+                                                                                  const AttentionBackwardArgs& in) {
+  const auto plan = attention.state_->plan_of_call(in);
+  return {plan.key_tiles_per_row, plan.kv_tiling.gathered_block > 0};
 }
 
 std::string Attention::backward_tiling(const AttentionBackwardArgs& in) {

@@ -6,9 +6,14 @@
 namespace sjit {
 
 struct AttentionInternals {
-  // The mean number of active key tiles (of the dK/dV pass's tiling) a query row of args sees: what
-  // the backward chooses its way of summing dQ by. Checks args as backward does; launches nothing.
-  static double backward_key_tiles_per_row(Attention& attention, const AttentionBackwardArgs& args);
+  // What the backward of args chooses its way of summing dQ by: the mean number of active key tiles
+  // (of the 128-key dK/dV pass's tiling) a query row sees, and whether the pattern runs the gathered
+  // backward. Checks args as backward does; launches nothing.
+  struct DqChoiceInputs {
+    double key_tiles_per_row = 0;
+    bool gathered = false;
+  };
+  static DqChoiceInputs backward_dq_choice_inputs(Attention& attention, const AttentionBackwardArgs& args);
 };
 
 }  // namespace sjit

@@ -44,8 +44,9 @@ DqTuneReport tune_dq_summation(const AttentionSpec& spec_in, const AttentionTune
   args.batch = shape.batch, args.heads_q = shape.heads_q, args.heads_kv = shape.heads_kv;
   args.seq_q = shape.seq_q, args.seq_k = shape.seq_k;
   args.pattern = in.pattern;
-  report.key_tiles_per_row = AttentionInternals::backward_key_tiles_per_row(attention, args);
-  report.bucket = tuning::dq_bucket(shape.heads_q / shape.heads_kv, report.key_tiles_per_row);
+  const AttentionInternals::DqChoiceInputs inputs = AttentionInternals::backward_dq_choice_inputs(attention, args);
+  report.key_tiles_per_row = inputs.key_tiles_per_row;
+  report.bucket = tuning::dq_bucket(shape.heads_q / shape.heads_kv, report.key_tiles_per_row, inputs.gathered);
   report.chosen_before = attention.dq_summation(args);
 
   // Each way once into poisoned gradients (0xFF is NaN, which compare_rows never matches: an element

@@ -344,6 +344,8 @@ TEST_CASE("dQ results are bucketed by GQA group and key tiles a query row rounde
   CHECK(tuning::dq_bucket(4, 0.5) == "group=4,tiles<=1");
   CHECK(tuning::dq_bucket(8, 0) == "group=8,tiles<=1");
   CHECK(tuning::dq_bucket(2, 64) == "group=2,tiles<=64");
+  CHECK(tuning::dq_bucket(1, 6.0, true) == "group=1,tiles<=8,walk=gathered");  // other kernels: apart
+  CHECK(tuning::dq_bucket(4, 0.5, true) == "group=4,tiles<=1,walk=gathered");
   CHECK_THROWS_WITH(tuning::dq_bucket(0, 6), Contains("group = 0"));
   CHECK_THROWS_WITH(tuning::dq_bucket(1, -1), Contains("key_tiles_per_row = -1"));
   CHECK_THROWS_AS(tuning::dq_bucket(1, std::numeric_limits<double>::quiet_NaN()), InvalidArgument);
@@ -380,6 +382,14 @@ TEST_CASE("a stored way of summing dQ is used for its own bucket only, and only 
     CHECK_FALSE(tuning::tuned_dq_summation(spec, 1, 9).has_value());  // tiles<=16: not stored, no neighbour
     CHECK_FALSE(tuning::tuned_dq_summation(spec, 2, 6).has_value());
     CHECK_FALSE(tuning::tuned_dq_summation(spec, 1, 2).has_value());
+    // The gathered backward's ways are stored apart: neither serves the other's problems.
+    CHECK_FALSE(tuning::tuned_dq_summation(spec, 1, 6, true).has_value());
+    tuning::set_attention_device_for_tests(test_device());  // forget what was looked up
+    store_way(hook, "group=1,tiles<=8,walk=gathered", "atomic");
+    REQUIRE(tuning::tuned_dq_summation(spec, 1, 6, true).has_value());
+    CHECK(*tuning::tuned_dq_summation(spec, 1, 6, true) == DqSummation::atomic);
+    CHECK(*tuning::tuned_dq_summation(spec, 1, 6) == DqSummation::pass);
+    CHECK_FALSE(tuning::tuned_dq_summation(spec, 4, 7.5, true).has_value());
     AttentionSpec other = spec;
     other.head_dim = 64;
     CHECK_FALSE(tuning::tuned_dq_summation(canonical(other), 1, 6).has_value());

@@ -152,20 +152,13 @@ TEST_CASE("tuning an attention stores a winner no slower than the default, and a
   CHECK(bad == 0);
 }
 
+namespace {
+
 // tune_dq_summation times both ways on one problem and stores the faster for its bucket; a backward of
 // that bucket then takes the stored way where the policy is on, and its own rule where it is off. To
-// tell the stored way from the rule's, the loser is stored over the winner afterwards.
-TEST_CASE("tuning how dQ is summed stores the faster way, and a later backward of that bucket takes it",
-          "[gpu][tune][attention][backward]") {
-  AttentionSpec spec;
-  spec.head_dim = 128;
-  spec.sparsity = Sparsity::block_sparse;
-  spec.block_size = 128;
-  const std::int64_t s = 2048;
-  const BlockPattern pattern = patterns::random(128, s, s, 0.25, 11);
-  AttentionTuneShape shape;
-  shape.batch = 1, shape.heads_q = 4, shape.heads_kv = 2, shape.seq_q = s, shape.seq_k = s;
-  shape.pattern = &pattern;
+// tell the stored way from the rule's, the loser is stored over the winner afterwards. `gathered`: the
+// pattern runs the gathered backward, whose results have buckets of their own.
+void check_dq_tuning(const AttentionSpec& spec, const AttentionTuneShape& shape, bool gathered) {
   TuneOptions options;
   options.warmup = 2;
   options.iterations = 10;
@@ -177,10 +170,12 @@ TEST_CASE("tuning how dQ is summed stores the faster way, and a later backward o
   CHECK(report.atomic_us > 0);
   CHECK(report.pass_us > 0);
   CHECK(report.winner == (report.atomic_us <= report.pass_us ? DqSummation::atomic : DqSummation::pass));
-  // 16 key tiles a row when dense; the pattern keeps about a quarter (the diagonal always).
+  // Sk / 128 key tiles of 128 a row when dense: the patterns leave some of them out.
   CHECK(report.key_tiles_per_row > 2);
-  CHECK(report.key_tiles_per_row < 12);
-  CHECK(report.bucket == tuning::dq_bucket(2, report.key_tiles_per_row));
+  CHECK(report.key_tiles_per_row < 0.75 * double(shape.seq_k / 128));
+  const std::int64_t group = shape.heads_q / shape.heads_kv;
+  CHECK(report.bucket == tuning::dq_bucket(group, report.key_tiles_per_row, gathered));
+  CHECK((report.bucket.find("walk=gathered") != std::string::npos) == gathered);
   REQUIRE(report.stored);
   const auto entries = tuning_entries();
   const auto stored = std::find_if(entries.begin(), entries.end(), [&](const TunedEntry& e) {
@@ -190,7 +185,9 @@ TEST_CASE("tuning how dQ is summed stores the faster way, and a later backward o
   CHECK(stored->winner_config == name(report.winner));
 
   // Arguments of that problem (dq_summation reads their shapes and pattern, not the data).
-  const std::size_t q_bytes = std::size_t(shape.heads_q * s * 128) * 2, kv_bytes = q_bytes / 2;
+  const std::int64_t s = shape.seq_q;
+  const std::size_t q_bytes = std::size_t(shape.heads_q * s * spec.head_dim) * 2,
+                    kv_bytes = std::size_t(shape.heads_kv * s * spec.head_dim) * 2;
   std::vector<DeviceBuffer> t;
   for (const std::size_t bytes : {q_bytes, kv_bytes, kv_bytes, q_bytes, q_bytes, q_bytes, kv_bytes, kv_bytes})
     t.emplace_back(bytes);
@@ -199,7 +196,8 @@ TEST_CASE("tuning how dQ is summed stores the faster way, and a later backward o
   args.q = t[0].data(), args.k = t[1].data(), args.v = t[2].data(), args.o = t[3].data(), args.d_o = t[4].data();
   args.dq = t[5].data(), args.dk = t[6].data(), args.dv = t[7].data(), args.lse = lse.as<float>();
   args.batch = 1, args.heads_q = shape.heads_q, args.heads_kv = shape.heads_kv, args.seq_q = s, args.seq_k = s;
-  args.pattern = &pattern;
+  args.pattern = shape.pattern;
+  CHECK((Attention(spec).backward_tiling(args).find("path=wgmma_gather") != std::string::npos) == gathered);
 
   const DqSummation loser = report.winner == DqSummation::atomic ? DqSummation::pass : DqSummation::atomic;
   REQUIRE(tuning::store_dq_result(report.spec, report.bucket, loser, 1, report.winner, 1));
@@ -213,6 +211,38 @@ TEST_CASE("tuning how dQ is summed stores the faster way, and a later backward o
   const DqSummation asked = Attention(spec).dq_summation(args);
   set_autotune_policy(AutotunePolicy::off);
   CHECK(name(asked) == name(report.winner));
+}
+
+}  // namespace
+
+TEST_CASE("tuning how dQ is summed stores the faster way, and a later backward of that bucket takes it",
+          "[gpu][tune][attention][backward]") {
+  AttentionSpec spec;
+  spec.head_dim = 128;
+  spec.sparsity = Sparsity::block_sparse;
+  spec.block_size = 128;
+  const std::int64_t s = 2048;
+  const BlockPattern pattern = patterns::random(128, s, s, 0.25, 11);
+  AttentionTuneShape shape;
+  shape.batch = 1, shape.heads_q = 4, shape.heads_kv = 2, shape.seq_q = s, shape.seq_k = s;
+  shape.pattern = &pattern;
+  check_dq_tuning(spec, shape, false);
+}
+
+// Sparse random blocks of 16 run the gathered backward (on Hopper): its two ways are other kernels.
+TEST_CASE("tuning how dQ is summed for a pattern on the gathered backward stores it in a bucket of its own",
+          "[gpu][tune][attention][backward]") {
+  if (!test::on_hopper("the gathered backward")) return;
+  AttentionSpec spec;
+  spec.head_dim = 128;
+  spec.sparsity = Sparsity::block_sparse;
+  spec.block_size = 16;
+  const std::int64_t s = 4096;
+  const BlockPattern pattern = patterns::random(16, s, s, 0.1, 12);
+  AttentionTuneShape shape;
+  shape.batch = 1, shape.heads_q = 2, shape.heads_kv = 1, shape.seq_q = s, shape.seq_k = s;
+  shape.pattern = &pattern;
+  check_dq_tuning(spec, shape, true);
 }
 
 TEST_CASE("tune_dq_summation refuses a spec that can only take the dQ pass, and a full pattern", "[gpu][tune][attention]") {

@@ -116,8 +116,9 @@ struct DqTuneReport {
   AttentionSpec spec;            // canonical, pass=bwd; baked: with the pattern's digest
   AttentionTuneShape shape;      // pattern: null (the pattern timed is described by density)
   double density = 1;            // of the pattern timed (1 for dense)
-  double key_tiles_per_row = 0;  // active key tiles a query row sees, of the dK/dV pass's tiles
-  std::string bucket;            // what the result is stored under: GQA group and key tiles a row
+  double key_tiles_per_row = 0;  // active key tiles a query row sees, of the 128-key dK/dV pass's tiles
+  std::string bucket;            // what the result is stored under: GQA group and key tiles a row, and
+                                 // ",walk=gathered" where the pattern runs the gathered backward
   std::string device;
   DqSummation chosen_before = DqSummation::atomic;  // the backward's choice before this tuning
   double atomic_us = 0, pass_us = 0;                 // median backward, each way
@@ -131,8 +132,9 @@ struct DqTuneReport {
 // gradients, refuses to go on if the two ways' gradients differ by more than rounding, and times each
 // (warm-up, median of options.iterations). Stores the faster under op "attention_dq", the backward
 // spec's key and the problem's bucket (query heads a K/V head, key tiles a query row rounded up to a
-// power of two). A backward whose args leave dq_summation unset then takes it, for a problem of the
-// same bucket, when the autotune policy is on or force. Needs a GPU.
+// power of two; patterns that run the gathered backward, of blocks of 16 and 32, apart from the rest).
+// A backward whose args leave dq_summation unset then takes it, for a problem of the same bucket, when
+// the autotune policy is on or force. Needs a GPU.
 DqTuneReport tune_dq_summation(const AttentionSpec& spec, const AttentionTuneShape& shape,
                                const TuneOptions& options = {});
 

@@ -189,6 +189,7 @@ AttentionGradients attention_backward(const AttentionProblem& p, std::span<const
       // o_i again, for D_i = dO_i . o_i (FlashAttention-2's rowsum(dO * O)).
       std::fill(o_row.begin(), o_row.end(), 0.0);
       for (std::int64_t j = 0; j < p.seq_k; ++j) {
+        if (probs[j] == 0.0) continue;  // as in the forward: masked keys add nothing
         for (std::int64_t d = 0; d < dim; ++d) o_row[d] += probs[j] * v_head[j * dim + d];
       }
       const double row_delta = dot(do_row, o_row.data(), dim);

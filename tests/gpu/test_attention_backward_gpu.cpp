@@ -14,6 +14,7 @@
 
 #include "sparsejit/attention_reference.h"
 #include "sparsejit/sparsejit.h"
+#include "support/attention_run.h"
 #include "support/attention_support.h"
 #include "support/test_support.h"
 
@@ -21,92 +22,11 @@ using namespace sjit;
 
 namespace {
 
-struct Problem {
-  AttentionSpec spec;
-  std::int64_t batch = 1, heads_q = 1, heads_kv = 1, seq_q = 0, seq_k = 0;
-  double density = 1;
-  bool per_head_pattern = false;
-  std::string name() const {
-    return fmt::format("{} B{} Hq{} Hkv{} Sq{} Sk{} density {}{}", key(spec), batch, heads_q, heads_kv, seq_q, seq_k,
-                       density, per_head_pattern ? " per-head" : "");
-  }
-};
-
-struct Gradients {
-  std::vector<float> dq, dk, dv;
-};
-
-using test::upload;
-
-std::vector<float> download(DType dtype, const DeviceBuffer& buffer, std::size_t elements) {
-  std::vector<unsigned char> bytes(elements * size_of(dtype));
-  buffer.download(bytes.data(), bytes.size());
-  return test::from_bytes(dtype, bytes);
-}
-
-struct Inputs {
-  std::vector<float> q, k, v, d_o;
-};
-
-Inputs random_inputs(const Problem& c, std::mt19937_64& rng) {
-  const DType dt = c.spec.dtype;
-  const int d = c.spec.head_dim;
-  return {test::quantized(dt, test::random_rows(rng, c.batch * c.heads_q * c.seq_q, d, 1.0f)),
-          test::quantized(dt, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, d, 1.0f)),
-          test::quantized(dt, test::random_rows(rng, c.batch * c.heads_kv * c.seq_k, d, 1.0f)),
-          test::quantized(dt, test::random_rows(rng, c.batch * c.heads_q * c.seq_q, d, 1.0f))};
-}
-
-// One problem's buffers on the GPU (gradients poisoned with NaN), and its forward and backward
-// enqueued on the default stream.
-struct GpuRun {
-  const Problem& c;
-  std::size_t q_elems, k_elems;
-  DeviceBuffer q, k, v, d_o, o, lse, dq, dk, dv;
-  const BlockPattern* pattern;
-  GpuRun(const Problem& problem, const Inputs& in, const BlockPattern* p)
-      : c(problem),
-        q_elems(std::size_t(c.batch * c.heads_q * c.seq_q) * std::size_t(c.spec.head_dim)),
-        k_elems(std::size_t(c.batch * c.heads_kv * c.seq_k) * std::size_t(c.spec.head_dim)),
-        q(upload(c.spec.dtype, in.q)), k(upload(c.spec.dtype, in.k)), v(upload(c.spec.dtype, in.v)),
-        d_o(upload(c.spec.dtype, in.d_o)), o(std::max<std::size_t>(q_elems * 2, 16)),
-        lse(std::max<std::size_t>(q_elems / std::size_t(c.spec.head_dim) * 4, 16)),
-        dq(std::max<std::size_t>(q_elems * 2, 16)), dk(std::max<std::size_t>(k_elems * 2, 16)),
-        dv(std::max<std::size_t>(k_elems * 2, 16)),
-        pattern(c.spec.sparsity == Sparsity::block_sparse ? p : nullptr) {
-    for (DeviceBuffer* b : {&dq, &dk, &dv}) b->fill_bytes(0xFF);
-  }
-  AttentionForwardArgs forward_args() const {
-    AttentionForwardArgs f;
-    f.q = q.data(), f.k = k.data(), f.v = v.data(), f.o = o.data(), f.lse = lse.as<float>();
-    f.batch = c.batch, f.heads_q = c.heads_q, f.heads_kv = c.heads_kv, f.seq_q = c.seq_q, f.seq_k = c.seq_k;
-    f.pattern = pattern;
-    return f;
-  }
-  void forward(Attention& attention) { attention.forward(forward_args()); }
-  // New inputs into the same buffers, and the gradients poisoned again (synchronous on the host).
-  void reload(const Inputs& in) {
-    for (auto [buffer, values] : {std::pair{&q, &in.q}, {&k, &in.k}, {&v, &in.v}, {&d_o, &in.d_o}}) {
-      const std::vector<unsigned char> bytes = test::to_bytes(c.spec.dtype, *values);
-      buffer->upload(bytes.data(), bytes.size());
-    }
-    for (DeviceBuffer* b : {&dq, &dk, &dv}) b->fill_bytes(0xFF);
-    synchronize();
-  }
-  AttentionBackwardArgs backward_args() const {
-    AttentionBackwardArgs b;
-    b.q = q.data(), b.k = k.data(), b.v = v.data(), b.o = o.data(), b.lse = lse.as<float>(), b.d_o = d_o.data();
-    b.dq = dq.data(), b.dk = dk.data(), b.dv = dv.data();
-    b.batch = c.batch, b.heads_q = c.heads_q, b.heads_kv = c.heads_kv, b.seq_q = c.seq_q, b.seq_k = c.seq_k;
-    b.pattern = pattern;
-    return b;
-  }
-  void backward(Attention& attention) { attention.backward(backward_args()); }
-  Gradients gradients() const {  // after a synchronize()
-    const DType dt = c.spec.dtype;
-    return {download(dt, dq, q_elems), download(dt, dk, k_elems), download(dt, dv, k_elems)};
-  }
-};
+using test::GpuRun;
+using test::Gradients;
+using test::Inputs;
+using test::Problem;
+using test::random_inputs;
 
 // Forward then backward on the GPU.
 Gradients run_gpu(const Problem& c, Attention& attention, const Inputs& in, const BlockPattern* pattern) {

@@ -14,6 +14,9 @@ echo "demo exit $?"; tail -n 16 "$OUT/demo.log"
 timeout 120 ./build-gpu/sjit bench attention --iters 10 --density 1,0.5,0.25,0.1,0.05,0.02 --backward \
   >"$OUT/bench-attention.log" 2>&1
 {
+  # Long sequences: ANCHORS.md's FlexAttention rows at B1 H16 S32768 (blocks of 128), where a row holds
+  # 4x the blocks of the table's at the same density.
+  timeout 150 ./build-gpu/sjit bench attention --iters 10 --batch 1 --seq 32768 --density 1,0.1,0.05,0.02 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --causal tl --density 1,0.1 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --d 64 --batch 4 --heads 32 --seq 4096 --density 1,0.1 --backward
   # What determinism costs: the deterministic backward at the densities its table quotes.

@@ -389,6 +389,7 @@ struct Attention::State {
     std::int64_t key_tiles = 0;
     const DeviceSchedule* key_schedule = nullptr;  // null when dense
     double key_tiles_per_row = 0;
+    bool accumulator_spills = false;  // atomic dQ's working set of a K/V group outgrows the L2
     bool atomic = false;
   };
   BackwardPlan plan_backward(const AttentionBackwardArgs& a, const jit::Target& target, const Capture& capture = {}) {
@@ -416,14 +417,15 @@ struct Attention::State {
     // by a rule of its own.
     const bool gathered = plan.key_schedule && query_walk(*a.pattern, plan.kv_tiling) == attention::QueryWalk::gathered;
     const std::int64_t group = a.heads_q / std::max<std::int64_t>(a.heads_kv, 1);
+    plan.accumulator_spills = attention::accumulator_spills(group, a.seq_q, spec.head_dim, target.device->l2_bytes);
     // A stored tuning (nullopt at once with the autotune policy off; remembered per process otherwise)
-    // decides only where nothing before it in choose_dq_summation does; the gathered backward's are
-    // stored apart from the 128-key passes'.
-    const std::optional<DqSummation> tuned =
-        tuning::tuned_dq_summation(backward_spec(true), group, plan.key_tiles_per_row, gathered);
+    // decides only where nothing before it in choose_dq_summation does; the gathered backward's, and
+    // those of an accumulator beyond the L2, are stored apart.
+    const std::optional<DqSummation> tuned = tuning::tuned_dq_summation(
+        backward_spec(true), group, plan.key_tiles_per_row, gathered, plan.accumulator_spills);
     plan.atomic = attention::choose_dq_summation(spec, plan.sm90, plan.key_tiles_per_row, group,
-                                                 attention::forced_dq_summation(), a.dq_summation, tuned, gathered) ==
-                  DqSummation::atomic;
+                                                 attention::forced_dq_summation(), a.dq_summation, tuned, gathered,
+                                                 plan.accumulator_spills ? plan.key_tiles : 0) == DqSummation::atomic;
     if (gathered) {
       plan.kv_tiling = *codegen::gathered_backward_tiling(backward_spec(plan.atomic), codegen::BackwardPart::dkdv);
       const int block = a.pattern->block_size();
@@ -811,7 +813,7 @@ DqSummation Attention::dq_summation(const AttentionBackwardArgs& in) {
 AttentionInternals::DqChoiceInputs AttentionInternals::backward_dq_choice_inputs(Attention& attention,
                                                                                   const AttentionBackwardArgs& in) {
   const auto plan = attention.state_->plan_of_call(in);
-  return {plan.key_tiles_per_row, plan.kv_tiling.gathered_block > 0};
+  return {plan.key_tiles_per_row, plan.kv_tiling.gathered_block > 0, plan.accumulator_spills};
 }
 
 std::string Attention::backward_tiling(const AttentionBackwardArgs& in) {

@@ -22,6 +22,25 @@ namespace sjit::attention {
 // share would be many rows, so dq_convert does it.
 bool worth_converting_in_pass(double key_tiles_per_row) { return key_tiles_per_row >= 2; }
 
+// Long sequences (thirty-fifth session, H100, backward ms, atomic / pass; "tiles" are key tiles a row).
+// Where a group's working set (accumulator_spills) fits the L2, choose_dq_summation's rule (below),
+// measured at S = 8192, holds: one head a K/V head at S = 16384 (16 MB) 4 tiles 1.16 / 1.25, 6 tiles
+// 1.44 / 1.65; at S = 32768 (32 MB) 5 tiles 1.49 / 1.48, 9 tiles 1.96 / 2.07, 13 tiles 2.79 / 3.16.
+// Beyond the L2's 50 MB the pass wins up to a quarter of the key tiles at least: one head at S = 65536
+// (64 MB) 5 tiles 3.40 / 2.94, 10 tiles 5.35 / 4.87, 26 tiles (H4) 3.13 / 2.53, 128 of 512 tiles
+// 13.94 / 12.36; at S = 131072 (128 MB, H4) 10 tiles 3.27 / 2.50, 31 tiles 8.89 / 6.95; two heads at
+// S = 32768 (64 MB) 26 tiles 5.91 / 5.56, 38 tiles 8.11 / 7.67, 64 of 256 tiles 13.31 / 12.61, 102
+// tiles 19.85 / 19.51 (in the training step 19.90 / 21.28); four heads at S = 32768 (128 MB) 5 tiles
+// 1.80 / 1.29, 26 tiles 7.43 / 5.32, 64 tiles 15.90 / 12.79, dense 42.5 / 46.8; four heads at S =
+// 16384, B2 (64 MB) 32 of 128 tiles 6.64 / 6.32, 51 tiles 9.87 / 10.09. Dense, neighbouring CTAs'
+// walks add to the same rows at nearly the same time, and atomic wins at every length (S = 65536
+// 166.7 / 208.3, S = 131072 171.5 / 196.6). So beyond the L2 the pass is taken up to 30% of the key
+// tiles. (The gathered backward's rule, below, was not measured at such lengths.)
+bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, std::int64_t l2_bytes) {
+  const double working_set = double(group) * double(seq_q) * double(head_dim) * 8.0;
+  return l2_bytes > 0 && working_set > double(l2_bytes);
+}
+
 // How a backward that may sum dQ either way (spec.deterministic false) sums it: atomically inside the
 // dK/dV pass, or in the dQ pass of its own (no accumulator, no conversion, but S and dP computed a
 // second time: seven tile products a tile pair instead of five). The accumulator's costs (the
@@ -43,7 +62,7 @@ bool worth_converting_in_pass(double key_tiles_per_row) { return key_tiles_per_r
 //     (3 key tiles a row at 0.1) 0.1 0.72 in earlier closing runs / 0.60.
 DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group,
                                 std::string_view forced, std::optional<DqSummation> asked,
-                                std::optional<DqSummation> tuned, bool gathered) {
+                                std::optional<DqSummation> tuned, bool gathered, std::int64_t spilled_key_tiles) {
   if (!forced.empty() && forced != "auto" && forced != "atomic" && forced != "pass")
     throw InvalidArgument(fmt::format("SJIT_BACKWARD_DQ = '{}': use atomic, pass or auto (or leave it unset)", forced));
   const bool may_be_atomic = codegen::atomic_dq(spec);  // not where determinism is asked for, nor at d = 256
@@ -67,6 +86,7 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
   // 2.78 / 2.95, 0.02 0.83 / 0.84, blocks of 32 at 0.1 1.63 / 1.53: as one.
   if (gathered) return group >= 4 ? DqSummation::pass : DqSummation::atomic;
   if (spec.head_dim == 64) return DqSummation::pass;  // a tie or better at every density measured
+  if (key_tiles_per_row < 0.3 * double(spilled_key_tiles)) return DqSummation::pass;  // the accumulator spills
   // Key tiles a row at S = 8192 are 64 x density: 24 at 0.375, where four heads a group tie, and
   // about 10 between 0.1 and 0.25, where two heads a group do.
   if (group >= 4) return key_tiles_per_row < 20 ? DqSummation::pass : DqSummation::atomic;

@@ -14,8 +14,16 @@ namespace sjit::attention {
 // active key tiles a query row sees, rather than leaving it all to dq_convert.
 bool worth_converting_in_pass(double key_tiles_per_row);
 
+// Whether atomic dQ's working set for one K/V group outgrows the device's L2 (`l2_bytes`): the fp32
+// accumulator of the group's query rows with their Q and dO, group * seq_q * head_dim * 8 bytes, which
+// the resident dK/dV CTAs (a group's key tiles at a time) add to and read. Then the adds of a sparse
+// pattern, which land on any row of the group, miss the L2 and each costs DRAM traffic.
+bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, std::int64_t l2_bytes);
+
 // How the backward of `spec` sums dQ on a device (sm90: the Hopper kernels), for a problem whose query
-// rows see `key_tiles_per_row` active key tiles on average, with `group` query heads a K/V head.
+// rows see `key_tiles_per_row` active key tiles on average, with `group` query heads a K/V head;
+// `spilled_key_tiles`: where accumulator_spills, the sequence's key tiles (of the 128-key dK/dV pass),
+// else 0.
 // The first that applies decides:
 //   - `asked` (AttentionBackwardArgs::dq_summation): the way asked for; atomic where the spec needs the
 //     pass (deterministic, or d = 256) is refused (InvalidArgument);
@@ -27,7 +35,8 @@ bool worth_converting_in_pass(double key_tiles_per_row);
 //     blocks of 16 and 32: attention/packed_queries.h), which has a rule of its own.
 DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group,
                                 std::string_view forced, std::optional<DqSummation> asked = std::nullopt,
-                                std::optional<DqSummation> tuned = std::nullopt, bool gathered = false);
+                                std::optional<DqSummation> tuned = std::nullopt, bool gathered = false,
+                                std::int64_t spilled_key_tiles = 0);
 
 // SJIT_BACKWARD_DQ's value, or "" when unset.
 std::string_view forced_dq_summation();

@@ -46,15 +46,18 @@ bool store_attention_result(const AttentionSpec& canonical_spec, const std::stri
 // rounded up to a power of two: "group=1,tiles<=8". Both decide which way wins (the accumulator's
 // costs grow with the rows, the dQ pass's second products with the tiles). A problem whose pattern
 // runs the gathered backward (pattern blocks of 16 and 32, docs/attention.md) has buckets of its own,
-// ",walk=gathered" added: its kernels, and so which way wins, are not the 128-key passes'.
-std::string dq_bucket(std::int64_t group, double key_tiles_per_row, bool gathered = false);
+// ",walk=gathered" added: its kernels, and so which way wins, are not the 128-key passes'. So does one
+// whose accumulator spills out of the L2 (attention::accumulator_spills: long sequences, wide groups),
+// ",beyond_l2" added: there the adds cost DRAM traffic, and the pass wins far more often.
+std::string dq_bucket(std::int64_t group, double key_tiles_per_row, bool gathered = false, bool beyond_l2 = false);
 
 // The way tune_dq_summation stored for the current device, the backward spec (canonical, pass=bwd)
 // and the problem's bucket, where the autotune policy is on or force; nullopt when it is off, without
 // a device, when nothing is stored for that very bucket, or when the stored text is not a way (reported
 // once). Looked up once per process for each (database folder, device, spec, bucket).
 std::optional<DqSummation> tuned_dq_summation(const AttentionSpec& backward_spec, std::int64_t group,
-                                              double key_tiles_per_row, bool gathered = false);
+                                              double key_tiles_per_row, bool gathered = false,
+                                              bool beyond_l2 = false);
 
 // Writes a dQ tuning's winner for the current device; false if the folder cannot be written.
 bool store_dq_result(const AttentionSpec& backward_spec, const std::string& bucket, DqSummation winner,

@@ -143,3 +143,50 @@ TEST_CASE("the gathered backward sums dQ atomically with one query head a K/V he
     CHECK(choose_dq_summation(spec_of(d), true, 6, 1, "pass", std::nullopt, std::nullopt, true) == DqSummation::pass);
   }
 }
+
+// Long sequences and wide GQA groups: where a K/V group's Q, dO and fp32 accumulator (group * seq_q *
+// head_dim * 8 bytes) outgrow the L2, the adds of a sparse pattern miss it, and the dQ pass wins up to
+// 30% of the key tiles (backward_policy.cpp has the H100 measurements; its L2 holds 50 MB).
+TEST_CASE("an accumulator beyond the L2 takes the dQ pass up to 30% of the key tiles",
+          "[attention][backward][policy]") {
+  constexpr std::int64_t h100_l2 = 50 << 20;
+  using attention::accumulator_spills;
+  CHECK_FALSE(accumulator_spills(1, 32768, 128, h100_l2));  // 32 MB: the rule of S = 8192 holds
+  CHECK(accumulator_spills(1, 65536, 128, h100_l2));         // 64 MB
+  CHECK(accumulator_spills(2, 32768, 128, h100_l2));
+  CHECK(accumulator_spills(4, 16384, 128, h100_l2));
+  CHECK_FALSE(accumulator_spills(4, 8192, 128, h100_l2));
+  CHECK_FALSE(accumulator_spills(1, 65536, 64, h100_l2));
+  CHECK_FALSE(accumulator_spills(8, 1 << 20, 128, 0));  // an L2 of unknown size: the rule as measured
+
+  const auto atomic = DqSummation::atomic, pass = DqSummation::pass;
+  const auto choose = [](double tiles, std::int64_t group, std::int64_t spilled_key_tiles) {
+    return choose_dq_summation(spec_of(128), true, tiles, group, "", std::nullopt, std::nullopt, false,
+                               spilled_key_tiles);
+  };
+  // One query head a K/V head at S = 65536 (512 key tiles): the pass at 5, 10 and 128 tiles a row,
+  // atomic from 30% on and dense; the same rows with an accumulator that fits stay atomic from 3.
+  CHECK(choose(5, 1, 512) == pass);
+  CHECK(choose(10, 1, 512) == pass);
+  CHECK(choose(128, 1, 512) == pass);
+  CHECK(choose(160, 1, 512) == atomic);
+  CHECK(choose(512, 1, 512) == atomic);
+  CHECK(choose(10, 1, 0) == atomic);
+  // Two and four heads at S = 32768 (256 key tiles): the pass at 64 tiles, where the rule alone would
+  // take atomic; atomic at 102 (40%) and dense.
+  for (const std::int64_t group : {2, 4}) {
+    CAPTURE(group);
+    CHECK(choose(64, group, 256) == pass);
+    CHECK(choose(64, group, 0) == atomic);
+    CHECK(choose(102, group, 256) == atomic);
+    CHECK(choose(256, group, 256) == atomic);
+  }
+  // Below the L2's rule, the rule of short sequences still takes the pass.
+  CHECK(choose(16, 4, 32) == pass);
+  // What comes before the rule still decides: forced, asked, a stored tuning, d = 64, the gathered rule.
+  CHECK(choose_dq_summation(spec_of(128), true, 10, 1, "atomic", std::nullopt, std::nullopt, false, 512) == atomic);
+  CHECK(choose_dq_summation(spec_of(128), true, 10, 1, "", atomic, std::nullopt, false, 512) == atomic);
+  CHECK(choose_dq_summation(spec_of(128), true, 10, 1, "", std::nullopt, atomic, false, 512) == atomic);
+  CHECK(choose_dq_summation(spec_of(128), true, 10, 1, "", std::nullopt, std::nullopt, true, 512) == atomic);
+  CHECK(choose_dq_summation(spec_of(64), true, 400, 1, "", std::nullopt, std::nullopt, false, 512) == pass);
+}

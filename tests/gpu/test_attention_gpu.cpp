@@ -12,6 +12,7 @@
 
 #include "sparsejit/attention_reference.h"
 #include "sparsejit/sparsejit.h"
+#include "support/attention_run.h"
 #include "support/attention_support.h"
 #include "support/test_support.h"
 
@@ -119,14 +120,12 @@ reference::AttentionOutput run_reference(const Case& c, const std::vector<float>
   return reference::attention_forward(p, test::wide(q), test::wide(k), test::wide(v));
 }
 
-// bf16: atol 2e-2 / rtol 1e-2 (P and O are rounded to 8 bits of mantissa); f16: four times tighter.
+// The tests' tolerances (test::output_close, test::lse_close).
 void expect_matches(const Case& c, const Result& got, const reference::AttentionOutput& want) {
-  const double atol = c.spec.dtype == DType::bf16 ? 2e-2 : 5e-3;
-  const double rtol = c.spec.dtype == DType::bf16 ? 1e-2 : 2.5e-3;
   const std::int64_t d = c.spec.head_dim;
   for (std::size_t i = 0; i < want.o.size(); ++i) {
     const double g = got.o[i], w = want.o[i];
-    if (!(std::abs(g - w) <= atol + rtol * std::abs(w))) {
+    if (!test::output_close(c.spec.dtype, g, w)) {
       const std::int64_t row = std::int64_t(i) / d;
       FAIL(fmt::format("{}: o[b{} h{} row {} col {}] = {:.6g}, want {:.6g}", c.name(), row / c.seq_q / c.heads_q,
                        row / c.seq_q % c.heads_q, row % c.seq_q, std::int64_t(i) % d, g, w));
@@ -134,8 +133,7 @@ void expect_matches(const Case& c, const Result& got, const reference::Attention
   }
   for (std::size_t i = 0; i < want.lse.size(); ++i) {
     const double g = got.lse[i], w = want.lse[i];
-    const bool ok = std::isinf(w) ? (std::isinf(g) && g < 0) : std::abs(g - w) <= 2e-3 * std::max(1.0, std::abs(w));
-    if (!ok) FAIL(fmt::format("{}: lse[{}] = {:.7g}, want {:.7g}", c.name(), i, g, w));
+    if (!test::lse_close(g, w)) FAIL(fmt::format("{}: lse[{}] = {:.7g}, want {:.7g}", c.name(), i, g, w));
   }
   SUCCEED();
 }

@@ -92,19 +92,16 @@ std::vector<std::int64_t> sample_rows(const Problem& c, const BlockPattern& patt
   return {rows.begin(), rows.end()};
 }
 
-// |got - want| <= tol * (largest |want| compared) + tol * |want| + 1e-5 for each (index, want) pair:
-// the backward tests' rule (bf16 rounds P, dS and O, so errors scale with the tensor).
-template <class Pairs>
-void expect_close(const Problem& c, const char* what, const std::vector<float>& got, const Pairs& pairs) {
-  const double tol = c.spec.dtype == DType::bf16 ? 2.5e-2 : 6e-3;
+// Each (index, want) pair within the tests' tolerance (test::gradient_close), scaled by the largest
+// |want| compared.
+void expect_gradient_close(const Problem& c, const char* what, const std::vector<float>& got,
+                           const std::vector<std::pair<std::size_t, double>>& pairs) {
   double largest = 0;
   for (const auto& [index, want] : pairs) largest = std::max(largest, std::abs(want));
-  for (const auto& [index, want] : pairs) {
-    const double g = got[index];
-    if (!(std::abs(g - want) <= tol * largest + tol * std::abs(want) + 1e-5))
-      FAIL(fmt::format("{}: {}[{}] = {:.6g}, want {:.6g} (largest compared {:.4g})", c.name(), what, index, g, want,
-                       largest));
-  }
+  for (const auto& [index, want] : pairs)
+    if (!test::gradient_close(c.spec.dtype, got[index], want, largest))
+      FAIL(fmt::format("{}: {}[{}] = {:.6g}, want {:.6g} (largest compared {:.4g})", c.name(), what, index, got[index],
+                       want, largest));
 }
 
 // The problem on the GPU, compared on a sample: a few rows of each of `query_blocks` (o, lse, dq), and
@@ -131,23 +128,21 @@ void check_long_problem(const Problem& c, const BlockPattern& pattern, const std
 
   const int d = c.spec.head_dim;
   const std::int64_t slices_q = c.batch * c.heads_q, n = std::int64_t(rows.size());
-  // Forward: the forward tests' tolerances (bf16 atol 2e-2, rtol 1e-2; f16 four times tighter).
-  const double atol = c.spec.dtype == DType::bf16 ? 2e-2 : 5e-3, rtol = c.spec.dtype == DType::bf16 ? 1e-2 : 2.5e-3;
   std::vector<std::pair<std::size_t, double>> dq_pairs;
   for (std::int64_t s = 0; s < slices_q; ++s)
     for (std::int64_t r = 0; r < n; ++r) {
       const std::size_t full_row = std::size_t(s * c.seq_q + rows[std::size_t(r)]), sample_row = std::size_t(s * n + r);
       const double w_lse = want.out.lse[sample_row], g_lse = lse[full_row];
-      if (!(std::isinf(w_lse) ? std::isinf(g_lse) && g_lse < 0 : std::abs(g_lse - w_lse) <= 2e-3 * std::max(1.0, std::abs(w_lse))))
+      if (!test::lse_close(g_lse, w_lse))
         FAIL(fmt::format("{}: lse[slice {} row {}] = {:.7g}, want {:.7g}", c.name(), s, rows[r], g_lse, w_lse));
       for (int x = 0; x < d; ++x) {
         const double g = o[full_row * d + x], w = want.out.o[sample_row * d + x];
-        if (!(std::abs(g - w) <= atol + rtol * std::abs(w)))
+        if (!test::output_close(c.spec.dtype, g, w))
           FAIL(fmt::format("{}: o[slice {} row {} col {}] = {:.6g}, want {:.6g}", c.name(), s, rows[r], x, g, w));
         dq_pairs.emplace_back(full_row * d + x, want.grads.dq[sample_row * d + x]);
       }
     }
-  expect_close(c, "dq", got.dq, dq_pairs);
+  expect_gradient_close(c, "dq", got.dq, dq_pairs);
   // dK and dV of the sampled key blocks: every query that sees them is in the sample.
   const std::int64_t bs = pattern.block_size();
   std::vector<std::pair<std::size_t, double>> dk_pairs, dv_pairs;
@@ -159,8 +154,8 @@ void check_long_problem(const Problem& c, const BlockPattern& pattern, const std
           dk_pairs.emplace_back(i, want.grads.dk[i]);
           dv_pairs.emplace_back(i, want.grads.dv[i]);
         }
-  expect_close(c, "dk", got.dk, dk_pairs);
-  expect_close(c, "dv", got.dv, dv_pairs);
+  expect_gradient_close(c, "dk", got.dk, dk_pairs);
+  expect_gradient_close(c, "dv", got.dv, dv_pairs);
   SUCCEED();
 }
 

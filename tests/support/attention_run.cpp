@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "support/attention_support.h"
@@ -72,6 +73,23 @@ AttentionBackwardArgs GpuRun::backward_args() const {
 Gradients GpuRun::gradients() const {
   const DType dt = c.spec.dtype;
   return {download(dt, dq, q_elems), download(dt, dk, k_elems), download(dt, dv, k_elems)};
+}
+
+bool output_close(DType dtype, double got, double want) {
+  const double atol = dtype == DType::bf16 ? 2e-2 : 5e-3, rtol = dtype == DType::bf16 ? 1e-2 : 2.5e-3;
+  return std::abs(got - want) <= atol + rtol * std::abs(want);
+}
+
+bool lse_close(double got, double want) {
+  if (std::isinf(want)) return std::isinf(got) && got < 0;
+  return std::abs(got - want) <= 2e-3 * std::max(1.0, std::abs(want));
+}
+
+bool gradient_close(DType dtype, double got, double want, double largest) {
+  const double tol = dtype == DType::bf16 ? 2.5e-2 : 6e-3;
+  // 1e-5: on an all-zero tensor (one key per row: dP = delta exactly) what is left is the fp32 rounding
+  // of dP - delta, two sums of head_dim products of order 1 taken in different orders.
+  return std::abs(got - want) <= tol * largest + tol * std::abs(want) + 1e-5;
 }
 
 }  // namespace sjit::test

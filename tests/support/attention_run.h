@@ -52,4 +52,15 @@ struct GpuRun {
   Gradients gradients() const;  // after a synchronize()
 };
 
+// The attention GPU tests' tolerances against the float64 reference.
+// An output element: within atol + rtol * |want|, bf16 2e-2 and 1e-2 (P and O are rounded to 8 bits
+// of mantissa), f16 four times tighter.
+bool output_close(DType dtype, double got, double want);
+// A row's log-sum-exp: within 2e-3 * max(1, |want|), and -inf exactly where the reference has no key.
+bool lse_close(double got, double want);
+// A gradient element: within tol * largest + tol * |want| + 1e-5, tol 2.5e-2 for bf16 and 6e-3 for
+// f16, `largest` the largest |want| of its tensor (bf16 rounds P, dS and the stored O, so errors scale
+// with the tensor, not with each entry).
+bool gradient_close(DType dtype, double got, double want, double largest);
+
 }  // namespace sjit::test

@@ -12,7 +12,7 @@ struct AttentionInternals {
   struct DqChoiceInputs {
     double key_tiles_per_row = 0;
     bool gathered = false;
-    bool beyond_l2 = false;  // atomic dQ's working set outgrows the L2 (attention::accumulator_spills)
+    bool accumulator_spills = false;  // atomic dQ's working set outgrows the L2 (backward_policy.h)
   };
   static DqChoiceInputs backward_dq_choice_inputs(Attention& attention, const AttentionBackwardArgs& args);
 };

@@ -32,6 +32,12 @@ DeviceFacts read_facts(int ordinal) {
   f.max_shared_per_block_optin = attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
   f.max_threads_per_multiprocessor = attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
   SJIT_CU(cu.cuDeviceTotalMem(&f.memory_bytes, f.device));
+  // Two transfers a clock (the clock is in kHz, the bus width in bits). Not every driver still reports
+  // these two, so a failure leaves the bandwidth unknown rather than the device unusable.
+  int memory_khz = 0, bus_bits = 0;
+  if (cu.cuDeviceGetAttribute(&memory_khz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, f.device) == CUDA_SUCCESS &&
+      cu.cuDeviceGetAttribute(&bus_bits, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, f.device) == CUDA_SUCCESS)
+    f.memory_bandwidth = 2.0 * memory_khz * 1e3 * bus_bits / 8.0;
   f.arch = arch_for(f.cc_major, f.cc_minor);
   return f;
 }

@@ -16,6 +16,9 @@ struct DeviceFacts {
   int cc_major = 0, cc_minor = 0, multiprocessors = 0, l2_bytes = 0, max_shared_per_block_optin = 0;
   int max_threads_per_multiprocessor = 0;
   size_t memory_bytes = 0;
+  // Peak DRAM bandwidth in bytes a second, from the memory clock and bus width (0 where the driver
+  // reports neither).
+  double memory_bandwidth = 0;
 };
 
 // The device of the calling thread's current context; with none current, device 0's primary context

@@ -1,6 +1,8 @@
 // sjit info: versions, devices (or why there are none), paths.
 #include <fmt/format.h>
 
+#include <string>
+
 #include "commands.h"
 
 namespace sjit::tool {
@@ -18,8 +20,10 @@ Runner add_info(CLI::App& app) {
     }
     fmt::print("driver          {}.{}\n", info.driver_version / 1000, info.driver_version % 1000 / 10);
     for (const DeviceInfo& d : info.devices)
-      fmt::print("GPU {}           {} (compute {}.{}, arch {}, {} SMs, {:.1f} GiB, L2 {} MiB)\n", d.ordinal, d.name,
-                 d.cc_major, d.cc_minor, d.arch, d.multiprocessors, double(d.memory_bytes) / (1 << 30),
+      fmt::print("GPU {}           {} (compute {}.{}, arch {}, {} SMs, {:.1f} GiB at {}, L2 {} MiB)\n", d.ordinal,
+                 d.name, d.cc_major, d.cc_minor, d.arch, d.multiprocessors, double(d.memory_bytes) / (1 << 30),
+                 d.memory_bandwidth > 0 ? fmt::format("{:.2f} TB/s peak", d.memory_bandwidth / 1e12)
+                                        : std::string("an unreported bandwidth"),
                  d.l2_bytes >> 20);
     return 0;
   };

@@ -425,7 +425,8 @@ struct Attention::State {
         backward_spec(true), group, plan.key_tiles_per_row, gathered, plan.accumulator_spills);
     plan.atomic = attention::choose_dq_summation(spec, plan.sm90, plan.key_tiles_per_row, group,
                                                  attention::forced_dq_summation(), a.dq_summation, tuned, gathered,
-                                                 plan.accumulator_spills ? plan.key_tiles : 0) == DqSummation::atomic;
+                                                 plan.accumulator_spills ? plan.key_tiles : 0,
+                                                 target.device->memory_bandwidth) == DqSummation::atomic;
     if (gathered) {
       plan.kv_tiling = *codegen::gathered_backward_tiling(backward_spec(plan.atomic), codegen::BackwardPart::dkdv);
       const int block = a.pattern->block_size();

@@ -35,7 +35,20 @@ bool worth_converting_in_pass(double key_tiles_per_row) { return key_tiles_per_r
 // 16384, B2 (64 MB) 32 of 128 tiles 6.64 / 6.32, 51 tiles 9.87 / 10.09. Dense, neighbouring CTAs'
 // walks add to the same rows at nearly the same time, and atomic wins at every length (S = 65536
 // 166.7 / 208.3, S = 131072 171.5 / 196.6). So beyond the L2 the pass is taken up to 30% of the key
-// tiles. (The gathered backward's rule, below, was not measured at such lengths.)
+// tiles there (beyond_l2_pass_share).
+//
+// On the H200 (thirty-sixth session; HBM3e at 4.8 TB/s against the H100's 3.35, an L2 of 60 MB) the
+// spilled adds cost far less, and past a few key tiles atomic ties or wins: one head a K/V head at
+// S = 65536 (H4, 64 MB) 5 of 512 tiles 0.674 / 0.642, 10 tiles 1.076 / 1.076, 26 tiles 2.489 /
+// 2.732; four heads at S = 32768 (128 MB) 26 tiles 5.389 / 5.384, 51 tiles 10.500 / 10.597, 64 tiles
+// 12.633 / 13.292, 77 tiles 14.795 / 15.340; two heads at S = 32768 (64 MB) 77 tiles 13.995 /
+// 15.411, 90 tiles 17.425 / 18.172; four heads at S = 16384, B2 (64 MB) 38 of 128 tiles 6.949 /
+// 7.615; d = 96, four heads at S = 32768 (96 MB) 13 tiles 2.124 / 2.143, 26 tiles 4.307 / 4.506, 64
+// tiles 9.867 / 10.535. There the pass is taken below 2% of the key tiles, and above that the rule of
+// short sequences decides (which takes the pass for four heads below 20 tiles, ties above).
+// The H100's figures put the step between its 3.35 TB/s and the H200's 4.8 at 4 TB/s.
+double beyond_l2_pass_share(double memory_bandwidth) { return memory_bandwidth >= 4e12 ? 0.02 : 0.3; }
+
 bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, std::int64_t l2_bytes) {
   const double working_set = double(group) * double(seq_q) * double(head_dim) * 8.0;
   return l2_bytes > 0 && working_set > double(l2_bytes);
@@ -62,7 +75,8 @@ bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, st
 //     (3 key tiles a row at 0.1) 0.1 0.72 in earlier closing runs / 0.60.
 DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group,
                                 std::string_view forced, std::optional<DqSummation> asked,
-                                std::optional<DqSummation> tuned, bool gathered, std::int64_t spilled_key_tiles) {
+                                std::optional<DqSummation> tuned, bool gathered, std::int64_t spilled_key_tiles,
+                                double memory_bandwidth) {
   if (!forced.empty() && forced != "auto" && forced != "atomic" && forced != "pass")
     throw InvalidArgument(fmt::format("SJIT_BACKWARD_DQ = '{}': use atomic, pass or auto (or leave it unset)", forced));
   const bool may_be_atomic = codegen::atomic_dq(spec);  // not where determinism is asked for, nor at d = 256
@@ -84,9 +98,19 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
   // 1.55 / 1.87, blocks of 32 at 0.1 0.88 / 1.06. Four heads a K/V head, d = 128: blocks of 16 at 0.1
   // 3.45 / 2.90, 0.02 0.90 / 0.80, blocks of 32 at 0.1 1.94 / 1.38. Two heads: blocks of 16 at 0.1
   // 2.78 / 2.95, 0.02 0.83 / 0.84, blocks of 32 at 0.1 1.63 / 1.53: as one.
-  if (gathered) return group >= 4 ? DqSummation::pass : DqSummation::atomic;
+  // Its reductions are a 64-row step's dQ for every 16 or 32 keys, two to four times the 128-key pass's
+  // bytes a product, so an accumulator beyond the L2 costs it far more. On the H200 (thirty-sixth
+  // session, one head a K/V head): one head at S = 65536 (64 MB) blocks of 32 at 0.02 / 0.05 / 0.1
+  // 3.390 / 2.393, 8.033 / 5.286, 15.807 / 10.447, blocks of 16 at 0.02 / 0.05 6.289 / 4.951, 15.257 /
+  // 11.704: the pass 21-34% faster. Within the L2 atomic still wins or ties: at S = 16384 (16 MB)
+  // blocks of 32 at 0.05 / 0.1 1.516 / 1.596, 2.914 / 2.964, blocks of 16 at 0.05 2.803 / 3.148; at
+  // S = 32768 (32 MB) blocks of 16 at 0.02 / 0.05 2.568 / 2.719, 5.623 / 5.890, blocks of 32 at 0.05 /
+  // 0.1 2.931 / 2.836, 6.039 / 5.330 (the pass there, by 3-12%).
+  const bool spills = spilled_key_tiles > 0;
+  if (gathered) return group >= 4 || spills ? DqSummation::pass : DqSummation::atomic;
   if (spec.head_dim == 64) return DqSummation::pass;  // a tie or better at every density measured
-  if (key_tiles_per_row < 0.3 * double(spilled_key_tiles)) return DqSummation::pass;  // the accumulator spills
+  if (key_tiles_per_row < beyond_l2_pass_share(memory_bandwidth) * double(spilled_key_tiles))
+    return DqSummation::pass;  // the accumulator spills
   // Key tiles a row at S = 8192 are 64 x density: 24 at 0.375, where four heads a group tie, and
   // about 10 between 0.1 and 0.25, where two heads a group do.
   if (group >= 4) return key_tiles_per_row < 20 ? DqSummation::pass : DqSummation::atomic;

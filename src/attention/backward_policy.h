@@ -20,10 +20,15 @@ bool worth_converting_in_pass(double key_tiles_per_row);
 // pattern, which land on any row of the group, miss the L2 and each costs DRAM traffic.
 bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, std::int64_t l2_bytes);
 
+// The share of the key tiles below which the dQ pass wins where atomic dQ's accumulator spills out of
+// the L2, on a device whose DRAM moves `memory_bandwidth` bytes a second (0: unknown): the faster the
+// DRAM, the less the spilled adds cost.
+double beyond_l2_pass_share(double memory_bandwidth);
+
 // How the backward of `spec` sums dQ on a device (sm90: the Hopper kernels), for a problem whose query
 // rows see `key_tiles_per_row` active key tiles on average, with `group` query heads a K/V head;
 // `spilled_key_tiles`: where accumulator_spills, the sequence's key tiles (of the 128-key dK/dV pass),
-// else 0.
+// else 0; `memory_bandwidth`: the device's (DeviceInfo::memory_bandwidth, 0 if unknown).
 // The first that applies decides:
 //   - `asked` (AttentionBackwardArgs::dq_summation): the way asked for; atomic where the spec needs the
 //     pass (deterministic, or d = 256) is refused (InvalidArgument);
@@ -31,12 +36,14 @@ bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, st
 //   - `forced`, SJIT_BACKWARD_DQ's value: "atomic" or "pass" forces that way; "" or "auto" does not;
 //     anything else is refused (InvalidArgument), whatever the spec;
 //   - `tuned`, the way a tuning stored for this problem (tuning::tuned_dq_summation);
-//   - the rule measured on the H100; `gathered` says the pattern runs the gathered backward (pattern
-//     blocks of 16 and 32: attention/packed_queries.h), which has a rule of its own.
+//   - the rule measured on the H100, and beyond the L2 on the H200 too; `gathered` says the pattern
+//     runs the gathered backward (pattern blocks of 16 and 32: attention/packed_queries.h), which has
+//     a rule of its own: the pass with four or more query heads a K/V head or an accumulator beyond
+//     the L2, atomic otherwise.
 DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group,
                                 std::string_view forced, std::optional<DqSummation> asked = std::nullopt,
                                 std::optional<DqSummation> tuned = std::nullopt, bool gathered = false,
-                                std::int64_t spilled_key_tiles = 0);
+                                std::int64_t spilled_key_tiles = 0, double memory_bandwidth = 0);
 
 // SJIT_BACKWARD_DQ's value, or "" when unset.
 std::string_view forced_dq_summation();

@@ -19,7 +19,7 @@ void enter_context() { (void)jit::current_target(); }
 
 DeviceInfo to_info(const runtime::DeviceFacts& f) {
   return {f.ordinal, f.name, f.cc_major, f.cc_minor, f.arch, f.multiprocessors, f.memory_bytes, f.l2_bytes,
-          f.max_shared_per_block_optin};
+          f.max_shared_per_block_optin, f.memory_bandwidth};
 }
 
 }  // namespace

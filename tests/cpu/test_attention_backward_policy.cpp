@@ -125,15 +125,26 @@ TEST_CASE("a spec that must take the dQ pass takes it whatever is stored, and re
 }
 
 // The gathered backward (pattern blocks of 16 and 32) has its own crossover: its dK/dV pass's bulk
-// reductions against the gathered dQ pass, measured with one and four query heads a K/V head.
-TEST_CASE("the gathered backward sums dQ atomically with one query head a K/V head, by its pass with four",
-          "[attention][backward][policy]") {
+// reductions against the gathered dQ pass, measured with one and four query heads a K/V head, and
+// (on the H200) with an accumulator beyond the L2, where its reductions, two to four times the 128-key
+// pass's bytes a product, miss the L2.
+TEST_CASE("the gathered backward sums dQ atomically with one query head a K/V head, by its pass with four "
+          "or beyond the L2", "[attention][backward][policy]") {
   for (const int d : {64, 128}) {
     CAPTURE(d);
     // Whatever the tiles a row (the 128-key pass's rule would take the pass below 2.5, and at d = 64).
     for (const double tiles : {1.0, 6.0, 40.0}) {
+      CAPTURE(tiles);
       CHECK(choose_dq_summation(spec_of(d), true, tiles, 1, "", std::nullopt, std::nullopt, true) == DqSummation::atomic);
       CHECK(choose_dq_summation(spec_of(d), true, tiles, 4, "", std::nullopt, std::nullopt, true) == DqSummation::pass);
+      // Beyond the L2 (512 key tiles spilled), one head a K/V head too, whatever the DRAM's speed.
+      for (const double bandwidth : {0.0, 3.35e12, 4.8e12}) {
+        CAPTURE(bandwidth);
+        CHECK(choose_dq_summation(spec_of(d), true, tiles, 1, "", std::nullopt, std::nullopt, true, 512, bandwidth) ==
+              DqSummation::pass);
+        CHECK(choose_dq_summation(spec_of(d), true, tiles, 2, "", std::nullopt, std::nullopt, true, 512, bandwidth) ==
+              DqSummation::pass);
+      }
     }
     // What comes before the rule still decides: asked, a deterministic spec, forced.
     CHECK(choose_dq_summation(spec_of(d), true, 6, 1, "", DqSummation::pass, std::nullopt, true) == DqSummation::pass);
@@ -183,10 +194,46 @@ TEST_CASE("an accumulator beyond the L2 takes the dQ pass up to 30% of the key t
   }
   // Below the L2's rule, the rule of short sequences still takes the pass.
   CHECK(choose(16, 4, 32) == pass);
-  // What comes before the rule still decides: forced, asked, a stored tuning, d = 64, the gathered rule.
+  // What comes before the rule still decides: forced, asked, a stored tuning, d = 64.
   CHECK(choose_dq_summation(spec_of(128), true, 10, 1, "atomic", std::nullopt, std::nullopt, false, 512) == atomic);
   CHECK(choose_dq_summation(spec_of(128), true, 10, 1, "", atomic, std::nullopt, false, 512) == atomic);
   CHECK(choose_dq_summation(spec_of(128), true, 10, 1, "", std::nullopt, atomic, false, 512) == atomic);
-  CHECK(choose_dq_summation(spec_of(128), true, 10, 1, "", std::nullopt, std::nullopt, true, 512) == atomic);
   CHECK(choose_dq_summation(spec_of(64), true, 400, 1, "", std::nullopt, std::nullopt, false, 512) == pass);
+}
+
+// On faster DRAM (the H200's 4.8 TB/s against the H100's 3.35) the spilled adds cost less: beyond the
+// L2 the pass is taken only below 2% of the key tiles, and above that the rule of short sequences
+// decides (backward_policy.cpp has the H200's measurements). An unknown bandwidth keeps the H100's 30%.
+TEST_CASE("beyond the L2, fast DRAM takes the dQ pass only where rows see very few key tiles",
+          "[attention][backward][policy]") {
+  using attention::beyond_l2_pass_share;
+  CHECK(beyond_l2_pass_share(0) == 0.3);
+  CHECK(beyond_l2_pass_share(3.35e12) == 0.3);
+  CHECK(beyond_l2_pass_share(4.8e12) == 0.02);
+  CHECK(beyond_l2_pass_share(4.8e12) < beyond_l2_pass_share(3.35e12));
+
+  const auto atomic = DqSummation::atomic, pass = DqSummation::pass;
+  const auto choose = [](double tiles, std::int64_t group, std::int64_t spilled_key_tiles, double bandwidth) {
+    return choose_dq_summation(spec_of(128), true, tiles, group, "", std::nullopt, std::nullopt, false,
+                               spilled_key_tiles, bandwidth);
+  };
+  constexpr double h100 = 3.35e12, h200 = 4.8e12;
+  // One head a K/V head at S = 65536 (512 key tiles): the H200 takes the pass at 5 tiles, atomic at 26,
+  // where the H100 takes the pass.
+  CHECK(choose(5, 1, 512, h200) == pass);
+  CHECK(choose(26, 1, 512, h200) == atomic);
+  CHECK(choose(26, 1, 512, h100) == pass);
+  // Four heads at S = 32768 (256 key tiles): below 20 tiles the short sequences' rule takes the pass on
+  // either; at 26 and 64 tiles only the H100 does.
+  CHECK(choose(13, 4, 256, h200) == pass);
+  CHECK(choose(26, 4, 256, h200) == atomic);
+  CHECK(choose(64, 4, 256, h200) == atomic);
+  CHECK(choose(64, 4, 256, h100) == pass);
+  // With an accumulator that fits, the bandwidth changes nothing.
+  for (const double bandwidth : {0.0, h100, h200}) {
+    CAPTURE(bandwidth);
+    CHECK(choose(26, 1, 0, bandwidth) == atomic);
+    CHECK(choose(2, 1, 0, bandwidth) == pass);
+    CHECK(choose(13, 4, 0, bandwidth) == pass);
+  }
 }

@@ -569,6 +569,45 @@ TEST_CASE("dq_summation reports the way the backward sums dQ", "[gpu][attention]
   }
 }
 
+// The rule's device facts: the L2's size and the DRAM's bandwidth, which the driver reports for every
+// GPU (an H100 SXM 3.35 TB/s, an H200 4.8). And the gathered backward (sparse random blocks of 32) with
+// one head a K/V head: atomic at S = 8192, where its accumulator, Q and dO (8 MB) fit the L2, by the
+// pass at S = 65536 (64 MB), beyond the L2 of an H100 or H200 (docs/attention.md, "Long sequences: an
+// accumulator beyond the L2").
+TEST_CASE("the gathered backward sums dQ by its pass where the accumulator outgrows the L2",
+          "[gpu][attention][backward]") {
+  const DqMethodOverride unset("");
+  const DeviceInfo device = current_device();
+  CAPTURE(device.name, device.l2_bytes, device.memory_bandwidth);
+  CHECK(device.memory_bandwidth > 1e11);
+  CHECK(device.memory_bandwidth < 1e14);
+  const AttentionSpec spec = spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 32);
+  for (const std::int64_t s : {8192, 65536}) {
+    CAPTURE(s);
+    const BlockPattern pattern = patterns::random(32, s, s, 0.05, 11, 1);
+    const std::size_t bytes = std::size_t(s * spec.head_dim) * 2;  // one head
+    std::vector<DeviceBuffer> t;
+    for (int i = 0; i < 8; ++i) t.emplace_back(bytes);
+    const DeviceBuffer lse(std::size_t(s) * 4);
+    AttentionBackwardArgs b;
+    b.q = t[0].data(), b.k = t[1].data(), b.v = t[2].data(), b.o = t[3].data(), b.d_o = t[4].data();
+    b.dq = t[5].data(), b.dk = t[6].data(), b.dv = t[7].data(), b.lse = lse.as<float>();
+    b.batch = 1, b.heads_q = 1, b.heads_kv = 1, b.seq_q = s, b.seq_k = s;
+    b.pattern = &pattern;
+    Attention attention(spec);
+    const std::string tiling = attention.backward_tiling(b);
+    INFO("dK/dV tiling " << tiling);
+    if (device.cc_major != 9) {
+      CHECK(name(attention.dq_summation(b)) == name(DqSummation::atomic));
+      continue;
+    }
+    REQUIRE_THAT(tiling, Catch::Matchers::Contains("gather"));
+    const bool spills = double(s) * spec.head_dim * 8 > double(device.l2_bytes);
+    CHECK(spills == (s == 65536));
+    CHECK(name(attention.dq_summation(b)) == name(spills ? DqSummation::pass : DqSummation::atomic));
+  }
+}
+
 // A training step captured into a CUDA graph: the forward and backward made ready (prepare(pattern),
 // prepare_backward: kernels, the pattern's schedules, the stream's scratch), captured on a stream of
 // their own, then replayed on fresh inputs copied into the same buffers. Every replay gives the

@@ -23,6 +23,7 @@ struct DeviceInfo {
   std::size_t memory_bytes = 0;
   int l2_bytes = 0;
   int max_shared_per_block = 0; // opt-in maximum, bytes
+  double memory_bandwidth = 0;  // peak DRAM bytes a second (memory clock x bus width); 0 if unknown
 };
 
 struct SystemInfo {

@@ -39,8 +39,8 @@ int run_rownorm(const BenchOptions& o) {
   const DType dtype = parse_dtype(o.dtype);
   const std::size_t elem = size_of(dtype);
   const bool fwd = o.passes != "bwd", bwd = o.passes != "fwd";
-  fmt::print("device {} ({} SMs), {} elements of {}, median of {} runs after {} warm-up\n", dev.name,
-             dev.multiprocessors, std::int64_t(o.elements), name(dtype), o.iterations, o.warmup);
+  fmt::print("device {}, {} elements of {}, median of {} runs after {} warm-up\n", describe_device(dev),
+             std::int64_t(o.elements), name(dtype), o.iterations, o.warmup);
 
   Table table({"kind", "n", "pass", "config", "rows", "time", "GB/s", "% of copy", "vs copy time"});
   std::mt19937_64 rng(12345);

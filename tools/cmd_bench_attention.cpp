@@ -82,8 +82,8 @@ int run_attention(const AttentionBenchOptions& o) {
                                     : o.deterministic
                                         ? "; deterministic backward"
                                         : fmt::format("; backward, dQ atomic or by a pass ({})", dq_method);
-  fmt::print("device {} ({} SMs); B={} Hq={} Hkv={} Sq={} Sk={} D={} {} causal={}{}; median of {} runs{}\n", dev.name,
-             dev.multiprocessors, o.batch, o.heads, heads_kv, o.seq, seq_k, o.head_dim, name(dtype), o.causal,
+  fmt::print("device {}; B={} Hq={} Hkv={} Sq={} Sk={} D={} {} causal={}{}; median of {} runs{}\n",
+             describe_device(dev), o.batch, o.heads, heads_kv, o.seq, seq_k, o.head_dim, name(dtype), o.causal,
              backward_mode, o.iterations,
              o.queued ? ", queued (the host's launch latency hidden)" : ", each alone (the host's launch latency included)");
   std::vector<std::string> headers = {"kernel", "density", "blocks/row", "time", "TFLOP/s", "% of 989", "vs dense",

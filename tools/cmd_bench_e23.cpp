@@ -135,8 +135,8 @@ int run_e23(const E23BenchOptions& o) {
   const double bytes_us = bytes / kHbmBytesPerS * 1e6;
   const double flops_us = flops / (dtype == DType::f32 ? kFp32FlopsPerS : kTensorFlopsPerS) * 1e6;
 
-  fmt::print("device {} ({} SMs); B={} N={} D={} T={} {}; median of {} runs of the whole sequence\n", dev.name,
-             dev.multiprocessors, b, n, d, t, name(dtype), o.iterations);
+  fmt::print("device {}; B={} N={} D={} T={} {}; median of {} runs of the whole sequence\n", describe_device(dev), b,
+             n, d, t, name(dtype), o.iterations);
   Table table({"kind", "CTAs", "tape", "us/launch", "us/step", "floor bytes", "floor FLOPs", "x floor", "read supp",
                "write supp"});
   double first_us = 0;

@@ -29,6 +29,8 @@ Runner add_bench_e23(CLI::App& bench);        // "bench e23"
 // "softmax", "sparsemax", "entmax15", "entmax:1.25" -> a spec with that kind (n and dtype filled by caller).
 RowNormSpec kind_from_name(const std::string& name, int n, DType dtype, Pass pass = Pass::forward);
 std::string short_kind_name(const RowNormSpec& spec);
+// "NVIDIA H200 (132 SMs, L2 60 MiB, DRAM 4.81 TB/s)": what a bench's figures depend on, in its header.
+std::string describe_device(const DeviceInfo& device);
 
 // "a,b,,c" -> {"a", "b", "c"}: the comma-separated lists of the options.
 std::vector<std::string> split_commas(const std::string& text);

@@ -29,6 +29,12 @@ std::string short_kind_name(const RowNormSpec& spec) {
   return std::string(name(spec.kind));
 }
 
+std::string describe_device(const DeviceInfo& device) {
+  const std::string dram =
+      device.memory_bandwidth > 0 ? fmt::format(", DRAM {:.2f} TB/s", device.memory_bandwidth / 1e12) : std::string();
+  return fmt::format("{} ({} SMs, L2 {} MiB{})", device.name, device.multiprocessors, device.l2_bytes >> 20, dram);
+}
+
 std::vector<std::string> split_commas(const std::string& text) {
   std::vector<std::string> out;
   std::stringstream in(text);

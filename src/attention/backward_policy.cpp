@@ -35,7 +35,7 @@ bool worth_converting_in_pass(double key_tiles_per_row) { return key_tiles_per_r
 // 16384, B2 (64 MB) 32 of 128 tiles 6.64 / 6.32, 51 tiles 9.87 / 10.09. Dense, neighbouring CTAs'
 // walks add to the same rows at nearly the same time, and atomic wins at every length (S = 65536
 // 166.7 / 208.3, S = 131072 171.5 / 196.6). So beyond the L2 the pass is taken up to 30% of the key
-// tiles there (beyond_l2_pass_share).
+// tiles there (DqPassThresholds::beyond_l2_share).
 //
 // On the H200 (thirty-sixth session; HBM3e at 4.8 TB/s against the H100's 3.35, an L2 of 60 MB) the
 // spilled adds cost far less, and past a few key tiles atomic ties or wins: one head a K/V head at
@@ -45,9 +45,7 @@ bool worth_converting_in_pass(double key_tiles_per_row) { return key_tiles_per_r
 // 15.411, 90 tiles 17.425 / 18.172; four heads at S = 16384, B2 (64 MB) 38 of 128 tiles 6.949 /
 // 7.615; d = 96, four heads at S = 32768 (96 MB) 13 tiles 2.124 / 2.143, 26 tiles 4.307 / 4.506, 64
 // tiles 9.867 / 10.535. There the pass is taken below 2% of the key tiles, and above that the rule of
-// short sequences decides (which takes the pass for four heads below 20 tiles, ties above).
-// The H100's figures put the step between its 3.35 TB/s and the H200's 4.8 at 4 TB/s.
-double beyond_l2_pass_share(double memory_bandwidth) { return memory_bandwidth >= 4e12 ? 0.02 : 0.3; }
+// short sequences decides (dq_pass_thresholds, below).
 
 bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, std::int64_t l2_bytes) {
   const double working_set = double(group) * double(seq_q) * double(head_dim) * 8.0;
@@ -105,17 +103,31 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
   // 11.704: the pass 21-34% faster. Within the L2 atomic still wins or ties: at S = 16384 (16 MB)
   // blocks of 32 at 0.05 / 0.1 1.516 / 1.596, 2.914 / 2.964, blocks of 16 at 0.05 2.803 / 3.148; at
   // S = 32768 (32 MB) blocks of 16 at 0.02 / 0.05 2.568 / 2.719, 5.623 / 5.890, blocks of 32 at 0.05 /
-  // 0.1 2.931 / 2.836, 6.039 / 5.330 (the pass there, by 3-12%).
+  // 0.1 2.931 / 2.836, 6.039 / 5.330 (the pass there, by 3-12%); at S = 8192 (B2 H16) blocks of 32 at
+  // 0.1 1.515 / 1.609, blocks of 16 2.806 / 3.191, as on the H100.
   const bool spills = spilled_key_tiles > 0;
   if (gathered) return group >= 4 || spills ? DqSummation::pass : DqSummation::atomic;
   if (spec.head_dim == 64) return DqSummation::pass;  // a tie or better at every density measured
-  if (key_tiles_per_row < beyond_l2_pass_share(memory_bandwidth) * double(spilled_key_tiles))
+  const DqPassThresholds below = dq_pass_thresholds(memory_bandwidth);
+  if (key_tiles_per_row < below.beyond_l2_share * double(spilled_key_tiles))
     return DqSummation::pass;  // the accumulator spills
-  // Key tiles a row at S = 8192 are 64 x density: 24 at 0.375, where four heads a group tie, and
-  // about 10 between 0.1 and 0.25, where two heads a group do.
-  if (group >= 4) return key_tiles_per_row < 20 ? DqSummation::pass : DqSummation::atomic;
-  if (group >= 2) return key_tiles_per_row < 8 ? DqSummation::pass : DqSummation::atomic;
-  return key_tiles_per_row < 2.5 ? DqSummation::pass : DqSummation::atomic;
+  // Key tiles a row at S = 8192 are 64 x density: on the H100 24 at 0.375, where four heads a group
+  // tie, and about 10 between 0.1 and 0.25, where two heads a group do.
+  const double threshold = group >= 4 ? below.four_heads : group >= 2 ? below.two_heads : below.one_head;
+  return key_tiles_per_row < threshold ? DqSummation::pass : DqSummation::atomic;
+}
+
+// The H100's thresholds are choose_dq_summation's measurements (below). On the H200 (thirty-sixth
+// session, B2 H16 S8192 D128, backward ms, atomic / pass) its faster DRAM makes atomic dQ's reductions
+// cheaper, and the crossovers of the GQA groups move down: two heads a K/V head 3 tiles 0.450 / 0.454,
+// 6 tiles 0.650 / 0.728, 10 tiles 0.979 / 1.120, 16 tiles 1.493 / 1.655; four heads 6 tiles 0.735 /
+// 0.714, 16 tiles 1.539 / 1.685, 24 tiles 2.167 / 2.487, 32 tiles 2.874 / 3.210. One head holds the
+// H100's: 1 tile 0.338 / 0.299, 2 tiles 0.361 / 0.370 (a tie), 3 tiles 0.437 / 0.476; and d = 64 the
+// pass everywhere: dense 3.869 / 3.162, 16 tiles 1.047 / 0.912, 6 tiles 0.471 / 0.427, 1 tile 0.243 /
+// 0.189. The step between the two cards (3.35 and 4.8 TB/s) is put at 4 TB/s, unmeasured between.
+DqPassThresholds dq_pass_thresholds(double memory_bandwidth) {
+  if (memory_bandwidth >= 4e12) return {.four_heads = 8, .two_heads = 4, .one_head = 2.5, .beyond_l2_share = 0.02};
+  return {.four_heads = 20, .two_heads = 8, .one_head = 2.5, .beyond_l2_share = 0.3};
 }
 
 std::string_view forced_dq_summation() {

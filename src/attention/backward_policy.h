@@ -20,10 +20,17 @@ bool worth_converting_in_pass(double key_tiles_per_row);
 // pattern, which land on any row of the group, miss the L2 and each costs DRAM traffic.
 bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, std::int64_t l2_bytes);
 
-// The share of the key tiles below which the dQ pass wins where atomic dQ's accumulator spills out of
-// the L2, on a device whose DRAM moves `memory_bandwidth` bytes a second (0: unknown): the faster the
-// DRAM, the less the spilled adds cost.
-double beyond_l2_pass_share(double memory_bandwidth);
+// Where the Hopper backward's dQ pass beats atomic dQ at d = 96 and 128 (choose_dq_summation's rule),
+// on a device whose DRAM moves `memory_bandwidth` bytes a second (0: unknown, taken as the H100's
+// 3.35 TB/s): the faster the DRAM, the cheaper atomic dQ's reductions, and the fewer the tiles where
+// the pass wins. In mean active key tiles a query row, below which the pass is taken, by query heads
+// a K/V head (four or more, two or three, one); and where the accumulator spills out of the L2, the
+// share of the sequence's key tiles below which it is taken whatever the group.
+struct DqPassThresholds {
+  double four_heads, two_heads, one_head;
+  double beyond_l2_share;
+};
+DqPassThresholds dq_pass_thresholds(double memory_bandwidth);
 
 // How the backward of `spec` sums dQ on a device (sm90: the Hopper kernels), for a problem whose query
 // rows see `key_tiles_per_row` active key tiles on average, with `group` query heads a K/V head;
@@ -36,7 +43,7 @@ double beyond_l2_pass_share(double memory_bandwidth);
 //   - `forced`, SJIT_BACKWARD_DQ's value: "atomic" or "pass" forces that way; "" or "auto" does not;
 //     anything else is refused (InvalidArgument), whatever the spec;
 //   - `tuned`, the way a tuning stored for this problem (tuning::tuned_dq_summation);
-//   - the rule measured on the H100, and beyond the L2 on the H200 too; `gathered` says the pattern
+//   - the rule measured on the H100 and the H200 (dq_pass_thresholds); `gathered` says the pattern
 //     runs the gathered backward (pattern blocks of 16 and 32: attention/packed_queries.h), which has
 //     a rule of its own: the pass with four or more query heads a K/V head or an accumulator beyond
 //     the L2, atomic otherwise.

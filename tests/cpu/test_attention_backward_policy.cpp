@@ -206,11 +206,10 @@ TEST_CASE("an accumulator beyond the L2 takes the dQ pass up to 30% of the key t
 // decides (backward_policy.cpp has the H200's measurements). An unknown bandwidth keeps the H100's 30%.
 TEST_CASE("beyond the L2, fast DRAM takes the dQ pass only where rows see very few key tiles",
           "[attention][backward][policy]") {
-  using attention::beyond_l2_pass_share;
-  CHECK(beyond_l2_pass_share(0) == 0.3);
-  CHECK(beyond_l2_pass_share(3.35e12) == 0.3);
-  CHECK(beyond_l2_pass_share(4.8e12) == 0.02);
-  CHECK(beyond_l2_pass_share(4.8e12) < beyond_l2_pass_share(3.35e12));
+  using attention::dq_pass_thresholds;
+  CHECK(dq_pass_thresholds(0).beyond_l2_share == 0.3);
+  CHECK(dq_pass_thresholds(3.35e12).beyond_l2_share == 0.3);
+  CHECK(dq_pass_thresholds(4.8e12).beyond_l2_share == 0.02);
 
   const auto atomic = DqSummation::atomic, pass = DqSummation::pass;
   const auto choose = [](double tiles, std::int64_t group, std::int64_t spilled_key_tiles, double bandwidth) {
@@ -223,17 +222,56 @@ TEST_CASE("beyond the L2, fast DRAM takes the dQ pass only where rows see very f
   CHECK(choose(5, 1, 512, h200) == pass);
   CHECK(choose(26, 1, 512, h200) == atomic);
   CHECK(choose(26, 1, 512, h100) == pass);
-  // Four heads at S = 32768 (256 key tiles): below 20 tiles the short sequences' rule takes the pass on
-  // either; at 26 and 64 tiles only the H100 does.
-  CHECK(choose(13, 4, 256, h200) == pass);
+  // Four heads at S = 32768 (256 key tiles): below 8 tiles the short sequences' rule takes the pass on
+  // either; at 13, 26 and 64 tiles only the H100 does.
+  CHECK(choose(6, 4, 256, h200) == pass);
+  CHECK(choose(13, 4, 256, h200) == atomic);
+  CHECK(choose(13, 4, 256, h100) == pass);
   CHECK(choose(26, 4, 256, h200) == atomic);
   CHECK(choose(64, 4, 256, h200) == atomic);
   CHECK(choose(64, 4, 256, h100) == pass);
-  // With an accumulator that fits, the bandwidth changes nothing.
+  // With an accumulator that fits and one head a K/V head, the bandwidth changes nothing.
   for (const double bandwidth : {0.0, h100, h200}) {
     CAPTURE(bandwidth);
     CHECK(choose(26, 1, 0, bandwidth) == atomic);
+    CHECK(choose(3, 1, 0, bandwidth) == atomic);
     CHECK(choose(2, 1, 0, bandwidth) == pass);
-    CHECK(choose(13, 4, 0, bandwidth) == pass);
+  }
+}
+
+// GQA groups on fast DRAM: atomic dQ's reductions cost less, and the pass wins below fewer tiles (the
+// H200 at S = 8192: four heads a K/V head tie near 6-8 tiles where the H100 ties near 24, two heads near
+// 3 where the H100 ties near 10; backward_policy.cpp has the figures). d = 64 takes the pass on both.
+TEST_CASE("on fast DRAM a GQA group takes the dQ pass below fewer key tiles", "[attention][backward][policy]") {
+  using attention::dq_pass_thresholds;
+  constexpr double h100 = 3.35e12, h200 = 4.8e12;
+  for (const double bandwidth : {0.0, h100, h200}) {
+    CAPTURE(bandwidth);
+    const auto t = dq_pass_thresholds(bandwidth);
+    CHECK(t.one_head < t.two_heads);
+    CHECK(t.two_heads < t.four_heads);
+  }
+  CHECK(dq_pass_thresholds(h200).four_heads < dq_pass_thresholds(h100).four_heads);
+  CHECK(dq_pass_thresholds(h200).two_heads < dq_pass_thresholds(h100).two_heads);
+  CHECK(dq_pass_thresholds(h200).one_head == dq_pass_thresholds(h100).one_head);
+  CHECK(dq_pass_thresholds(0).four_heads == dq_pass_thresholds(h100).four_heads);  // unknown: as the H100
+
+  const auto choose = [](int d, double tiles, std::int64_t group, double bandwidth) {
+    return choose_dq_summation(spec_of(d), true, tiles, group, "", std::nullopt, std::nullopt, false, 0, bandwidth);
+  };
+  const auto atomic = DqSummation::atomic, pass = DqSummation::pass;
+  // Four heads at 6 and 16 tiles (densities 0.1 and 0.25 at S = 8192), two heads at 3 and 6.
+  CHECK(choose(128, 6, 4, h200) == pass);
+  CHECK(choose(128, 16, 4, h200) == atomic);
+  CHECK(choose(128, 16, 4, h100) == pass);
+  CHECK(choose(128, 3, 2, h200) == pass);
+  CHECK(choose(128, 6, 2, h200) == atomic);
+  CHECK(choose(128, 6, 2, h100) == pass);
+  CHECK(choose(128, 6, 8, h200) == pass);
+  CHECK(choose(96, 16, 4, h200) == atomic);
+  for (const double tiles : {1.0, 16.0, 64.0}) {
+    CAPTURE(tiles);
+    CHECK(choose(64, tiles, 1, h200) == pass);
+    CHECK(choose(64, tiles, 4, h200) == pass);
   }
 }

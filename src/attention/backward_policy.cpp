@@ -113,7 +113,8 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
     return DqSummation::pass;  // the accumulator spills
   // Key tiles a row at S = 8192 are 64 x density: on the H100 24 at 0.375, where four heads a group
   // tie, and about 10 between 0.1 and 0.25, where two heads a group do.
-  const double threshold = group >= 4 ? below.four_heads : group >= 2 ? below.two_heads : below.one_head;
+  const double four_heads = spec.causal == Causal::none ? below.four_heads : below.four_heads_causal;
+  const double threshold = group >= 4 ? four_heads : group >= 2 ? below.two_heads : below.one_head;
   return key_tiles_per_row < threshold ? DqSummation::pass : DqSummation::atomic;
 }
 
@@ -124,10 +125,14 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
 // 0.714, 16 tiles 1.539 / 1.685, 24 tiles 2.167 / 2.487, 32 tiles 2.874 / 3.210. One head holds the
 // H100's: 1 tile 0.338 / 0.299, 2 tiles 0.361 / 0.370 (a tie), 3 tiles 0.437 / 0.476; and d = 64 the
 // pass everywhere: dense 3.869 / 3.162, 16 tiles 1.047 / 0.912, 6 tiles 0.471 / 0.427, 1 tile 0.243 /
-// 0.189. The step between the two cards (3.35 and 4.8 TB/s) is put at 4 TB/s, unmeasured between.
+// 0.189. Causal top-left, whose rows see about half the tiles counted: four heads 6 tiles 0.504 /
+// 0.468, 16 tiles 1.067 / 0.999, so they keep the H100's 20; two heads 3 tiles 0.384 / 0.372, 6 tiles
+// 0.477 / 0.506, as without the mask. (d = 96, four heads: 6 tiles 0.546 / 0.575, 16 tiles 1.210 /
+// 1.370.) The step between the two cards (3.35 and 4.8 TB/s) is put at 4 TB/s, unmeasured between.
 DqPassThresholds dq_pass_thresholds(double memory_bandwidth) {
-  if (memory_bandwidth >= 4e12) return {.four_heads = 8, .two_heads = 4, .one_head = 2.5, .beyond_l2_share = 0.02};
-  return {.four_heads = 20, .two_heads = 8, .one_head = 2.5, .beyond_l2_share = 0.3};
+  if (memory_bandwidth >= 4e12)
+    return {.four_heads = 8, .four_heads_causal = 20, .two_heads = 4, .one_head = 2.5, .beyond_l2_share = 0.02};
+  return {.four_heads = 20, .four_heads_causal = 20, .two_heads = 8, .one_head = 2.5, .beyond_l2_share = 0.3};
 }
 
 std::string_view forced_dq_summation() {

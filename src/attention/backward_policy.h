@@ -23,11 +23,12 @@ bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, st
 // Where the Hopper backward's dQ pass beats atomic dQ at d = 96 and 128 (choose_dq_summation's rule),
 // on a device whose DRAM moves `memory_bandwidth` bytes a second (0: unknown, taken as the H100's
 // 3.35 TB/s): the faster the DRAM, the cheaper atomic dQ's reductions, and the fewer the tiles where
-// the pass wins. In mean active key tiles a query row, below which the pass is taken, by query heads
-// a K/V head (four or more, two or three, one); and where the accumulator spills out of the L2, the
-// share of the sequence's key tiles below which it is taken whatever the group.
+// the pass wins. In mean active key tiles a query row (counted before the causal cut), below which
+// the pass is taken, by query heads a K/V head (four or more, with causal masking apart; two or
+// three; one); and where the accumulator spills out of the L2, the share of the sequence's key tiles
+// below which it is taken whatever the group.
 struct DqPassThresholds {
-  double four_heads, two_heads, one_head;
+  double four_heads, four_heads_causal, two_heads, one_head;
   double beyond_l2_share;
 };
 DqPassThresholds dq_pass_thresholds(double memory_bandwidth);

@@ -269,6 +269,17 @@ TEST_CASE("on fast DRAM a GQA group takes the dQ pass below fewer key tiles", "[
   CHECK(choose(128, 6, 2, h100) == pass);
   CHECK(choose(128, 6, 8, h200) == pass);
   CHECK(choose(96, 16, 4, h200) == atomic);
+  // Causal, four heads keep the H100's threshold (rows see about half the tiles counted); two heads
+  // do not.
+  const auto choose_causal = [](double tiles, std::int64_t group, double bandwidth) {
+    return choose_dq_summation(spec_of(128, Causal::top_left), true, tiles, group, "", std::nullopt, std::nullopt,
+                               false, 0, bandwidth);
+  };
+  CHECK(choose_causal(16, 4, h200) == pass);
+  CHECK(choose_causal(24, 4, h200) == atomic);
+  CHECK(choose_causal(6, 2, h200) == atomic);
+  CHECK(choose_causal(3, 2, h200) == pass);
+  CHECK(dq_pass_thresholds(h100).four_heads_causal == dq_pass_thresholds(h100).four_heads);
   for (const double tiles : {1.0, 16.0, 64.0}) {
     CAPTURE(tiles);
     CHECK(choose(64, tiles, 1, h200) == pass);

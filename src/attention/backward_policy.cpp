@@ -46,7 +46,6 @@ bool worth_converting_in_pass(double key_tiles_per_row) { return key_tiles_per_r
 // 7.615; d = 96, four heads at S = 32768 (96 MB) 13 tiles 2.124 / 2.143, 26 tiles 4.307 / 4.506, 64
 // tiles 9.867 / 10.535. There the pass is taken below 2% of the key tiles, and above that the rule of
 // short sequences decides (dq_pass_thresholds, below).
-
 bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, std::int64_t l2_bytes) {
   const double working_set = double(group) * double(seq_q) * double(head_dim) * 8.0;
   return l2_bytes > 0 && working_set > double(l2_bytes);
@@ -118,7 +117,7 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
   return key_tiles_per_row < threshold ? DqSummation::pass : DqSummation::atomic;
 }
 
-// The H100's thresholds are choose_dq_summation's measurements (below). On the H200 (thirty-sixth
+// The H100's thresholds are choose_dq_summation's measurements (above). On the H200 (thirty-sixth
 // session, B2 H16 S8192 D128, backward ms, atomic / pass) its faster DRAM makes atomic dQ's reductions
 // cheaper, and the crossovers of the GQA groups move down: two heads a K/V head 3 tiles 0.450 / 0.454,
 // 6 tiles 0.650 / 0.728, 10 tiles 0.979 / 1.120, 16 tiles 1.493 / 1.655; four heads 6 tiles 0.735 /

@@ -212,30 +212,30 @@ TEST_CASE("beyond the L2, fast DRAM takes the dQ pass only where rows see very f
   CHECK(dq_pass_thresholds(4.8e12).beyond_l2_share == 0.02);
 
   const auto atomic = DqSummation::atomic, pass = DqSummation::pass;
-  const auto choose = [](double tiles, std::int64_t group, std::int64_t spilled_key_tiles, double bandwidth) {
-    return choose_dq_summation(spec_of(128), true, tiles, group, "", std::nullopt, std::nullopt, false,
-                               spilled_key_tiles, bandwidth);
-  };
   constexpr double h100 = 3.35e12, h200 = 4.8e12;
-  // One head a K/V head at S = 65536 (512 key tiles): the H200 takes the pass at 5 tiles, atomic at 26,
-  // where the H100 takes the pass.
-  CHECK(choose(5, 1, 512, h200) == pass);
-  CHECK(choose(26, 1, 512, h200) == atomic);
-  CHECK(choose(26, 1, 512, h100) == pass);
-  // Four heads at S = 32768 (256 key tiles): below 8 tiles the short sequences' rule takes the pass on
-  // either; at 13, 26 and 64 tiles only the H100 does.
-  CHECK(choose(6, 4, 256, h200) == pass);
-  CHECK(choose(13, 4, 256, h200) == atomic);
-  CHECK(choose(13, 4, 256, h100) == pass);
-  CHECK(choose(26, 4, 256, h200) == atomic);
-  CHECK(choose(64, 4, 256, h200) == atomic);
-  CHECK(choose(64, 4, 256, h100) == pass);
-  // With an accumulator that fits and one head a K/V head, the bandwidth changes nothing.
-  for (const double bandwidth : {0.0, h100, h200}) {
-    CAPTURE(bandwidth);
-    CHECK(choose(26, 1, 0, bandwidth) == atomic);
-    CHECK(choose(3, 1, 0, bandwidth) == atomic);
-    CHECK(choose(2, 1, 0, bandwidth) == pass);
+  struct Case {
+    double tiles;
+    std::int64_t group, spilled_key_tiles;  // spilled: the sequence's key tiles where the accumulator spills
+    double bandwidth;
+    DqSummation want;
+  };
+  const Case cases[] = {
+      // One head a K/V head at S = 65536 (512 key tiles): the H200 takes the pass at 5 tiles, atomic at
+      // 26, where the H100 takes the pass.
+      {5, 1, 512, h200, pass}, {26, 1, 512, h200, atomic}, {26, 1, 512, h100, pass},
+      // Four heads at S = 32768 (256 key tiles): below 8 tiles the short sequences' rule takes the pass
+      // on either; at 13, 26 and 64 tiles only the H100 does.
+      {6, 4, 256, h200, pass}, {13, 4, 256, h200, atomic}, {13, 4, 256, h100, pass},
+      {26, 4, 256, h200, atomic}, {64, 4, 256, h200, atomic}, {64, 4, 256, h100, pass},
+      // With an accumulator that fits and one head a K/V head, the bandwidth changes nothing.
+      {26, 1, 0, 0, atomic}, {26, 1, 0, h100, atomic}, {26, 1, 0, h200, atomic},
+      {3, 1, 0, 0, atomic}, {3, 1, 0, h100, atomic}, {3, 1, 0, h200, atomic},
+      {2, 1, 0, 0, pass}, {2, 1, 0, h100, pass}, {2, 1, 0, h200, pass},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.tiles, c.group, c.spilled_key_tiles, c.bandwidth);
+    CHECK(choose_dq_summation(spec_of(128), true, c.tiles, c.group, "", std::nullopt, std::nullopt, false,
+                              c.spilled_key_tiles, c.bandwidth) == c.want);
   }
 }
 
@@ -256,33 +256,35 @@ TEST_CASE("on fast DRAM a GQA group takes the dQ pass below fewer key tiles", "[
   CHECK(dq_pass_thresholds(h200).one_head == dq_pass_thresholds(h100).one_head);
   CHECK(dq_pass_thresholds(0).four_heads == dq_pass_thresholds(h100).four_heads);  // unknown: as the H100
 
-  const auto choose = [](int d, double tiles, std::int64_t group, double bandwidth) {
-    return choose_dq_summation(spec_of(d), true, tiles, group, "", std::nullopt, std::nullopt, false, 0, bandwidth);
-  };
-  const auto atomic = DqSummation::atomic, pass = DqSummation::pass;
-  // Four heads at 6 and 16 tiles (densities 0.1 and 0.25 at S = 8192), two heads at 3 and 6.
-  CHECK(choose(128, 6, 4, h200) == pass);
-  CHECK(choose(128, 16, 4, h200) == atomic);
-  CHECK(choose(128, 16, 4, h100) == pass);
-  CHECK(choose(128, 3, 2, h200) == pass);
-  CHECK(choose(128, 6, 2, h200) == atomic);
-  CHECK(choose(128, 6, 2, h100) == pass);
-  CHECK(choose(128, 6, 8, h200) == pass);
-  CHECK(choose(96, 16, 4, h200) == atomic);
-  // Causal, four heads keep the H100's threshold (rows see about half the tiles counted); two heads
-  // do not.
-  const auto choose_causal = [](double tiles, std::int64_t group, double bandwidth) {
-    return choose_dq_summation(spec_of(128, Causal::top_left), true, tiles, group, "", std::nullopt, std::nullopt,
-                               false, 0, bandwidth);
-  };
-  CHECK(choose_causal(16, 4, h200) == pass);
-  CHECK(choose_causal(24, 4, h200) == atomic);
-  CHECK(choose_causal(6, 2, h200) == atomic);
-  CHECK(choose_causal(3, 2, h200) == pass);
   CHECK(dq_pass_thresholds(h100).four_heads_causal == dq_pass_thresholds(h100).four_heads);
-  for (const double tiles : {1.0, 16.0, 64.0}) {
-    CAPTURE(tiles);
-    CHECK(choose(64, tiles, 1, h200) == pass);
-    CHECK(choose(64, tiles, 4, h200) == pass);
+
+  const auto atomic = DqSummation::atomic, pass = DqSummation::pass;
+  struct Case {
+    int d;
+    Causal causal;
+    double tiles;
+    std::int64_t group;
+    double bandwidth;
+    DqSummation want;
+  };
+  constexpr Causal none = Causal::none, causal = Causal::top_left;
+  const Case cases[] = {
+      // Four heads at 6 and 16 tiles (densities 0.1 and 0.25 at S = 8192), two heads at 3 and 6, eight
+      // heads as four; d = 96 as 128.
+      {128, none, 6, 4, h200, pass}, {128, none, 16, 4, h200, atomic}, {128, none, 16, 4, h100, pass},
+      {128, none, 3, 2, h200, pass}, {128, none, 6, 2, h200, atomic}, {128, none, 6, 2, h100, pass},
+      {128, none, 6, 8, h200, pass}, {96, none, 16, 4, h200, atomic},
+      // Causal, four heads keep the H100's threshold (rows see about half the tiles counted); two heads
+      // do not.
+      {128, causal, 16, 4, h200, pass}, {128, causal, 24, 4, h200, atomic},
+      {128, causal, 6, 2, h200, atomic}, {128, causal, 3, 2, h200, pass},
+      // d = 64: the pass on both.
+      {64, none, 1, 1, h200, pass}, {64, none, 16, 1, h200, pass}, {64, none, 64, 1, h200, pass},
+      {64, none, 1, 4, h200, pass}, {64, none, 64, 4, h200, pass},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.d, c.causal == causal, c.tiles, c.group, c.bandwidth);
+    CHECK(choose_dq_summation(spec_of(c.d, c.causal), true, c.tiles, c.group, "", std::nullopt, std::nullopt, false, 0,
+                              c.bandwidth) == c.want);
   }
 }

@@ -525,6 +525,25 @@ TEST_CASE("both ways of summing dQ give the reference's gradients, and the backw
                     Catch::Matchers::Contains("SJIT_BACKWARD_DQ = 'fastest'") && Catch::Matchers::Contains("atomic, pass or auto"));
 }
 
+// Backward args of problem `c` (with `pattern`) over buffers of the right size and no data, for the
+// queries that read only the shapes and the pattern (dq_summation, backward_tiling).
+struct ShapeOnlyBackward {
+  std::vector<DeviceBuffer> tensors;  // q, k, v, o, dO, dQ, dK, dV
+  DeviceBuffer lse;
+  AttentionBackwardArgs args;
+  ShapeOnlyBackward(const Problem& c, const BlockPattern* pattern)
+      : lse(std::size_t(c.batch * c.heads_q * c.seq_q) * 4) {
+    const std::size_t rows = std::size_t(c.batch * c.heads_q * std::max(c.seq_q, c.seq_k));
+    for (int i = 0; i < 8; ++i) tensors.emplace_back(rows * std::size_t(c.spec.head_dim) * 2);
+    const auto& t = tensors;
+    args.q = t[0].data(), args.k = t[1].data(), args.v = t[2].data(), args.o = t[3].data(), args.d_o = t[4].data();
+    args.dq = t[5].data(), args.dk = t[6].data(), args.dv = t[7].data(), args.lse = lse.as<float>();
+    args.batch = c.batch, args.heads_q = c.heads_q, args.heads_kv = c.heads_kv;
+    args.seq_q = c.seq_q, args.seq_k = c.seq_k;
+    args.pattern = pattern;
+  }
+};
+
 // The choice as documented (docs/attention.md, "The dQ pass on wgmma"): a deterministic spec always
 // takes the pass; otherwise on Hopper the pass at d = 64, and at d = 128 with one query head a K/V
 // head the pass only where a query row sees few key tiles (a dense row of 8192 keys sees 64); off
@@ -553,19 +572,10 @@ TEST_CASE("dq_summation reports the way the backward sums dQ", "[gpu][attention]
   for (const Case& k : cases) {
     const Problem c{k.spec, 1, 2, 2, s, s};
     INFO(c.name() << (k.pattern == &every_block ? " every block" : k.pattern ? " one block a row" : ""));
-    // The query reads the arguments' shapes and pattern, not the data: buffers of the right size.
-    const std::size_t bytes = std::size_t(c.heads_q * s * c.spec.head_dim) * 2;
-    std::vector<DeviceBuffer> t;
-    for (int i = 0; i < 8; ++i) t.emplace_back(bytes);
-    const DeviceBuffer lse(std::size_t(c.heads_q * s) * 4);
-    AttentionBackwardArgs b;
-    b.q = t[0].data(), b.k = t[1].data(), b.v = t[2].data(), b.o = t[3].data(), b.d_o = t[4].data();
-    b.dq = t[5].data(), b.dk = t[6].data(), b.dv = t[7].data(), b.lse = lse.as<float>();
-    b.batch = c.batch, b.heads_q = c.heads_q, b.heads_kv = c.heads_kv, b.seq_q = c.seq_q, b.seq_k = c.seq_k;
-    b.pattern = k.pattern;
+    const ShapeOnlyBackward b(c, k.pattern);
     Attention attention(k.spec);
     const DqSummation want = hopper || k.spec.deterministic ? k.want_on_hopper : DqSummation::atomic;
-    CHECK(name(attention.dq_summation(b)) == name(want));
+    CHECK(name(attention.dq_summation(b.args)) == name(want));
   }
 }
 
@@ -585,26 +595,18 @@ TEST_CASE("the gathered backward sums dQ by its pass where the accumulator outgr
   for (const std::int64_t s : {8192, 65536}) {
     CAPTURE(s);
     const BlockPattern pattern = patterns::random(32, s, s, 0.05, 11, 1);
-    const std::size_t bytes = std::size_t(s * spec.head_dim) * 2;  // one head
-    std::vector<DeviceBuffer> t;
-    for (int i = 0; i < 8; ++i) t.emplace_back(bytes);
-    const DeviceBuffer lse(std::size_t(s) * 4);
-    AttentionBackwardArgs b;
-    b.q = t[0].data(), b.k = t[1].data(), b.v = t[2].data(), b.o = t[3].data(), b.d_o = t[4].data();
-    b.dq = t[5].data(), b.dk = t[6].data(), b.dv = t[7].data(), b.lse = lse.as<float>();
-    b.batch = 1, b.heads_q = 1, b.heads_kv = 1, b.seq_q = s, b.seq_k = s;
-    b.pattern = &pattern;
+    const ShapeOnlyBackward b(Problem{spec, 1, 1, 1, s, s}, &pattern);  // one head
     Attention attention(spec);
-    const std::string tiling = attention.backward_tiling(b);
+    const std::string tiling = attention.backward_tiling(b.args);
     INFO("dK/dV tiling " << tiling);
     if (device.cc_major != 9) {
-      CHECK(name(attention.dq_summation(b)) == name(DqSummation::atomic));
+      CHECK(name(attention.dq_summation(b.args)) == name(DqSummation::atomic));
       continue;
     }
     REQUIRE_THAT(tiling, Catch::Matchers::Contains("gather"));
     const bool spills = double(s) * spec.head_dim * 8 > double(device.l2_bytes);
     CHECK(spills == (s == 65536));
-    CHECK(name(attention.dq_summation(b)) == name(spills ? DqSummation::pass : DqSummation::atomic));
+    CHECK(name(attention.dq_summation(b.args)) == name(spills ? DqSummation::pass : DqSummation::atomic));
   }
 }
 

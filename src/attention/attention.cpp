@@ -265,7 +265,9 @@ struct Attention::State {
   // pass takes it instead (attention/packed_queries.h). (Both ways of summing dQ walk the same tiles
   // where blocks are narrower than them: 128 keys x 64 queries.)
   attention::QueryWalk query_walk(const BlockPattern& pattern, const codegen::BackwardTiling& t) {
-    if (codegen::dkdv_query_runs(spec, t) == 1) return attention::QueryWalk::tiles;
+    // Blocks narrower than the tiles may pack or gather, blocks of 64 on 128-key CTAs may gather.
+    const bool narrow_keys = t.wgmma && pattern.block_size() < t.block_rows();
+    if (codegen::dkdv_query_runs(spec, t) == 1 && !narrow_keys) return attention::QueryWalk::tiles;
     return remembered_choice(walk_choices, pattern.digest(), [&] {
       const bool gathers = codegen::gathered_backward_tiling(spec, codegen::BackwardPart::dkdv).has_value();
       return attention::choose_query_walk(spec, pattern, t.block_rows(), t.block_cols, gathers,
@@ -850,7 +852,7 @@ std::vector<std::string> attention_kernel_keys(const AttentionSpec& in, std::str
   auto add_backward_keys = [&] {
     const BackwardTilings t = backward_tilings(bwd, sm90);
     for (const codegen::BackwardTiling& tiling : {t.prep, t.dkdv, t.dq}) keys.push_back(key(bwd) + "|" + key(tiling));
-    // Pattern blocks of 16 and 32: the gathered backward that sparse random patterns run on (its dQ
+    // Pattern blocks of 16, 32 and 64: the gathered backward that sparse random patterns run on (its dQ
     // pass where dQ is not summed atomically).
     if (!sm90) return;
     for (const codegen::BackwardPart part : {codegen::BackwardPart::dkdv, codegen::BackwardPart::dq})

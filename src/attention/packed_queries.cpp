@@ -13,16 +13,19 @@ namespace sjit::attention {
 
 QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols,
                             bool gathers, std::string_view forced) {
+  // Packing needs blocks narrower than the tiles; gathering, blocks narrower than a CTA's keys (blocks
+  // of 64: a 128-key CTA walks the union of its two blocks' query tiles).
   const bool narrow = pattern.block_size() < tile_cols;
+  const bool may_gather = gathers && pattern.block_size() < key_rows;
+  const QueryWalk fallback = narrow ? QueryWalk::packed : QueryWalk::tiles;
   if (!forced.empty() && forced != "auto") {
-    if (forced == "tiles" || !narrow) return QueryWalk::tiles;
-    if (forced == "packed") return QueryWalk::packed;
-    if (forced == "gathered") return gathers ? QueryWalk::gathered : QueryWalk::packed;
+    if (forced == "tiles") return QueryWalk::tiles;
+    if (forced == "packed") return fallback;
+    if (forced == "gathered") return may_gather ? QueryWalk::gathered : fallback;
     throw InvalidArgument(fmt::format("SJIT_BACKWARD_WALK = '{}': use tiles, packed, gathered or auto", forced));
   }
-  if (!narrow) return QueryWalk::tiles;
-  if (gathers && gathering_queries_pays(spec, pattern, key_rows, tile_cols)) return QueryWalk::gathered;
-  return packing_queries_pays(pattern, key_rows, tile_cols) ? QueryWalk::packed : QueryWalk::tiles;
+  if (may_gather && gathering_queries_pays(spec, pattern, key_rows, tile_cols)) return QueryWalk::gathered;
+  return narrow && packing_queries_pays(pattern, key_rows, tile_cols) ? QueryWalk::packed : QueryWalk::tiles;
 }
 
 std::string_view forced_query_walk() {
@@ -44,13 +47,14 @@ std::string_view forced_query_walk() {
 // 1.59. Causal top-left: blocks of 16 at 0.1 1.81 against 1.93, but at 0.02 (5 blocks a key block
 // column) 0.72 against 0.68; blocks of 32 at 0.1 0.98 against 1.18: hence kMinGatheredBlocksPerColumn.
 double min_walk_over_gathered_scores(int head_dim, int block) {
+  if (block == 64) return 1.5;
   if (head_dim == 64) return block == 16 ? 3.0 : 2.0;
   return block == 16 ? 5.0 : 3.0;
 }
 
 bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols) {
   const int block = pattern.block_size();
-  if (block >= tile_cols || pattern.nnz() == 0) return false;
+  if (block >= key_rows || pattern.nnz() == 0) return false;
   const BlockPattern key_major = pattern.transposed();
   // The 128-key CTAs' scores, on the fewer of the contiguous and packed tiles.
   const double contiguous = double(count_active_tiles(key_major, key_rows, tile_cols));
@@ -59,7 +63,7 @@ bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& patte
   // The gathered dK/dV pass's: a key block's query blocks, 64 queries a step, the last one padded.
   // (Neither count cuts at a causal edge: both passes drop the tiles past it.) And the blocks a causal
   // mask leaves a key block: with few, each CTA's fixed costs (K and V in, dK and dV out) dominate.
-  const GatheredWalk walk = gathered_walk(spec, key_major, tile_cols / block, true);
+  const GatheredWalk walk = gathered_walk(spec, key_major, std::max(tile_cols / block, 1), true);
   const double columns = double(key_major.heads()) * double(key_major.block_rows());
   if (double(walk.seen) < kMinGatheredBlocksPerColumn * columns) return false;
   const double gathered_scores = double(walk.steps) * tile_cols * block;

@@ -47,9 +47,9 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
   if (path == "wgmma_gather") {
     t.gathered_block = spec::parse_int("block", spec::take_or(kt, "block", "0"));
     if ((t.part != BackwardPart::dkdv && t.part != BackwardPart::dq) || t.warps != 4 || t.block_cols != 64 ||
-        t.stages != 2 || (t.gathered_block != 16 && t.gathered_block != 32))
+        t.stages != 2 || (t.gathered_block != 16 && t.gathered_block != 32 && t.gathered_block != 64))
       throw InvalidArgument(fmt::format("attention backward: path=wgmma_gather exists for part=dkdv and part=dq with "
-                                        "warps=4, cols=64, stages=2 and block=16 or 32 (the pattern's), not '{}'",
+                                        "warps=4, cols=64, stages=2 and block=16, 32 or 64 (the pattern's), not '{}'",
                                         text));
     spec::reject_leftovers(kt, "part, warps, cols, stages, path, block");
     return t;
@@ -125,7 +125,8 @@ BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart p
 }
 
 std::optional<BackwardTiling> gathered_backward_tiling(const AttentionSpec& spec, BackwardPart part) {
-  const bool small_blocks = spec.sparsity != Sparsity::dense && (spec.block_size == 16 || spec.block_size == 32);
+  const bool small_blocks =
+      spec.sparsity != Sparsity::dense && (spec.block_size == 16 || spec.block_size == 32 || spec.block_size == 64);
   const bool gathers = part == BackwardPart::dkdv || part == BackwardPart::dq;
   if (!gathers || !small_blocks || (spec.head_dim != 64 && spec.head_dim != 96 && spec.head_dim != 128))
     return std::nullopt;
@@ -163,8 +164,12 @@ int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTil
     // step's dQ is staged over its own), the P^T and dS^T tiles, three mbarriers and 1 KB for the walk.
     // BackwardDqGatherLayout (dq): Q and dO of the block, two ring slots of 64 rows of K and V each, the
     // dS^T tile, three mbarriers. Plus 1 KB to align the base to a swizzle atom.
+    // BackwardKeyBlockLayout (dkdv, blocks of 64): K and V of the block, two ring slots of Q and dO (a
+    // step's dQ staged over its own), the dS^T tile, two steps' lse2 and delta, three mbarriers and
+    // 1 KB for the walk.
     const int d = wgmma_tile_dim(spec.head_dim), block = t.gathered_block;
     if (t.part == BackwardPart::dq) return 1024 + 2 * block * d * 2 + 4 * 64 * d * 2 + block * 128 + 8 * 3;
+    if (block == 64) return 1024 + 2 * 64 * d * 2 + 4 * 64 * d * 2 + 64 * 128 + 2 * 2 * 64 * 4 + 8 * 3 + 1024;
     return 1024 + 2 * block * d * 2 + 4 * 64 * d * 2 + 2 * block * 128 + 8 * 3 + 1024;
   }
   if (t.part == BackwardPart::dq && t.wgmma) {
@@ -215,10 +220,13 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
                                       spec.head_dim == 256 ? 4 : 8, spec.head_dim, t.warps));
   const int causal = spec.causal == Causal::none ? 0 : spec.causal == Causal::top_left ? 1 : 2;
   if (t.gathered_block > 0 && gathered_backward_tiling(spec, t.part) != t)
-    throw InvalidArgument(fmt::format("attention backward: path=wgmma_gather takes pattern blocks of 16 or 32 at "
+    throw InvalidArgument(fmt::format("attention backward: path=wgmma_gather takes pattern blocks of 16, 32 or 64 at "
                                       "head_dim 64, 96 or 128, block = the pattern's ({}), not '{}' for '{}'",
                                       spec.sparsity == Sparsity::dense ? 0 : spec.block_size, key(t), key(spec)));
+  // Blocks of 64 fill a product's rows: their dK/dV pass keeps keys as rows (a kernel of its own).
+  const bool key_block = t.gathered_block == 64 && t.part == BackwardPart::dkdv;
   const std::string_view header = !t.wgmma                      ? "attention_backward"
+                                  : key_block                  ? "attention_backward_sm90_key_block"
                                   : t.gathered_block > 0       ? "attention_backward_sm90_gather"
                                   : t.part == BackwardPart::dq ? "attention_backward_dq_sm90"
                                                                : "attention_backward_sm90";
@@ -241,7 +249,7 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
       out.kernel_key, header, cuda_type(spec.dtype), spec.head_dim, t.warps, t.block_cols,
       t.stages, causal, name(spec.causal), sparsity, spec.sparsity == Sparsity::dense ? 1 << 20 : spec.block_size,
       atomic_dq(spec) ? "true" : "false", dkdv_query_runs(spec, t));
-  const std::string_view suffix = t.gathered_block > 0 ? "_sm90_gather" : t.wgmma ? "_sm90" : "";
+  const std::string_view suffix = key_block ? "_sm90_key_block" : t.gathered_block > 0 ? "_sm90_gather" : t.wgmma ? "_sm90" : "";
   out.source_name = fmt::format("attention_backward_{}{}.cu", part_name(t.part), suffix);
   out.name_expression = fmt::format("sjit_kernels::attention_backward_{}{}<Cfg>", part_name(t.part), suffix);
   out.dynamic_shared_bytes = attention_backward_shared_bytes(spec, t);

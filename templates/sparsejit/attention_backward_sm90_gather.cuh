@@ -37,13 +37,13 @@
 namespace sjit_kernels {
 
 // What the layouts of both passes share: a CTA owns one pattern block of 16 or 32 rows (keys or
-// queries) and walks the other side's blocks 64 rows a step with one warpgroup.
+// queries; the dQ pass also 64) and walks the other side's blocks 64 rows a step with one warpgroup.
 template <class Cfg>
 struct BackwardGatherShape {
   using Tr = BackwardTraits<Cfg>;
   static constexpr int block = Cfg::pattern_block;
-  static_assert(Cfg::sparsity != kDense && (block == 16 || block == 32),
-                "path=wgmma_gather: one pattern block of 16 or 32 a CTA");
+  static_assert(Cfg::sparsity != kDense && (block == 16 || block == 32 || block == 64),
+                "path=wgmma_gather: one pattern block of 16, 32 or 64 a CTA");
   static_assert(Cfg::warps == 4 && Cfg::block_cols == 64 && Cfg::stages == 2,
                 "path=wgmma_gather: one warpgroup, 64 rows a step, two ring slots");
   static constexpr int step_rows = 64;  // the rows of a wgmma product
@@ -61,6 +61,7 @@ struct BackwardGatherLayout : BackwardGatherShape<Cfg> {
   using Tr = BackwardTraits<Cfg>;
   static constexpr int step_queries = Base::step_rows, runs = Base::blocks_per_step;
   static_assert(Cfg::query_runs == runs, "path=wgmma_gather (dK/dV): a query block a run");
+  static_assert(block < 64, "path=wgmma_gather (dK/dV): blocks of 64 run attention_backward_sm90_key_block.cuh");
   static constexpr int kv_bytes = Base::block_bytes;
   static constexpr int slot_bytes = 2 * step_bytes;  // a ring slot: a step's Q, then its dO
   static constexpr int transposed_bytes = block * 128;            // P^T or dS^T: a row of 64 queries a key
@@ -418,7 +419,8 @@ __global__ void __launch_bounds__(128, BackwardDqGatherLayout<Cfg>::ctas_per_sm)
     wgmma_wait<1>();
     wgmma_fence_operands(s);
 
-    // This warp's 16 keys: one key block's (all of it, or a half of one of 32), or padding.
+    // This warp's 16 keys: one key block's (all of it, or a half of one of 32, or a quarter of one of
+    // 64), or padding.
     const int position = j * L::blocks_per_step + 16 * warp / N;
     const int first_key = w.key_tile(min(position, w.count - 1)) * N + 16 * warp % N;
     const bool padding = position >= w.count;

@@ -243,10 +243,11 @@ TEST_CASE("the dK/dV pass packs narrow query blocks into its tiles and gives the
   }
 }
 
-// Pattern blocks of 16 and 32 on the gathered backward (forced: SJIT_BACKWARD_WALK): the dK/dV pass a
-// CTA a key block, its query blocks gathered 4 or 2 a step from every query head of the K/V group, a
-// walk's last step padded with blocks that must add nothing; dQ summed by its bulk reductions, or by
-// the gathered dQ pass (a CTA a query block, its key blocks 64 keys a step). Every head dim they take,
+// Pattern blocks of 16, 32 and 64 on the gathered backward (forced: SJIT_BACKWARD_WALK): the dK/dV pass
+// a CTA a key block, its query blocks gathered 4, 2 or 1 a step from every query head of the K/V group
+// (blocks of 64: keys as the products' rows, attention_backward_sm90_key_block.cuh), a walk's last step
+// padded with blocks that must add nothing; dQ summed by its bulk reductions, or by the gathered dQ
+// pass (a CTA a query block, its key blocks 64 keys a step). Every head dim they take,
 // both dtypes, every causal mode with Sq < Sk and Sq > Sk (rows on their own causal edge, key blocks no
 // query sees), lengths that cut the last block short, a pattern per head, densities from full to empty.
 TEST_CASE("the gathered backward gives the reference's gradients", "[gpu][attention][backward]") {
@@ -256,7 +257,7 @@ TEST_CASE("the gathered backward gives the reference's gradients", "[gpu][attent
   std::mt19937_64 rng(seed);
   const EnvOverride gathered("SJIT_BACKWARD_WALK", "gathered");
   int variant = 0;
-  for (const int bs : {16, 32})
+  for (const int bs : {16, 32, 64})
     for (const double density : {1.0, 0.5, 0.1, 0.02, 0.0})
       for (const Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right}) {
         const Problem c = small_block_problem(++variant, bs, density, causal);
@@ -279,15 +280,15 @@ TEST_CASE("the gathered backward gives the reference's gradients", "[gpu][attent
       }
 }
 
-// Unforced, the backward takes the gathered passes for sparse random blocks of 16 and 32 and keeps the
-// 128-key CTAs for a sliding window (attention/packed_queries.h), one Attention meeting both.
-TEST_CASE("sparse random blocks of 16 and 32 take the gathered backward, windows the 128-key one",
+// Unforced, the backward takes the gathered passes for sparse random blocks of 16, 32 and 64 and keeps
+// the 128-key CTAs for a sliding window (attention/packed_queries.h), one Attention meeting both.
+TEST_CASE("sparse random blocks of 16, 32 and 64 take the gathered backward, windows the 128-key one",
           "[gpu][attention][backward]") {
   if (!test::on_hopper("the gathered backward")) return;
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (const int bs : {16, 32}) {
+  for (const int bs : {16, 32, 64}) {
     const Problem c{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, bs), 1, 2, 1, 4096, 4096, 0.1};
     INFO(c.name());
     const Inputs in = random_inputs(c, rng);

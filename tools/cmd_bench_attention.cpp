@@ -228,7 +228,7 @@ int run_attention(const AttentionBenchOptions& o) {
                "training ('in it' splits it). It differs from the two timed apart, which pay the host's launch\n"
                "latency twice and whose ends miss what each leaves to the next (the L2's write-backs, say).\n"
                "dQ: summed atomically or by a pass of its own; 'gathered': the pattern ran the gathered backward\n"
-               "(pattern blocks of 16 and 32, a block a CTA; SJIT_BACKWARD_WALK=packed forces the 128-key pass).\n");
+               "(pattern blocks of 16, 32 and 64, a block a CTA; SJIT_BACKWARD_WALK=tiles forces the 128-key pass).\n");
   return 0;
 }
 

@@ -264,13 +264,15 @@ struct Attention::State {
   // How the 128-key dK/dV pass of tiling `t` would walk `pattern`'s queries, or whether the gathered
   // pass takes it instead (attention/packed_queries.h). (Both ways of summing dQ walk the same tiles
   // where blocks are narrower than them: 128 keys x 64 queries.)
-  attention::QueryWalk query_walk(const BlockPattern& pattern, const codegen::BackwardTiling& t) {
+  // `gathered_sums_by_pass`: whether the gathered pass, if taken, would sum dQ by its dQ pass.
+  attention::QueryWalk query_walk(const BlockPattern& pattern, const codegen::BackwardTiling& t,
+                                  bool gathered_sums_by_pass) {
     // Blocks narrower than the tiles may pack or gather, blocks of 64 on 128-key CTAs may gather.
     const bool narrow_keys = t.wgmma && pattern.block_size() < t.block_rows();
     if (codegen::dkdv_query_runs(spec, t) == 1 && !narrow_keys) return attention::QueryWalk::tiles;
-    return remembered_choice(walk_choices, pattern.digest(), [&] {
+    return remembered_choice(walk_choices, pattern.digest() ^ std::uint64_t(gathered_sums_by_pass), [&] {
       const bool gathers = codegen::gathered_backward_tiling(spec, codegen::BackwardPart::dkdv).has_value();
-      return attention::choose_query_walk(spec, pattern, t.block_rows(), t.block_cols, gathers,
+      return attention::choose_query_walk(spec, pattern, t.block_rows(), t.block_cols, gathers, gathered_sums_by_pass,
                                           attention::forced_query_walk());
     });
   }
@@ -278,7 +280,9 @@ struct Attention::State {
   // one pattern block where it packs them into its tiles, else its tiles'. (Where the gathered pass
   // takes the pattern, this schedule still says how many tiles a row sees: packed, the exact count.)
   int key_schedule_cols(const BlockPattern& pattern, const codegen::BackwardTiling& t) {
-    const attention::QueryWalk walk = query_walk(pattern, t);
+    if (pattern.block_size() >= t.block_cols) return t.block_cols;  // (gathered or not: a block a tile)
+    // (How the gathered pass would sum dQ matters to blocks of 64 only.)
+    const attention::QueryWalk walk = query_walk(pattern, t, false);
     return walk == attention::QueryWalk::tiles ? t.block_cols : pattern.block_size();
   }
   // Device schedules of the patterns seen last, most recent first. A pattern is named by its digest
@@ -415,20 +419,25 @@ struct Attention::State {
       plan.key_tiles = tiles;
     }
     plan.key_tiles_per_row = active_key_tiles_per_query_row(plan.key_schedule, plan.key_tiles, a.seq_q);
-    // Blocks of 16 or 32 that the gathered backward takes (a block a CTA in both passes), which sums dQ
-    // by a rule of its own.
-    const bool gathered = plan.key_schedule && query_walk(*a.pattern, plan.kv_tiling) == attention::QueryWalk::gathered;
     const std::int64_t group = a.heads_q / std::max<std::int64_t>(a.heads_kv, 1);
     plan.accumulator_spills = attention::accumulator_spills(group, a.seq_q, spec.head_dim, target.device->l2_bytes);
-    // A stored tuning (nullopt at once with the autotune policy off; remembered per process otherwise)
-    // decides only where nothing before it in choose_dq_summation does; the gathered backward's, and
-    // those of an accumulator beyond the L2, are stored apart.
-    const std::optional<DqSummation> tuned = tuning::tuned_dq_summation(
-        backward_spec(true), group, plan.key_tiles_per_row, gathered, plan.accumulator_spills);
-    plan.atomic = attention::choose_dq_summation(spec, plan.sm90, plan.key_tiles_per_row, group,
-                                                 attention::forced_dq_summation(), a.dq_summation, tuned, gathered,
-                                                 plan.accumulator_spills ? plan.key_tiles : 0,
-                                                 target.device->memory_bandwidth) == DqSummation::atomic;
+    // How dQ is summed, on the gathered backward or not. A stored tuning (nullopt at once with the
+    // autotune policy off; remembered per process otherwise) decides only where nothing before it in
+    // choose_dq_summation does; the gathered backward's, and those of an accumulator beyond the L2,
+    // are stored apart.
+    auto summation = [&](bool gathered) {
+      const std::optional<DqSummation> tuned = tuning::tuned_dq_summation(
+          backward_spec(true), group, plan.key_tiles_per_row, gathered, plan.accumulator_spills);
+      return attention::choose_dq_summation(spec, plan.sm90, plan.key_tiles_per_row, group,
+                                            attention::forced_dq_summation(), a.dq_summation, tuned, gathered,
+                                            plan.accumulator_spills ? plan.key_tiles : 0,
+                                            target.device->memory_bandwidth);
+    };
+    // Blocks of 16, 32 or 64 that the gathered backward takes (a block a CTA in both passes), which sums
+    // dQ by a rule of its own (for blocks of 64 at d = 128 also a reason to take it or not).
+    const bool gathered = plan.key_schedule && query_walk(*a.pattern, plan.kv_tiling, summation(true) == DqSummation::pass) ==
+                                                   attention::QueryWalk::gathered;
+    plan.atomic = summation(gathered) == DqSummation::atomic;
     if (gathered) {
       plan.kv_tiling = *codegen::gathered_backward_tiling(backward_spec(plan.atomic), codegen::BackwardPart::dkdv);
       const int block = a.pattern->block_size();

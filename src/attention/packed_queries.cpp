@@ -12,7 +12,7 @@
 namespace sjit::attention {
 
 QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols,
-                            bool gathers, std::string_view forced) {
+                            bool gathers, bool gathered_sums_by_pass, std::string_view forced) {
   // Packing needs blocks narrower than the tiles; gathering, blocks narrower than a CTA's keys (blocks
   // of 64: a 128-key CTA walks the union of its two blocks' query tiles).
   const bool narrow = pattern.block_size() < tile_cols;
@@ -24,7 +24,8 @@ QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& patte
     if (forced == "gathered") return may_gather ? QueryWalk::gathered : fallback;
     throw InvalidArgument(fmt::format("SJIT_BACKWARD_WALK = '{}': use tiles, packed, gathered or auto", forced));
   }
-  if (may_gather && gathering_queries_pays(spec, pattern, key_rows, tile_cols)) return QueryWalk::gathered;
+  if (may_gather && gathering_queries_pays(spec, pattern, key_rows, tile_cols, gathered_sums_by_pass))
+    return QueryWalk::gathered;
   return narrow && packing_queries_pays(pattern, key_rows, tile_cols) ? QueryWalk::packed : QueryWalk::tiles;
 }
 
@@ -46,15 +47,24 @@ std::string_view forced_query_walk() {
 // d = 96 takes 128's crossovers: blocks of 16 at 0.1 2.46 against 2.69, blocks of 32 1.36 against
 // 1.59. Causal top-left: blocks of 16 at 0.1 1.81 against 1.93, but at 0.02 (5 blocks a key block
 // column) 0.72 against 0.68; blocks of 32 at 0.1 0.98 against 1.18: hence kMinGatheredBlocksPerColumn.
+// Blocks of 64 (the thirty-seventh session, H200, B2 H16 S8192 random patterns, whose scores ratio is
+// 1.5 at 0.5, 1.75 at 0.25 and 1.9 at 0.1; backward ms, 128-key CTAs / gathered): d = 128 with atomic
+// dQ 0.5 3.010 / 3.268, 0.25 1.921 / 1.962, 0.1 0.903 / 0.909; with the dQ pass 0.25 2.304 / 1.972,
+// 0.1 1.090 / 0.953, 0.02 0.424 / 0.376; d = 64 (B4 H32 S4096, 128-key CTAs with their default dQ
+// pass, gathered atomic) 0.25 1.398 / 1.128, 0.1 0.707 / 0.598; d = 96 0.25 1.521 / 1.424, 0.1
+// 0.771 / 0.719; four query heads a K/V head (gathered: the dQ pass) 0.25 1.980 / 1.934, 0.1 1.106 /
+// 0.885; causal 0.1 0.596 / 0.584; a window of 8 blocks (ratio 1.1) 0.552 / 0.657.
 double min_walk_over_gathered_scores(int head_dim, int block) {
-  if (block == 64) return 1.5;
+  if (block == 64) return 1.6;
   if (head_dim == 64) return block == 16 ? 3.0 : 2.0;
   return block == 16 ? 5.0 : 3.0;
 }
 
-bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols) {
+bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols,
+                            bool gathered_sums_by_pass) {
   const int block = pattern.block_size();
   if (block >= key_rows || pattern.nnz() == 0) return false;
+  if (block == 64 && spec.head_dim == 128 && !gathered_sums_by_pass) return false;
   const BlockPattern key_major = pattern.transposed();
   // The 128-key CTAs' scores, on the fewer of the contiguous and packed tiles.
   const double contiguous = double(count_active_tiles(key_major, key_rows, tile_cols));

@@ -10,7 +10,9 @@
 // Or, on the gathered-query pass (path=wgmma_gather, attention_backward_sm90_gather.cuh): a CTA a key
 // block, its query blocks gathered 64 queries a step, so that it computes only the blocks the pattern
 // keeps, but reads Q and dO once a key block (the 128-key CTAs: once for 4 or 8 blocks); it pays where
-// the 128-key CTAs would compute several times the active scores.
+// the 128-key CTAs would compute several times the active scores. Pattern blocks of 64 have it too
+// (attention_backward_sm90_key_block.cuh: a CTA a key block, a query block a step), where a 128-key
+// CTA would walk the union of its two blocks' query tiles.
 #pragma once
 
 #include <string_view>
@@ -25,23 +27,27 @@ namespace sjit::attention {
 enum class QueryWalk { tiles, packed, gathered };
 
 // The walk for `pattern` on a 128-key pass of `key_rows` keys and `tile_cols` queries a tile, where the
-// spec has a gathered-query pass (`gathers`). The first that applies decides:
+// spec has a gathered-query pass (`gathers`), which would sum dQ by its dQ pass (`gathered_sums_by_pass`)
+// or atomically. The first that applies decides:
 //   - `forced`, SJIT_BACKWARD_WALK's value: "tiles", "packed" or "gathered" forces that walk where it
-//     exists for the spec (packed and gathered: blocks narrower than the tiles; gathered: `gathers`);
-//     "" or "auto" does not; anything else is refused (InvalidArgument);
+//     exists for the spec (packed: blocks narrower than the tiles; gathered: `gathers` and blocks
+//     narrower than key_rows); "" or "auto" does not; anything else is refused (InvalidArgument);
 //   - gathering_queries_pays, then packing_queries_pays.
 QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols,
-                            bool gathers, std::string_view forced);
+                            bool gathers, bool gathered_sums_by_pass, std::string_view forced);
 // SJIT_BACKWARD_WALK's value, or "" when unset.
 std::string_view forced_query_walk();
 
 // Whether the gathered backward is expected to beat the 128-key CTAs on `pattern`: the scores those
 // compute (on the fewer of contiguous and packed tiles) over the gathered steps' scores, at least
-// min_walk_over_gathered_scores, with kMinGatheredBlocksPerColumn blocks a key block.
-bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols);
-// The crossover measured on the H100 (packed_queries.cpp): a gathered score costs more where blocks are
-// narrower (a step reads 64 rows for 16 keys or 32) and less at d = 64, where the 128-key CTAs' dQ
-// pass is slow on small blocks.
+// min_walk_over_gathered_scores, with kMinGatheredBlocksPerColumn blocks a key block; for blocks of 64
+// at d = 128 only where it would sum dQ by its pass (gathered_sums_by_pass: with atomic dQ the 128-key
+// CTAs, whose warpgroups skip each other's inactive tiles, tie it).
+bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols,
+                            bool gathered_sums_by_pass);
+// The crossover measured on the H100 (packed_queries.cpp; blocks of 64 on the H200): a gathered score
+// costs more where blocks are narrower (a step reads 64 rows for 16 keys or 32) and less at d = 64,
+// where the 128-key CTAs' dQ pass is slow on small blocks.
 double min_walk_over_gathered_scores(int head_dim, int block);
 // And the active blocks a key block's column holds on average, after a causal mask, at least.
 constexpr double kMinGatheredBlocksPerColumn = 6;

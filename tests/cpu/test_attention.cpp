@@ -734,7 +734,7 @@ TEST_CASE("the backward gathers the blocks of sparse random patterns of 16 and 3
     spec.causal = causal;
     spec.sparsity = Sparsity::block_sparse;
     spec.block_size = p.block_size();
-    return attention::gathering_queries_pays(spec, p, 128, 64);
+    return attention::gathering_queries_pays(spec, p, 128, 64, false);
   };
   // d = 128: blocks of 16 from 0.1 (5.6) down, not at 0.25 (3.6); blocks of 32 from 0.1 (3.4), not at
   // 0.25 (2.7).
@@ -759,7 +759,39 @@ TEST_CASE("the backward gathers the blocks of sparse random patterns of 16 and 3
     CHECK_FALSE(pays(64, patterns::sliding_window(bs, seq, seq, 256 / bs, 0)));
     CHECK_FALSE(pays(64, patterns::random(bs, seq, seq, 0.0, 7)));  // nothing to walk
   }
-  CHECK_FALSE(pays(64, patterns::random(64, seq, seq, 0.1, 7)));  // blocks as wide as the tiles
+  CHECK_FALSE(pays(64, patterns::random(128, seq, seq, 0.1, 7)));  // blocks as wide as a CTA's keys
+}
+
+// Blocks of 64: a 128-key CTA walks the union of its two blocks' query tiles, the gathered pass
+// (attention_backward_sm90_key_block.cuh) each block's own (packed_queries.cpp has the measurements).
+TEST_CASE("the backward gathers sparse random blocks of 64 at d = 64 and 96, and at d = 128 with the dQ pass",
+          "[attention][schedule]") {
+  const std::int64_t seq = 8192;
+  auto pays = [&](int head_dim, const BlockPattern& p, bool by_pass) {
+    AttentionSpec spec;
+    spec.head_dim = head_dim;
+    spec.sparsity = Sparsity::block_sparse;
+    spec.block_size = 64;
+    return attention::gathering_queries_pays(spec, p, 128, 64, by_pass);
+  };
+  const BlockPattern sparse = patterns::random(64, seq, seq, 0.1, 7);        // scores ratio 1.9
+  const BlockPattern quarter = patterns::random(64, seq, seq, 0.25, 7);      // 1.75
+  const BlockPattern half = patterns::random(64, seq, seq, 0.5, 7);          // 1.5
+  const BlockPattern window = patterns::sliding_window(64, seq, seq, 4, 3);  // 1.1
+  for (const int d : {64, 96}) {
+    CAPTURE(d);
+    CHECK(pays(d, sparse, false));
+    CHECK(pays(d, quarter, false));
+    CHECK_FALSE(pays(d, half, false));
+    CHECK_FALSE(pays(d, window, false));
+  }
+  // d = 128 with atomic dQ: the 128-key CTAs tie it; with the dQ pass it wins.
+  CHECK_FALSE(pays(128, sparse, false));
+  CHECK(pays(128, sparse, true));
+  CHECK(pays(128, quarter, true));
+  CHECK_FALSE(pays(128, window, true));
+  // Too few blocks a key block's column for a CTA's fixed costs: 0.02 (about 3).
+  CHECK_FALSE(pays(64, patterns::random(64, seq, seq, 0.02, 7), false));
 }
 
 TEST_CASE("SJIT_BACKWARD_WALK forces a walk where it exists, and a bad value is refused", "[attention][schedule]") {
@@ -770,7 +802,7 @@ TEST_CASE("SJIT_BACKWARD_WALK forces a walk where it exists, and a bad value is 
   const BlockPattern sparse = patterns::random(16, 4096, 4096, 0.1, 7);
   using attention::QueryWalk;
   auto walk = [&](const BlockPattern& p, bool gathers, std::string_view forced) {
-    return attention::choose_query_walk(spec, p, 128, 64, gathers, forced);
+    return attention::choose_query_walk(spec, p, 128, 64, gathers, false, forced);
   };
   CHECK(walk(sparse, true, "") == QueryWalk::gathered);  // the rule (ratio 5.6)
   CHECK(walk(sparse, true, "auto") == QueryWalk::gathered);
@@ -781,8 +813,15 @@ TEST_CASE("SJIT_BACKWARD_WALK forces a walk where it exists, and a bad value is 
   const BlockPattern window = patterns::sliding_window(16, 4096, 4096, 16, 0);
   CHECK(walk(window, true, "") == QueryWalk::tiles);
   CHECK(walk(window, true, "gathered") == QueryWalk::gathered);
-  const BlockPattern wide = patterns::random(64, 4096, 4096, 0.1, 7);  // nothing narrower than the tiles
+  const BlockPattern wide = patterns::random(128, 4096, 4096, 0.1, 7);  // nothing narrower than a CTA's keys
   CHECK(walk(wide, true, "gathered") == QueryWalk::tiles);
+  CHECK(walk(wide, true, "packed") == QueryWalk::tiles);
+  // Blocks of 64: as wide as the tiles (nothing to pack), narrower than a CTA's 128 keys.
+  const BlockPattern blocks_of_64 = patterns::random(64, 4096, 4096, 0.1, 7);
+  CHECK(walk(blocks_of_64, true, "gathered") == QueryWalk::gathered);
+  CHECK(walk(blocks_of_64, true, "packed") == QueryWalk::tiles);
+  CHECK(walk(blocks_of_64, false, "gathered") == QueryWalk::tiles);
+  CHECK_THROWS_WITH(walk(wide, true, "gather"), Catch::Matchers::Contains("SJIT_BACKWARD_WALK = 'gather'"));
   CHECK_THROWS_WITH(walk(sparse, true, "gather"),
                     Catch::Matchers::Contains("SJIT_BACKWARD_WALK = 'gather'") &&
                         Catch::Matchers::Contains("tiles, packed, gathered or auto"));

@@ -285,6 +285,11 @@ TEST_CASE("the Hopper dK/dV and dQ kernels compile for sm_90a without spills", "
       "attention:d=128,dtype=f16,sparsity=bsr,block=16,pass=bwd|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
       "attention:d=64,dtype=bf16,causal=tl,sparsity=bsr,block=16,pass=bwd,det=1|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
       "attention:d=96,dtype=bf16,sparsity=bsr,block=32,pass=bwd|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
+      // Blocks of 64 on the gathered backward: the key-block dK/dV pass and the gathered dQ pass.
+      "attention:d=128,dtype=bf16,causal=br,sparsity=bsr,block=64,pass=bwd,det=1|part=dkdv,warps=4,cols=64,stages=2,path=wgmma_gather,block=64",
+      "attention:d=96,dtype=f16,causal=tl,sparsity=bsr,block=64,pass=bwd|part=dkdv,warps=4,cols=64,stages=2,path=wgmma_gather,block=64",
+      "attention:d=64,dtype=bf16,sparsity=bsr,block=64,pass=bwd|part=dkdv,warps=4,cols=64,stages=2,path=wgmma_gather,block=64",
+      "attention:d=128,dtype=bf16,sparsity=bsr,block=64,pass=bwd,det=1|part=dq,warps=4,cols=64,stages=2,path=wgmma_gather,block=64",
   };
   std::vector<std::future<CompiledKernel>> compiled;
   for (const std::string& k : keys)
@@ -311,9 +316,9 @@ TEST_CASE("attention_kernel_keys names the kernels an Attention loads, per arch"
   AttentionSpec spec;
   spec.head_dim = 128;
   spec.sparsity = Sparsity::block_sparse;
-  spec.block_size = 64;
-  const std::string fwd = "attention:d=128,dtype=bf16,causal=none,sparsity=bsr,block=64,pass=fwd|";
-  const std::string bwd = "attention:d=128,dtype=bf16,causal=none,sparsity=bsr,block=64,pass=bwd|";
+  spec.block_size = 128;  // (smaller blocks add gathered kernels: below)
+  const std::string fwd = "attention:d=128,dtype=bf16,causal=none,sparsity=bsr,block=128,pass=fwd|";
+  const std::string bwd = "attention:d=128,dtype=bf16,causal=none,sparsity=bsr,block=128,pass=bwd|";
   // The forward's default tiling for the device, then the backward's pre-pass, dK/dV and dQ parts.
   const std::vector<std::string> hopper = attention_kernel_keys(spec, "sm_90a");
   // Then the deterministic twin's three, whose dQ pass the backward may choose on Hopper.
@@ -356,7 +361,7 @@ TEST_CASE("the gathered backward's tilings: key text, which specs have them, ref
   using codegen::BackwardPart;
   AttentionSpec spec = backward_spec(128, false);
   spec.sparsity = Sparsity::block_sparse;
-  for (const int block : {16, 32})
+  for (const int block : {16, 32, 64})
     for (const BackwardPart part : {BackwardPart::dkdv, BackwardPart::dq}) {
       spec.block_size = block;
       const std::optional<codegen::BackwardTiling> t = codegen::gathered_backward_tiling(spec, part);
@@ -369,9 +374,11 @@ TEST_CASE("the gathered backward's tilings: key text, which specs have them, ref
       CHECK(t->block_rows() == block);  // a pattern block a CTA
       CHECK(t->threads() == 128);       // one warpgroup
       const codegen::KernelSource source = codegen::attention_backward_source(spec, *t);
-      CHECK_THAT(source.source, Contains("attention_backward_sm90_gather.cuh"));
-      CHECK(source.name_expression == fmt::format("sjit_kernels::attention_backward_{}_sm90_gather<Cfg>",
-                                                  part == BackwardPart::dq ? "dq" : "dkdv"));
+      // Blocks of 64 fill a product's rows: their dK/dV pass keeps keys as rows, a kernel of its own.
+      const bool key_block = block == 64 && part == BackwardPart::dkdv;
+      CHECK_THAT(source.source, Contains(key_block ? "attention_backward_sm90_key_block.cuh" : "attention_backward_sm90_gather.cuh"));
+      CHECK(source.name_expression == fmt::format("sjit_kernels::attention_backward_{}_sm90_{}<Cfg>",
+                                                  part == BackwardPart::dq ? "dq" : "dkdv", key_block ? "key_block" : "gather"));
       CHECK(source.dynamic_shared_bytes <= 232448);
       // The spec's blocks must be the tiling's.
       AttentionSpec other = spec;
@@ -379,8 +386,8 @@ TEST_CASE("the gathered backward's tilings: key text, which specs have them, ref
       CHECK_THROWS_WITH(codegen::attention_backward_source(other, *t),
                         Contains("block = the pattern's") && Contains(text));
     }
-  // Only blocks of 16 and 32 at d = 64, 96 and 128, and only the two passes.
-  spec.block_size = 64;
+  // Only blocks of 16, 32 and 64 at d = 64, 96 and 128, and only the two passes.
+  spec.block_size = 128;
   CHECK_FALSE(codegen::gathered_backward_tiling(spec, BackwardPart::dkdv));
   spec.block_size = 16;
   CHECK_FALSE(codegen::gathered_backward_tiling(spec, BackwardPart::prep));
@@ -391,7 +398,7 @@ TEST_CASE("the gathered backward's tilings: key text, which specs have them, ref
   // The key text's refusals name what exists.
   for (const char* bad : {"part=prep,warps=4,cols=64,stages=2,path=wgmma_gather,block=16",
                           "part=dkdv,warps=8,cols=64,stages=2,path=wgmma_gather,block=16",
-                          "part=dkdv,warps=4,cols=64,stages=2,path=wgmma_gather,block=64",
+                          "part=dkdv,warps=4,cols=64,stages=2,path=wgmma_gather,block=128",
                           "part=dq,warps=4,cols=64,stages=2,path=wgmma_gather"}) {
     CAPTURE(bad);
     CHECK_THROWS_WITH(codegen::parse_backward_tiling(bad),
@@ -430,6 +437,16 @@ TEST_CASE("attention_kernel_keys adds the wide and gathered tilings of small pat
     }
     CHECK(attention_kernel_keys(spec, "sm_80").size() == 4);  // no wgmma kernels there
   }
+  // Blocks of 64: the gathered backward only (the forward's tiles are one block wide already).
+  spec.block_size = 64;
+  const std::vector<std::string> hopper = attention_kernel_keys(spec, "sm_90a");
+  REQUIRE(hopper.size() == 10u);
+  const std::string bwd = "attention:d=128,dtype=bf16,causal=none,sparsity=bsr,block=64,pass=bwd";
+  const std::string gathered = "warps=4,cols=64,stages=2,path=wgmma_gather,block=64";
+  CHECK(hopper[4] == bwd + "|part=dkdv," + gathered);
+  CHECK(hopper[8] == bwd + ",det=1|part=dkdv," + gathered);
+  CHECK(hopper[9] == bwd + ",det=1|part=dq," + gathered);
+  spec.block_size = 32;
   spec.head_dim = 256;  // no persistent kernel at d = 256: the one-item kernel's 128 x 64 tiles; no gathering
   CHECK_THAT(attention_kernel_keys(spec, "sm_90a").back(), Contains("d=256") && EndsWith("bn=64,stages=2,qreg=0,path=wgmma"));
   spec.head_dim = 32;  // no wgmma kernel at all

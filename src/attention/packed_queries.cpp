@@ -53,9 +53,11 @@ std::string_view forced_query_walk() {
 // 0.1 1.090 / 0.953, 0.02 0.424 / 0.376; d = 64 (B4 H32 S4096, 128-key CTAs with their default dQ
 // pass, gathered atomic) 0.25 1.398 / 1.128, 0.1 0.707 / 0.598; d = 96 0.25 1.521 / 1.424, 0.1
 // 0.771 / 0.719; four query heads a K/V head (gathered: the dQ pass) 0.25 1.980 / 1.934, 0.1 1.106 /
-// 0.885; causal 0.1 0.596 / 0.584; a window of 8 blocks (ratio 1.1) 0.552 / 0.657.
+// 0.885; causal 0.1 0.596 / 0.584; a window of 8 blocks (ratio 1.1) 0.552 / 0.657, at d = 64 0.717 /
+// 0.753. At 0.5 it wins where the 128-key CTAs would sum dQ by their pass (d = 128 with the pass 3.661
+// / 3.400, d = 64 2.370 / 2.183), not at d = 96 (atomic 2.612 / 2.774).
 double min_walk_over_gathered_scores(int head_dim, int block) {
-  if (block == 64) return 1.6;
+  if (block == 64) return head_dim == 96 ? 1.6 : 1.3;
   if (head_dim == 64) return block == 16 ? 3.0 : 2.0;
   return block == 16 ? 5.0 : 3.0;
 }

@@ -782,13 +782,15 @@ TEST_CASE("the backward gathers sparse random blocks of 64 at d = 64 and 96, and
     CAPTURE(d);
     CHECK(pays(d, sparse, false));
     CHECK(pays(d, quarter, false));
-    CHECK_FALSE(pays(d, half, false));
     CHECK_FALSE(pays(d, window, false));
   }
+  // At 0.5 where the 128-key CTAs would sum dQ by their pass (d = 64), not against their atomic dQ (96).
+  CHECK(pays(64, half, false));
+  CHECK_FALSE(pays(96, half, false));
   // d = 128 with atomic dQ: the 128-key CTAs tie it; with the dQ pass it wins.
   CHECK_FALSE(pays(128, sparse, false));
   CHECK(pays(128, sparse, true));
-  CHECK(pays(128, quarter, true));
+  CHECK(pays(128, half, true));
   CHECK_FALSE(pays(128, window, true));
   // Too few blocks a key block's column for a CTA's fixed costs: 0.02 (about 3).
   CHECK_FALSE(pays(64, patterns::random(64, seq, seq, 0.02, 7), false));

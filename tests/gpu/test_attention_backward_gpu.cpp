@@ -289,7 +289,8 @@ TEST_CASE("sparse random blocks of 16, 32 and 64 take the gathered backward, win
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   for (const int bs : {16, 32, 64}) {
-    const Problem c{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, bs), 1, 2, 1, 4096, 4096, 0.1};
+    Problem c{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, bs), 1, 2, 1, 4096, 4096, 0.1};
+    c.spec.deterministic = bs == 64;  // blocks of 64 at d = 128 gather where dQ is summed by its pass
     INFO(c.name());
     const Inputs in = random_inputs(c, rng);
     Attention attention(c.spec);

@@ -435,8 +435,10 @@ struct Attention::State {
     };
     // Blocks of 16, 32 or 64 that the gathered backward takes (a block a CTA in both passes), which sums
     // dQ by a rule of its own (for blocks of 64 at d = 128 also a reason to take it or not).
-    const bool gathered = plan.key_schedule && query_walk(*a.pattern, plan.kv_tiling, summation(true) == DqSummation::pass) ==
-                                                   attention::QueryWalk::gathered;
+    const bool narrow_keys = plan.key_schedule && a.pattern->block_size() < plan.kv_tiling.block_rows();
+    const bool gathered =
+        narrow_keys && query_walk(*a.pattern, plan.kv_tiling, summation(true) == DqSummation::pass) ==
+                           attention::QueryWalk::gathered;
     plan.atomic = summation(gathered) == DqSummation::atomic;
     if (gathered) {
       plan.kv_tiling = *codegen::gathered_backward_tiling(backward_spec(plan.atomic), codegen::BackwardPart::dkdv);

@@ -75,9 +75,10 @@ int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTil
 // (PackedQueries in attention_backward.cuh), where the schedule lists such runs (a choice made per
 // pattern: attention/packed_queries.h); elsewhere 1.
 int dkdv_query_runs(const AttentionSpec& spec, const BackwardTiling& tiling);
-// The gathered tiling (path=wgmma_gather) of `part` (dkdv or dq) for a spec with pattern blocks of 16 or
-// 32 at head_dim 64, 96 or 128 on sm_90a; nullopt elsewhere. Whether a pattern runs on it is chosen
-// per pattern (attention/packed_queries.h).
+// The gathered tiling (path=wgmma_gather) of `part` (dkdv or dq) for a spec with pattern blocks of 16,
+// 32 or 64 at head_dim 64, 96 or 128 on sm_90a; nullopt elsewhere (blocks of 64: the dK/dV pass of
+// attention_backward_sm90_key_block.cuh). Whether a pattern runs on it is chosen per pattern
+// (attention/packed_queries.h).
 std::optional<BackwardTiling> gathered_backward_tiling(const AttentionSpec& spec, BackwardPart part);
 KernelSource attention_backward_source(const AttentionSpec& spec, const BackwardTiling& tiling);
 

@@ -26,6 +26,10 @@ timeout 120 ./build-gpu/sjit bench attention --iters 10 --density 1,0.5,0.25,0.1
   # Pattern blocks of 64 (the dK/dV pass skips a warpgroup's inactive keys), at d = 128 and 96.
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 64 --density 0.5,0.1 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 64 --d 96 --density 0.1 --backward
+  # Blocks of 64 where the key-block backward runs: d = 64, deterministic, and the 128-key pass forced
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 64 --d 64 --batch 4 --heads 32 --seq 4096 --density 0.25,0.1 --backward
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 64 --deterministic --density 0.25,0.1 --backward
+  SJIT_BACKWARD_WALK=tiles timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 64 --deterministic --density 0.25,0.1 --backward
   # Pattern blocks of 32 and 16: each pattern on the narrow or the wide tiles (the config column says
   # which), random blocks and a sliding window of 16 blocks.
   timeout 90 ./build-gpu/sjit bench attention --iters 10 --block 32 --density 0.5,0.25,0.1,0.02 --backward

@@ -191,11 +191,6 @@ __global__ void __launch_bounds__(128, BackwardGatherLayout<Cfg>::ctas_per_sm)
   for (int j = 0; j < steps; ++j) {
     const unsigned q_slot = slot_at(j), do_slot = q_slot + L::step_bytes;
     const PackedQueries<N, runs> t_after = located(j + 2);  // in flight during the step
-    // The slot of step j + 1 takes its queries once step j - 1's reductions have read its dQ there.
-    if (threadIdx.x == 0 && j >= 1 && j + 1 < steps) {
-      if constexpr (Cfg::atomic_dq) bulk_wait_read();
-      load_step(j + 1, t_next);
-    }
     mbarrier_wait(barrier(L::slot_full + j % 2), (j / 2) & 1);
 
     // S = Q K^T and dP = dO V^T: the step's 64 queries as rows, the block's keys as columns.
@@ -205,6 +200,14 @@ __global__ void __launch_bounds__(128, BackwardGatherLayout<Cfg>::ctas_per_sm)
     wgmma_commit();
     wgmma_ss_steps<T, N, Tr::k_steps>(dp, do_slot, L::step_queries, base + L::v_tile);
     wgmma_commit();
+    // The slot of step j + 1 takes its queries once step j - 1's reductions have read its dQ there:
+    // waited for under this step's products, not before them, where it held up the warpgroup's wgmma
+    // (2-3% faster at blocks of 16 and 32; the key-block pass of blocks of 64 lost 2-6% so:
+    // docs/attention-log.md, "The thirty-seventh session's runs").
+    if (threadIdx.x == 0 && j >= 1 && j + 1 < steps) {
+      if constexpr (Cfg::atomic_dq) bulk_wait_read();
+      load_step(j + 1, t_next);
+    }
     const Stats stats_next = stats_of(t_next);  // in flight during the step
     wgmma_wait<1>();
     wgmma_fence_operands(s);

@@ -86,6 +86,41 @@ struct BackwardGatherLayout : BackwardGatherShape<Cfg> {
   static constexpr int ctas_per_sm = ctas_per_sm_by_shared(used_bytes, 4);
 };
 
+// What the dK/dV passes of a pattern block a CTA share (this file's and, for blocks of 64,
+// attention_backward_sm90_key_block.cuh's). Thread 0 initializes the CTA's three mbarriers (K and V's,
+// each ring slot's) and, where `loads_kv`, requests the block's ROWS keys of K and V, TILE_BYTES each,
+// into `k_tile` and `v_tile`: before the walk is built (a chain of dependent loads of the schedule),
+// so that the copies run under it.
+template <int D, int ROWS>
+__device__ __forceinline__ void request_block_kv(unsigned first_barrier, bool loads_kv, unsigned k_tile, unsigned v_tile,
+                                                 unsigned tile_bytes, const AttentionBackwardTensorMaps& maps,
+                                                 const KeyTileOwner& own) {
+  if (threadIdx.x != 0) return;
+  init_copy_barriers(first_barrier, 3);
+  if (!loads_kv) return;
+  mbarrier_expect_bytes(first_barrier, 2 * tile_bytes);
+  tma_load_tile<D, ROWS>(k_tile, maps.k, first_barrier, own.batch, own.kv_head, own.key0);
+  tma_load_tile<D, ROWS>(v_tile, maps.v, first_barrier, own.batch, own.kv_head, own.key0);
+}
+
+// A step's fp32 dQ (64 queries x the dims of DIM_BLOCKS 64-dim products, dq[b]: this warp's 16 rows)
+// into `tile`: boxes of 32 columns x 64 rows of 128-byte swizzled rows, one after the other, the source
+// of the bulk reductions; dims past 32 * BOXES (d = 96: K's zero padding) are dropped.
+template <int DIM_BLOCKS, int BOXES>
+__device__ __forceinline__ void stage_step_dq(unsigned char* tile, const float (&dq)[DIM_BLOCKS][8][4]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int b = 0; b < DIM_BLOCKS; ++b)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = 16 * warp + lane / 4 + 8 * h, col = 64 * b + 8 * nt + 2 * (lane % 4);
+        if (col < 32 * BOXES)
+          *reinterpret_cast<float2*>(tile + swizzled_offset<4>(64, row, col)) = make_float2(dq[b][nt][2 * h], dq[b][nt][2 * h + 1]);
+      }
+}
+
 // Rows row0 .. row0 + ROWS - 1 (those before `rows_total`) of a [rows, HEAD_DIM] matrix at `out` from a
 // 128-byte-swizzled tile of ROWS rows (stmatrix_transposed's), a 16-byte chunk a thread at a time.
 template <int HEAD_DIM, int ROWS, class T>
@@ -120,14 +155,8 @@ __global__ void __launch_bounds__(128, BackwardGatherLayout<Cfg>::ctas_per_sm)
   // K and V load before the walk is built (a chain of dependent loads of the schedule), wherever a
   // query may see the block under causality; a pattern column found empty later waits for them anyway.
   const bool loads_kv = QueryTileWalk<Cfg, L::step_queries>::first_query_tile(p, own, N) < (p.seq_q + N - 1) / N;
-  if (threadIdx.x == 0) {
-    init_copy_barriers(barrier(0), 3);
-    if (loads_kv) {
-      mbarrier_expect_bytes(barrier(L::kv_full), 2 * L::kv_bytes);
-      tma_load_tile<D, N>(base + L::k_tile, maps.k, barrier(L::kv_full), own.batch, own.kv_head, own.key0);
-      tma_load_tile<D, N>(base + L::v_tile, maps.v, barrier(L::kv_full), own.batch, own.kv_head, own.key0);
-    }
-  }
+  static_assert(L::kv_full == 0, "K and V's barrier comes first");
+  request_block_kv<D, N>(barrier(0), loads_kv, base + L::k_tile, base + L::v_tile, L::kv_bytes, maps, own);
   // The query blocks of the pattern column, of every query head of the group (ends with a
   // __syncthreads, which also publishes the barriers).
   const int entries = walk.build(p, own, N);
@@ -277,17 +306,7 @@ __global__ void __launch_bounds__(128, BackwardGatherLayout<Cfg>::ctas_per_sm)
         wgmma_fence_operands(dk[b]);
       }
       named_barrier_sync<1, 128>();  // every warp's products of the step are done with its slot
-#pragma unroll
-      for (int b = 0; b < L::dim_blocks; ++b)
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = 16 * warp + lane / 4 + 8 * h, col = 64 * b + 8 * nt + 2 * (lane % 4);
-            if (col < 32 * L::dq_boxes)  // d = 96: dims 96 .. 127 are K's zero padding
-              *reinterpret_cast<float2*>(smem + (q_slot - base) + swizzled_offset<4>(64, row, col)) =
-                  make_float2(dq[b][nt][2 * h], dq[b][nt][2 * h + 1]);
-          }
+      stage_step_dq<L::dim_blocks, L::dq_boxes>(smem + (q_slot - base), dq);
       fence_proxy_async();
       named_barrier_sync<1, 128>();
       if (threadIdx.x == 0) {

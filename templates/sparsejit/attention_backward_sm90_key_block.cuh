@@ -25,9 +25,7 @@
 // threads load step j + 1's statistics during step j into a ring of two. K and V stay for the walk.
 #pragma once
 
-#include "sparsejit/attention_backward.cuh"
-#include "sparsejit/tma.cuh"
-#include "sparsejit/wgmma.cuh"
+#include "sparsejit/attention_backward_sm90_gather.cuh"  // attention_backward.cuh, tma.cuh, wgmma.cuh
 
 namespace sjit_kernels {
 
@@ -88,14 +86,8 @@ __global__ void __launch_bounds__(128, BackwardKeyBlockLayout<Cfg>::ctas_per_sm)
   // K and V load before the walk is built (a chain of dependent loads of the schedule), wherever a
   // query may see the block under causality; a pattern column found empty later waits for them anyway.
   const bool loads_kv = QueryTileWalk<Cfg, C>::first_query_tile(p, own, C) < (p.seq_q + C - 1) / C;
-  if (threadIdx.x == 0) {
-    init_copy_barriers(barrier(0), 3);
-    if (loads_kv) {
-      mbarrier_expect_bytes(barrier(L::kv_full), 2 * L::tile_bytes);
-      tma_load_tile<D, R>(base + L::k_tile, maps.k, barrier(L::kv_full), own.batch, own.kv_head, own.key0);
-      tma_load_tile<D, R>(base + L::v_tile, maps.v, barrier(L::kv_full), own.batch, own.kv_head, own.key0);
-    }
-  }
+  static_assert(L::kv_full == 0, "K and V's barrier comes first");
+  request_block_kv<D, R>(barrier(0), loads_kv, base + L::k_tile, base + L::v_tile, L::tile_bytes, maps, own);
   // The query blocks of the pattern column, of every query head of the group (ends with a
   // __syncthreads, which also publishes the barriers).
   const int steps = walk.build(p, own, C);
@@ -187,37 +179,33 @@ __global__ void __launch_bounds__(128, BackwardKeyBlockLayout<Cfg>::ctas_per_sm)
     wgmma_rs_steps<T, D, C / 16>(dv[0], pa, do_slot, C);
     wgmma_rs_steps<T, D, C / 16>(dk[0], dsa, q_slot, C);
     wgmma_commit();
+    // Atomic dQ: dQ = dS K for 64 queries x 64 dims a product (d = 96: the second's dims 96 .. 127 are
+    // K's zero padding, dropped), A = dS (M-major: stored by key), B = K (N-major).
+    constexpr int dq_blocks = (D + 63) / 64;
+    float dq[dq_blocks][8][4];
     if constexpr (Cfg::atomic_dq) {
-      // dQ = dS K for 64 queries x 64 dims a product (d = 96: the second's dims 96 .. 127 are K's zero
-      // padding, dropped), A = dS (M-major: stored by key), B = K (N-major).
-      float dq[(D + 63) / 64][8][4];
 #pragma unroll
-      for (int b = 0; b < (D + 63) / 64; ++b)
+      for (int b = 0; b < dq_blocks; ++b)
 #pragma unroll
         for (int kk = 0; kk < R / 16; ++kk)
           wgmma_ss_transposed<T>(dq[b], nmajor_descriptor(base + L::ds_tile, R, kk),
                                  nmajor_descriptor(base + L::k_tile + b * R * 128, R, kk), kk > 0);
       wgmma_commit();
-      wgmma_wait<0>();
+    }
+    wgmma_wait<0>();
+    wgmma_fence_operands(dk[0]);
+    wgmma_fence_operands(dv[0]);
+    wgmma_fence_operands(pa);
+    wgmma_fence_operands(dsa);
+    store_stats(j + 1, stats_next);
+    if constexpr (Cfg::atomic_dq) {
 #pragma unroll
-      for (int b = 0; b < (D + 63) / 64; ++b) wgmma_fence_operands(dq[b]);
-      wgmma_fence_operands(dk[0]);
-      wgmma_fence_operands(dv[0]);
-      wgmma_fence_operands(pa);
-      wgmma_fence_operands(dsa);
-      store_stats(j + 1, stats_next);
-      named_barrier_sync<1, 128>();  // every warp's products of the step are done with its slot
-#pragma unroll
-      for (int b = 0; b < (D + 63) / 64; ++b)
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = warp_row0 + lane / 4 + 8 * h, col = 64 * b + 8 * nt + 2 * (lane % 4);
-            if (col < 32 * L::dq_boxes)  // d = 96: dims 96 .. 127 are K's zero padding
-              *reinterpret_cast<float2*>(smem + (q_slot - base) + swizzled_offset<4>(64, row, col)) =
-                  make_float2(dq[b][nt][2 * h], dq[b][nt][2 * h + 1]);
-          }
+      for (int b = 0; b < dq_blocks; ++b) wgmma_fence_operands(dq[b]);
+    }
+    named_barrier_sync<1, 128>();  // every warp's products of the step are done with its slot
+    if constexpr (Cfg::atomic_dq) {
+      // The step's dQ over its slot, then added to the accumulator 32 dims at a time.
+      stage_step_dq<dq_blocks, L::dq_boxes>(smem + (q_slot - base), dq);
       fence_proxy_async();
       named_barrier_sync<1, 128>();
       if (threadIdx.x == 0) {
@@ -226,14 +214,6 @@ __global__ void __launch_bounds__(128, BackwardKeyBlockLayout<Cfg>::ctas_per_sm)
           tma_reduce_add_4d(maps.dq_accum, q_slot + box * L::dq_box_bytes, 32 * box, t.q0[0], t.head_q[0], own.batch);
         bulk_commit();
       }
-    } else {
-      wgmma_wait<0>();
-      wgmma_fence_operands(dk[0]);
-      wgmma_fence_operands(dv[0]);
-      wgmma_fence_operands(pa);
-      wgmma_fence_operands(dsa);
-      store_stats(j + 1, stats_next);
-      named_barrier_sync<1, 128>();  // every warp's products of the step are done with its slot
     }
     t = t_next, t_next = t_after;
   }

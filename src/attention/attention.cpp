@@ -436,10 +436,15 @@ struct Attention::State {
     // Blocks of 16, 32 or 64 that the gathered backward takes (a block a CTA in both passes), which sums
     // dQ by a rule of its own (for blocks of 64 at d = 128 also a reason to take it or not).
     const bool narrow_keys = plan.key_schedule && a.pattern->block_size() < plan.kv_tiling.block_rows();
-    const bool gathered =
-        narrow_keys && query_walk(*a.pattern, plan.kv_tiling, summation(true) == DqSummation::pass) ==
-                           attention::QueryWalk::gathered;
-    plan.atomic = summation(gathered) == DqSummation::atomic;
+    const DqSummation if_gathered = narrow_keys ? summation(true) : DqSummation::atomic;
+    bool gathered = narrow_keys && query_walk(*a.pattern, plan.kv_tiling, if_gathered == DqSummation::pass) ==
+                                       attention::QueryWalk::gathered;
+    const DqSummation way = gathered ? if_gathered : summation(false);
+    // Where the 128-key passes' way is the dQ pass (asked, tuned or their rule), blocks of 64 at d = 128
+    // gather after all: the gathered dQ pass is the faster pass there.
+    if (!gathered && narrow_keys && way == DqSummation::pass)
+      gathered = query_walk(*a.pattern, plan.kv_tiling, true) == attention::QueryWalk::gathered;
+    plan.atomic = way == DqSummation::atomic;
     if (gathered) {
       plan.kv_tiling = *codegen::gathered_backward_tiling(backward_spec(plan.atomic), codegen::BackwardPart::dkdv);
       const int block = a.pattern->block_size();

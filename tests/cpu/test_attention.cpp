@@ -803,8 +803,8 @@ TEST_CASE("SJIT_BACKWARD_WALK forces a walk where it exists, and a bad value is 
   spec.block_size = 16;
   const BlockPattern sparse = patterns::random(16, 4096, 4096, 0.1, 7);
   using attention::QueryWalk;
-  auto walk = [&](const BlockPattern& p, bool gathers, std::string_view forced) {
-    return attention::choose_query_walk(spec, p, 128, 64, gathers, false, forced);
+  auto walk = [&](const BlockPattern& p, bool gathers, std::string_view forced, bool by_pass = false) {
+    return attention::choose_query_walk(spec, p, 128, 64, gathers, by_pass, forced);
   };
   CHECK(walk(sparse, true, "") == QueryWalk::gathered);  // the rule (ratio 5.6)
   CHECK(walk(sparse, true, "auto") == QueryWalk::gathered);
@@ -823,6 +823,10 @@ TEST_CASE("SJIT_BACKWARD_WALK forces a walk where it exists, and a bad value is 
   CHECK(walk(blocks_of_64, true, "gathered") == QueryWalk::gathered);
   CHECK(walk(blocks_of_64, true, "packed") == QueryWalk::tiles);
   CHECK(walk(blocks_of_64, false, "gathered") == QueryWalk::tiles);
+  // Unforced at d = 128: gathered only where the gathered backward would sum dQ by its pass.
+  CHECK(walk(blocks_of_64, true, "") == QueryWalk::tiles);
+  CHECK(walk(blocks_of_64, true, "", true) == QueryWalk::gathered);
+  CHECK(walk(blocks_of_64, true, "auto", true) == QueryWalk::gathered);
   CHECK_THROWS_WITH(walk(wide, true, "gather"), Catch::Matchers::Contains("SJIT_BACKWARD_WALK = 'gather'"));
   CHECK_THROWS_WITH(walk(sparse, true, "gather"),
                     Catch::Matchers::Contains("SJIT_BACKWARD_WALK = 'gather'") &&

@@ -869,11 +869,13 @@ std::vector<std::string> attention_kernel_keys(const AttentionSpec& in, std::str
     const BackwardTilings t = backward_tilings(bwd, sm90);
     for (const codegen::BackwardTiling& tiling : {t.prep, t.dkdv, t.dq}) keys.push_back(key(bwd) + "|" + key(tiling));
     // Pattern blocks of 16, 32 and 64: the gathered backward that sparse random patterns run on (its dQ
-    // pass where dQ is not summed atomically).
+    // pass where dQ is not summed atomically; blocks of 64 at d = 128 run it only that way).
     if (!sm90) return;
+    const bool atomic = codegen::atomic_dq(bwd);
+    if (atomic && attention::gathers_only_with_dq_pass(bwd)) return;
     for (const codegen::BackwardPart part : {codegen::BackwardPart::dkdv, codegen::BackwardPart::dq})
       if (const auto gathered = codegen::gathered_backward_tiling(bwd, part))
-        if (part == codegen::BackwardPart::dkdv || !codegen::atomic_dq(bwd)) keys.push_back(key(bwd) + "|" + key(*gathered));
+        if (part == codegen::BackwardPart::dkdv || !atomic) keys.push_back(key(bwd) + "|" + key(*gathered));
   };
   add_backward_keys();
   // On Hopper a backward that may sum dQ either way runs the dQ pass where a row sees few tiles

@@ -62,11 +62,13 @@ double min_walk_over_gathered_scores(int head_dim, int block) {
   return block == 16 ? 5.0 : 3.0;
 }
 
+bool gathers_only_with_dq_pass(const AttentionSpec& spec) { return spec.block_size == 64 && spec.head_dim == 128; }
+
 bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols,
                             bool gathered_sums_by_pass) {
   const int block = pattern.block_size();
   if (block >= key_rows || pattern.nnz() == 0) return false;
-  if (block == 64 && spec.head_dim == 128 && !gathered_sums_by_pass) return false;
+  if (gathers_only_with_dq_pass(spec) && !gathered_sums_by_pass) return false;
   const BlockPattern key_major = pattern.transposed();
   // The 128-key CTAs' scores, on the fewer of the contiguous and packed tiles.
   const double contiguous = double(count_active_tiles(key_major, key_rows, tile_cols));

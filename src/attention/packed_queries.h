@@ -45,6 +45,9 @@ std::string_view forced_query_walk();
 // CTAs, whose warpgroups skip each other's inactive tiles, tie it).
 bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols,
                             bool gathered_sums_by_pass);
+// Whether the spec's gathered backward pays only where it sums dQ by its dQ pass: blocks of 64 at
+// d = 128, where with atomic dQ the 128-key CTAs tie it (so its atomic dK/dV kernel never runs unforced).
+bool gathers_only_with_dq_pass(const AttentionSpec& spec);
 // The crossover measured on the H100 (packed_queries.cpp; blocks of 64 on the H200): a gathered score
 // costs more where blocks are narrower (a step reads 64 rows for 16 keys or 32) and less at d = 64,
 // where the 128-key CTAs' dQ pass is slow on small blocks.

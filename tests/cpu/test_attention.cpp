@@ -819,6 +819,7 @@ TEST_CASE("SJIT_BACKWARD_WALK forces a walk where it exists, and a bad value is 
   CHECK(walk(wide, true, "gathered") == QueryWalk::tiles);
   CHECK(walk(wide, true, "packed") == QueryWalk::tiles);
   // Blocks of 64: as wide as the tiles (nothing to pack), narrower than a CTA's 128 keys.
+  spec.block_size = 64;
   const BlockPattern blocks_of_64 = patterns::random(64, 4096, 4096, 0.1, 7);
   CHECK(walk(blocks_of_64, true, "gathered") == QueryWalk::gathered);
   CHECK(walk(blocks_of_64, true, "packed") == QueryWalk::tiles);

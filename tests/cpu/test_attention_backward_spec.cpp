@@ -437,15 +437,23 @@ TEST_CASE("attention_kernel_keys adds the wide and gathered tilings of small pat
     }
     CHECK(attention_kernel_keys(spec, "sm_80").size() == 4);  // no wgmma kernels there
   }
-  // Blocks of 64: the gathered backward only (the forward's tiles are one block wide already).
+  // Blocks of 64: the gathered backward only (the forward's tiles are one block wide already), at
+  // d = 128 only its dQ pass's way (its atomic dK/dV pass never runs unforced there).
   spec.block_size = 64;
-  const std::vector<std::string> hopper = attention_kernel_keys(spec, "sm_90a");
-  REQUIRE(hopper.size() == 10u);
-  const std::string bwd = "attention:d=128,dtype=bf16,causal=none,sparsity=bsr,block=64,pass=bwd";
   const std::string gathered = "warps=4,cols=64,stages=2,path=wgmma_gather,block=64";
-  CHECK(hopper[4] == bwd + "|part=dkdv," + gathered);
-  CHECK(hopper[8] == bwd + ",det=1|part=dkdv," + gathered);
-  CHECK(hopper[9] == bwd + ",det=1|part=dq," + gathered);
+  for (const int d : {128, 64}) {
+    CAPTURE(d);
+    spec.head_dim = d;
+    const std::vector<std::string> keys = attention_kernel_keys(spec, "sm_90a");
+    const std::string bwd = fmt::format("attention:d={},dtype=bf16,causal=none,sparsity=bsr,block=64,pass=bwd", d);
+    REQUIRE(keys.size() == (d == 128 ? 9u : 10u));
+    if (d == 64) CHECK(keys[4] == bwd + "|part=dkdv," + gathered);
+    CHECK(keys[keys.size() - 2] == bwd + ",det=1|part=dkdv," + gathered);
+    CHECK(keys.back() == bwd + ",det=1|part=dq," + gathered);
+    if (d == 128)
+      for (std::size_t n = 0; n + 2 < keys.size(); ++n) CHECK_THAT(keys[n], !Contains("wgmma_gather"));
+  }
+  spec.head_dim = 128;
   spec.block_size = 32;
   spec.head_dim = 256;  // no persistent kernel at d = 256: the one-item kernel's 128 x 64 tiles; no gathering
   CHECK_THAT(attention_kernel_keys(spec, "sm_90a").back(), Contains("d=256") && EndsWith("bn=64,stages=2,qreg=0,path=wgmma"));

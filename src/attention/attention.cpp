@@ -399,6 +399,7 @@ struct Attention::State {
     bool atomic = false;
   };
   BackwardPlan plan_backward(const AttentionBackwardArgs& a, const jit::Target& target, const Capture& capture = {}) {
+    attention::forced_query_walk();  // refuses a bad SJIT_BACKWARD_WALK on every backward, walk to choose or not
     BackwardPlan plan;
     plan.sm90 = hopper_backward(target);
     plan.kv_tiling = backward_tilings(backward_spec(true), plan.sm90).dkdv;

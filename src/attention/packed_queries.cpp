@@ -11,6 +11,12 @@
 
 namespace sjit::attention {
 
+namespace {
+[[noreturn]] void refuse_query_walk(std::string_view forced) {
+  throw InvalidArgument(fmt::format("SJIT_BACKWARD_WALK = '{}': use tiles, packed, gathered or auto", forced));
+}
+}  // namespace
+
 QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols,
                             bool gathers, bool gathered_sums_by_pass, std::string_view forced) {
   // Packing needs blocks narrower than the tiles; gathering, blocks narrower than a CTA's keys (blocks
@@ -22,7 +28,7 @@ QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& patte
     if (forced == "tiles") return QueryWalk::tiles;
     if (forced == "packed") return fallback;
     if (forced == "gathered") return may_gather ? QueryWalk::gathered : fallback;
-    throw InvalidArgument(fmt::format("SJIT_BACKWARD_WALK = '{}': use tiles, packed, gathered or auto", forced));
+    refuse_query_walk(forced);
   }
   if (may_gather && gathering_queries_pays(spec, pattern, key_rows, tile_cols, gathered_sums_by_pass))
     return QueryWalk::gathered;
@@ -31,7 +37,10 @@ QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& patte
 
 std::string_view forced_query_walk() {
   const char* env = std::getenv("SJIT_BACKWARD_WALK");
-  return env == nullptr ? std::string_view() : std::string_view(env);
+  const std::string_view forced = env == nullptr ? std::string_view() : std::string_view(env);
+  if (!forced.empty() && forced != "auto" && forced != "tiles" && forced != "packed" && forced != "gathered")
+    refuse_query_walk(forced);
+  return forced;
 }
 
 // Measured on the H100 (thirty-fourth session, docs/attention-log.md, "Landed: the gathered backward"):

@@ -35,7 +35,9 @@ enum class QueryWalk { tiles, packed, gathered };
 //   - gathering_queries_pays, then packing_queries_pays.
 QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols,
                             bool gathers, bool gathered_sums_by_pass, std::string_view forced);
-// SJIT_BACKWARD_WALK's value, or "" when unset.
+// SJIT_BACKWARD_WALK's value, or "" when unset; any value but tiles, packed, gathered or auto is refused
+// (InvalidArgument), also where no walk is to be chosen (blocks of 128), so that a typo never passes
+// unnoticed.
 std::string_view forced_query_walk();
 
 // Whether the gathered backward is expected to beat the 128-key CTAs on `pattern`: the scores those

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <future>
 #include <limits>
@@ -829,6 +830,17 @@ TEST_CASE("SJIT_BACKWARD_WALK forces a walk where it exists, and a bad value is 
   CHECK(walk(blocks_of_64, true, "", true) == QueryWalk::gathered);
   CHECK(walk(blocks_of_64, true, "auto", true) == QueryWalk::gathered);
   CHECK_THROWS_WITH(walk(wide, true, "gather"), Catch::Matchers::Contains("SJIT_BACKWARD_WALK = 'gather'"));
+  // The variable itself, read by every backward (also of blocks of 128, where no walk is chosen).
+  const char* saved = std::getenv("SJIT_BACKWARD_WALK");
+  const std::string saved_value = saved ? saved : "";
+  ::setenv("SJIT_BACKWARD_WALK", "gatherd", 1);
+  CHECK_THROWS_WITH(attention::forced_query_walk(), Catch::Matchers::Contains("SJIT_BACKWARD_WALK = 'gatherd'") &&
+                                                        Catch::Matchers::Contains("tiles, packed, gathered or auto"));
+  ::setenv("SJIT_BACKWARD_WALK", "packed", 1);
+  CHECK(attention::forced_query_walk() == "packed");
+  ::unsetenv("SJIT_BACKWARD_WALK");
+  CHECK(attention::forced_query_walk().empty());
+  if (saved) ::setenv("SJIT_BACKWARD_WALK", saved_value.c_str(), 1);
   CHECK_THROWS_WITH(walk(sparse, true, "gather"),
                     Catch::Matchers::Contains("SJIT_BACKWARD_WALK = 'gather'") &&
                         Catch::Matchers::Contains("tiles, packed, gathered or auto"));

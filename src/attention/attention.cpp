@@ -270,9 +270,11 @@ struct Attention::State {
     // Blocks narrower than the tiles may pack or gather, blocks of 64 on 128-key CTAs may gather.
     const bool narrow_keys = t.wgmma && pattern.block_size() < t.block_rows();
     if (codegen::dkdv_query_runs(spec, t) == 1 && !narrow_keys) return attention::QueryWalk::tiles;
-    return remembered_choice(walk_choices, pattern.digest() ^ std::uint64_t(gathered_sums_by_pass), [&] {
+    // (Only specs that gather only with the dQ pass depend on it: one remembered choice for the others.)
+    const bool by_pass = gathered_sums_by_pass && attention::gathers_only_with_dq_pass(spec);
+    return remembered_choice(walk_choices, pattern.digest() ^ std::uint64_t(by_pass), [&] {
       const bool gathers = codegen::gathered_backward_tiling(spec, codegen::BackwardPart::dkdv).has_value();
-      return attention::choose_query_walk(spec, pattern, t.block_rows(), t.block_cols, gathers, gathered_sums_by_pass,
+      return attention::choose_query_walk(spec, pattern, t.block_rows(), t.block_cols, gathers, by_pass,
                                           attention::forced_query_walk());
     });
   }
@@ -443,7 +445,7 @@ struct Attention::State {
     const DqSummation way = gathered ? if_gathered : summation(false);
     // Where the 128-key passes' way is the dQ pass (asked, tuned or their rule), blocks of 64 at d = 128
     // gather after all: the gathered dQ pass is the faster pass there.
-    if (!gathered && narrow_keys && way == DqSummation::pass)
+    if (!gathered && narrow_keys && way == DqSummation::pass && attention::gathers_only_with_dq_pass(spec))
       gathered = query_walk(*a.pattern, plan.kv_tiling, true) == attention::QueryWalk::gathered;
     plan.atomic = way == DqSummation::atomic;
     if (gathered) {

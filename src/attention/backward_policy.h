@@ -45,7 +45,7 @@ DqPassThresholds dq_pass_thresholds(double memory_bandwidth);
 //     anything else is refused (InvalidArgument), whatever the spec;
 //   - `tuned`, the way a tuning stored for this problem (tuning::tuned_dq_summation);
 //   - the rule measured on the H100 and the H200 (dq_pass_thresholds); `gathered` says the pattern
-//     runs the gathered backward (pattern blocks of 16 and 32: attention/packed_queries.h), which has
+//     runs the gathered backward (pattern blocks of 16, 32 and 64: attention/packed_queries.h), which has
 //     a rule of its own: the pass with four or more query heads a K/V head or an accumulator beyond
 //     the L2, atomic otherwise.
 DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group,

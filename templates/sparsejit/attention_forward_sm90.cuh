@@ -87,36 +87,61 @@ struct WarpgroupRows {
   float o[1][Tr::d_tiles][4];
   float row_max[1][2], row_sum[1][2], correction[1][2];
   float s[1][Tr::n_tiles][4];
+  // S of an item's tile 0 where the walk issues tiles 0 and 1 together (Feed::early_second_scores;
+  // tile 1's goes to s): o where it has the shape, whose registers hold nothing then (P V of tile 0
+  // overwrites them once P is packed), else registers of its own, which fit beside o only at d <= 64
+  // (d = 96 with 128-key tiles spills).
+  static constexpr bool early_second_fits = Tr::head_dim == Tr::block_n || Tr::head_dim <= 64;
+  float s_first_own[1][Tr::head_dim == Tr::block_n ? 1 : Tr::n_tiles][4];
+  __device__ __forceinline__ auto& first_scores() {
+    if constexpr (Tr::head_dim == Tr::block_n)
+      return o;
+    else
+      return s_first_own;
+  }
   unsigned pa[Tr::block_n / 16][4];  // P of one tile as the A fragments of block_n / 16 k-steps
 
   __device__ __forceinline__ void reset() {
 #pragma unroll
     for (int dt = 0; dt < Tr::d_tiles; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.f;
+    reset_statistics();
+  }
+  __device__ __forceinline__ void reset_statistics() {
     row_max[0][0] = row_max[0][1] = -infinity();
     row_sum[0][0] = row_sum[0][1] = 0.f;
   }
 
   // S = Q K^T of the K tile at shared address k_tile, issued (not waited for). q_rows: this
   // warpgroup's 64 rows of the Q tile, a K-major A operand.
-  __device__ __forceinline__ void issue_scores(unsigned q_rows, unsigned k_tile) {
-    wgmma_ss_steps<T, Tr::block_n, Tr::k_steps>(s[0], q_rows, Tr::block_m, k_tile);
+  __device__ __forceinline__ void issue_scores(unsigned q_rows, unsigned k_tile) { issue_scores(s, q_rows, k_tile); }
+  __device__ __forceinline__ void issue_scores(float (&scores)[1][Tr::n_tiles][4], unsigned q_rows, unsigned k_tile) {
+    wgmma_ss_steps<T, Tr::block_n, Tr::k_steps>(scores[0], q_rows, Tr::block_m, k_tile);
     wgmma_commit();
   }
   // O += P V of the V tile at v_tile, issued.
+  template <bool kOverwrite = false>
   __device__ __forceinline__ void issue_values(unsigned v_tile) {
-    wgmma_rs_steps<T, Tr::head_dim, Tr::block_n / 16>(o[0], pa, v_tile, Tr::block_n);
+    wgmma_rs_steps<T, Tr::head_dim, Tr::block_n / 16, kOverwrite>(o[0], pa, v_tile, Tr::block_n);
     wgmma_commit();
   }
   // Masks S of tile t where needed and turns it into P (correction set, o not yet rescaled).
   __device__ __forceinline__ void softmax_tile(const AttentionForwardParams& p, TileRef t, int q_row0, int warp_row0) {
-    if (tile_needs_mask<Cfg>(p, q_row0, t.key0, t.pattern_mask))
-      mask_tile<Cfg>(s, p, q_row0, warp_row0, t.key0, t.pattern_mask);
-    softmax_scores<Tr>(s, row_max, row_sum, correction, p.scale_log2);
+    softmax_tile(s, p, t, q_row0, warp_row0);
   }
-  __device__ __forceinline__ void rescale_and_pack() {
+  __device__ __forceinline__ void softmax_tile(float (&scores)[1][Tr::n_tiles][4], const AttentionForwardParams& p,
+                                               TileRef t, int q_row0, int warp_row0) {
+    if (tile_needs_mask<Cfg>(p, q_row0, t.key0, t.pattern_mask))
+      mask_tile<Cfg>(scores, p, q_row0, warp_row0, t.key0, t.pattern_mask);
+    softmax_scores<Tr>(scores, row_max, row_sum, correction, p.scale_log2);
+  }
+  __device__ __forceinline__ void rescale_and_pack() { rescale_and_pack(s); }
+  __device__ __forceinline__ void rescale_and_pack(const float (&scores)[1][Tr::n_tiles][4]) {
     rescale_output<Tr>(o, correction);
+    pack(scores);
+  }
+  __device__ __forceinline__ void pack(const float (&scores)[1][Tr::n_tiles][4]) {
 #pragma unroll
-    for (int kk = 0; kk < Tr::block_n / 16; ++kk) pack_a_fragment<T>(s[0], kk, pa[kk]);
+    for (int kk = 0; kk < Tr::block_n / 16; ++kk) pack_a_fragment<T>(scores[0], kk, pa[kk]);
   }
 
   // The item's `count` key tiles through this warpgroup; `ring` is the shared address of the K ring
@@ -160,7 +185,53 @@ struct WarpgroupRows {
       // j - 1, the warpgroup computes the softmax of tile j. The products of one step are issued in the
       // warpgroup's turn (the other warpgroup's softmax runs under them, where the feed alternates).
       int previous = 0;  // tile j - 1's slot
-      for (int j = 0; j < count; ++j) {
+      int first_in_loop = 0;
+      static_assert(!Feed::early_second_scores || Feed::defer_last, "the early second S: the walk resets its output");
+      if constexpr (Feed::early_second_scores && early_second_fits) {
+        // An item of two tiles or more issues S of tiles 0 and 1 in its first turn, and P V of tile 0
+        // alone in its second: the softmax of tile 0 then runs under S of tile 1, and that of tile 1
+        // under P V of tile 0, where the plain walk leaves the tensor cores with only the other
+        // warpgroup's first S under its first softmax (docs/attention-log.md, "an item's first two S").
+        if (count >= 2) {
+          auto& s_first = first_scores();
+          const int slot0 = feed.acquire_k(0);
+          feed.begin_turn();
+          wgmma_fence();
+          issue_scores(s_first, q_rows, k_tile(slot0));
+          if constexpr (Feed::scores_cover_first) on_first_scores();
+          const int slot1 = feed.acquire_k(1);
+          wgmma_fence();
+          issue_scores(s, q_rows, k_tile(slot1));
+          wgmma_wait<1>();  // S of tile 0; tile 1's still runs
+          wgmma_fence_operands(s_first[0]);
+          feed.end_turn();
+          if constexpr (!Feed::scores_cover_first) on_first_scores();
+          reset_statistics();
+          const TileRef t0 = feed.tile(0, slot0);
+          feed.release_k(slot0);
+          softmax_tile(s_first, p, t0, q_row0, warp_row0);
+          pack(s_first);  // P V of tile 0 then overwrites o (no rescale, no reset)
+          feed.acquire_v(0, slot0);
+          feed.begin_turn();
+          wgmma_fence();
+          wgmma_fence_operands(o[0]);
+          issue_values<true>(v_tile(slot0));
+          wgmma_wait<1>();  // S of tile 1 (issued before this P V)
+          wgmma_fence_operands(s[0]);
+          feed.end_turn();
+          const TileRef t1 = feed.tile(1, slot1);
+          feed.release_k(slot1);
+          softmax_tile(s, p, t1, q_row0, warp_row0);
+          wgmma_wait<0>();
+          wgmma_fence_operands(o[0]);
+          wgmma_fence_operands(pa);
+          feed.release_v(slot0);
+          rescale_and_pack(s);
+          previous = slot1;
+          first_in_loop = 2;
+        }
+      }
+      for (int j = first_in_loop; j < count; ++j) {
         const int slot = feed.acquire_k(j);
         if (j > 0) feed.acquire_v(j - 1, previous);
         feed.begin_turn();
@@ -226,7 +297,8 @@ struct WarpgroupRows {
 // when they like.
 template <class Cfg, class Acquire, class TileAt>
 struct CtaBarrierFeed {
-  static constexpr bool overlap = Cfg::stages >= 3, defer_last = false, scores_cover_first = true;
+  static constexpr bool overlap = Cfg::stages >= 3, defer_last = false, scores_cover_first = true,
+                        early_second_scores = false;
   Acquire acquire;  // acquire(j): the CTA barrier, thread 0's refill, the wait for tile j; its slot
   TileAt tile_at;   // tile_at(j): the TileRef of tile j
   __device__ __forceinline__ int acquire_k(int j) { return acquire(j); }

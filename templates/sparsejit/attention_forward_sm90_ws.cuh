@@ -81,6 +81,9 @@ struct CopyThreadFeed {
   // The previous item's output is written under the first S of an item where items are a few tiles
   // (block-sparse), and under the other warpgroup's products where they are long (dense).
   static constexpr bool scores_cover_first = Cfg::sparsity != kDense;
+  // An item's first two S issued together (WarpgroupRows::walk) where items are a few tiles; dense
+  // items are 64 and more, and lost 1-2% with it (H200, docs/attention-log.md).
+  static constexpr bool early_second_scores = Cfg::sparsity != kDense;
   unsigned barriers;  // the shared address of barrier 0
   int first;          // tiles walked before this item (the ring's position)
   volatile TileRef* records;

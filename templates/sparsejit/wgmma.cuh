@@ -358,12 +358,14 @@ __device__ __forceinline__ void wgmma_ss_steps(float (&d)[N / 8][4], unsigned a_
 }
 
 // d += A B over K_STEPS k-steps of 16: A from registers (one fragment a k-step), B read transposed
-// from the N-major tile of `b_rows` rows at `b_tile` (O += P V and its kin). Issued, not committed.
-template <class T, int N, int K_STEPS>
+// from the N-major tile of `b_rows` rows at `b_tile` (O += P V and its kin); with kOverwrite, d = A B.
+// Issued, not committed.
+template <class T, int N, int K_STEPS, bool kOverwrite = false>
 __device__ __forceinline__ void wgmma_rs_steps(float (&d)[N / 8][4], const unsigned (&a)[K_STEPS][4], unsigned b_tile,
                                                int b_rows) {
 #pragma unroll
-  for (int kk = 0; kk < K_STEPS; ++kk) wgmma_rs<T, N>(d, a[kk], nmajor_descriptor(b_tile, b_rows, kk), 1);
+  for (int kk = 0; kk < K_STEPS; ++kk)
+    wgmma_rs<T, N>(d, a[kk], nmajor_descriptor(b_tile, b_rows, kk), kOverwrite && kk == 0 ? 0 : 1);
 }
 
 // A warpgroup's 64 x N accumulator tile, each element times factor(chunk, column parity), stored

@@ -76,6 +76,8 @@ struct TileRef {
 //                       ptxas would serialize every wgmma, C7514).
 //   scores_cover_first  whether on_first_scores runs under the first S = Q K^T, in the warpgroup's
 //                       turn, or once the turn is handed over (see the walk).
+//   early_second_scores whether an item of two tiles or more issues S of both in its first turn (see
+//                       the walk; needs defer_last).
 // on_first_scores() runs once the first S = Q K^T is issued; it must not touch o (the caller reads an
 // earlier walk's output before calling walk). With defer_last the walk resets the output and
 // statistics itself, after its first S.

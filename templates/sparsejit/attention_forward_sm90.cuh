@@ -200,10 +200,10 @@ struct WarpgroupRows {
           feed.begin_turn();
           wgmma_fence();
           issue_scores(s_first, q_rows, k_tile(slot0));
-          if constexpr (Feed::scores_cover_first) on_first_scores();
           const int slot1 = feed.acquire_k(1);
           wgmma_fence();
           issue_scores(s, q_rows, k_tile(slot1));
+          if constexpr (Feed::scores_cover_first) on_first_scores();  // under both products
           wgmma_wait<1>();  // S of tile 0; tile 1's still runs
           wgmma_fence_operands(s_first[0]);
           feed.end_turn();

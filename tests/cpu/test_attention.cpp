@@ -1299,6 +1299,8 @@ TEST_CASE("attention kernels compile with NVRTC for sm_90a and sm_80", "[attenti
       {"attention:d=64,dtype=f16,causal=br,sparsity=bsr,block=32|warps=4,mt=1,bn=128,stages=3,qreg=0,path=wgmma",
        "sm_90a"},
       {"attention:d=128,dtype=bf16,sparsity=bsr,block=128|warps=8,mt=1,bn=128,stages=2,qreg=0,path=wgmma_ws", "sm_90a"},
+      // An item's first S in registers of their own (d = 64 with 128-key tiles; d = 128 puts it in o's).
+      {"attention:d=64,dtype=bf16,sparsity=bsr,block=128|warps=8,mt=1,bn=128,stages=2,qreg=0,path=wgmma_ws", "sm_90a"},
       {"attention:d=64,dtype=f16,causal=tl|warps=4,mt=1,bn=64,stages=3,qreg=0,path=wgmma_ws", "sm_90a"},
       // d = 96 (tiles in whole swizzle blocks) and d = 256 (64 x 256 products) on their default kernels.
       {"attention:d=96,dtype=bf16,causal=tl|warps=8,mt=1,bn=128,stages=2,qreg=0,path=wgmma_ws", "sm_90a"},

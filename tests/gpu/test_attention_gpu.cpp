@@ -576,9 +576,15 @@ TEST_CASE("wgmma_ws path: CTAs that take many work items give bit for bit the ou
     Case c;
     int block_n, stages;
   };
+  // The block-sparse walks issue an item's first two S together (WarpgroupRows::walk), S of tile 0 in
+  // the output's registers where d = block_n (the default tiling, d = 128 with 128-key tiles, and
+  // d = 64 with 64-key ones) or in registers of its own (d = 64 with 128-key tiles); with 64-key tiles
+  // at d = 128 they walk plainly.
   const std::array problems{
       Problem{{spec_of(128, DType::bf16, Causal::top_left), 2, 8, 2, 2000, 2000}, 128, 2},
       Problem{{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 128), 1, 8, 4, 3000, 3000, 0.1}, 64, 3},
+      Problem{{spec_of(128, DType::bf16, Causal::top_left, Sparsity::block_sparse, 128), 1, 8, 8, 3000, 3000, 0.1}, 128, 2},
+      Problem{{spec_of(64, DType::f16, Causal::none, Sparsity::block_sparse, 128), 2, 8, 2, 2600, 2500, 0.1}, 128, 2},
       Problem{{spec_of(64, DType::f16, Causal::bottom_right, Sparsity::block_sparse, 64), 1, 16, 16, 2500, 2600, 0.05}, 64, 2},
   };
   for (Problem problem : problems) {

@@ -193,7 +193,9 @@ struct WarpgroupRows {
         // An item of two tiles or more issues S of tiles 0 and 1 in its first turn, and P V of tile 0
         // alone in its second: the softmax of tile 0 then runs under S of tile 1, and that of tile 1
         // under P V of tile 0, where the plain walk leaves the tensor cores with only the other
-        // warpgroup's first S under its first softmax (docs/attention-log.md, "an item's first two S").
+        // warpgroup's first S under its first softmax (docs/attention-log.md, "Landed: an item's first
+        // two S in its first turn"). Tile 1's K is waited for in the turn: its slot was freed by the
+        // previous item's last S, a softmax and a P V earlier, so it has (nearly) always landed.
         if (count >= 2) {
           auto& s_first = first_scores();
           const int slot0 = feed.acquire_k(0);

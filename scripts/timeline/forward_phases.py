@@ -24,6 +24,9 @@ and each later tile's:
   5  its K, the previous tile's V, the wait for the turn
   6  S and the previous tile's P V issued, the wait for S, the turn handed over
   7  the softmax, the wait for P V, the output rescaled and P packed
+Where a block-sparse item issues its first two S together (WarpgroupRows::walk, early_second_scores),
+phases 2-4 hold its tile 0 with both S issued and tile 1's K waited for in phase 3, and tile 1 is a
+later tile whose phase 6 issues only P V of tile 0.
 Words a CTA: 16 a warpgroup (the eight sums, items, tiles, all cycles from the loop's start).
 Branch experiment/ws-boundary-one-turn has a version for the structure tried there.
 """
@@ -75,6 +78,40 @@ patch(root + '/templates/sparsejit/attention_forward_sm90.cuh', [
         previous = slot;""", """        rescale_and_pack();
         if (j > 0) lap<7>(); else lap<4>();
         previous = slot;"""),
+    # The block-sparse walk's first two tiles (Feed::early_second_scores): tile 0 as an item's first,
+    # tile 1 as a later tile.
+    ("""          feed.begin_turn();
+          wgmma_fence();
+          issue_scores(s_first,""", """          feed.begin_turn();
+          lap<2>();
+          wgmma_fence();
+          issue_scores(s_first,"""),
+    ("""on_first_scores();  // under both products
+""", """on_first_scores();  // under both products
+          lap<3>();
+"""),
+    ("""          pack(s_first);  // P V of tile 0 then overwrites o (no rescale, no reset)
+""", """          pack(s_first);  // P V of tile 0 then overwrites o (no rescale, no reset)
+          lap<4>();
+"""),
+    ("""          feed.begin_turn();
+          wgmma_fence();
+          wgmma_fence_operands(o[0]);
+          issue_values<true>""", """          feed.begin_turn();
+          lap<5>();
+          wgmma_fence();
+          wgmma_fence_operands(o[0]);
+          issue_values<true>"""),
+    ("""          wgmma_fence_operands(s[0]);
+          feed.end_turn();
+""", """          wgmma_fence_operands(s[0]);
+          feed.end_turn();
+          lap<6>();
+"""),
+    ("""          rescale_and_pack(s);
+          previous = slot1;""", """          rescale_and_pack(s);
+          lap<7>();
+          previous = slot1;"""),
 ])
 patch(root + '/templates/sparsejit/attention_forward_sm90_ws.cuh', [
     ("""  int tiles_seen = 0;

@@ -22,6 +22,11 @@ def report(path):
             w = words[16 * g:16 * g + 16]
             if w[8]:
                 groups.append(w)
+    if not groups:
+        # The dump of a run whose kernel was not the persistent one (at d = 64 the dense default is
+        # `wgmma`), or of a kernel that never finished an item.
+        print(f"== {path}: no wgmma_ws warpgroup wrote phases (check the config column of the bench)")
+        return
     items = sum(w[8] for w in groups)
     tiles = sum(w[9] for w in groups)
     later = tiles - items

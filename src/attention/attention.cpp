@@ -13,6 +13,7 @@
 #include "attention/attention_internals.h"
 #include "attention/backward_policy.h"
 #include "attention/gathered_keys.h"
+#include "attention/last_round.h"
 #include "attention/packed_queries.h"
 #include "attention/tensor_maps.h"
 #include "attention/tile_schedule.h"
@@ -507,11 +508,14 @@ struct Attention::State {
   }
 
   // `zeroed`: the accumulator's buffer, filled with zeros when (re)allocated.
-  float* scratch_for(const jit::Target& target, Stream stream, std::size_t bytes, bool zeroed, const Capture& capture) {
+  // With `optional`, null instead of refusing where a capture would have to allocate or grow it.
+  float* scratch_for(const jit::Target& target, Stream stream, std::size_t bytes, bool zeroed, const Capture& capture,
+                     bool optional = false) {
     std::lock_guard lock(mutex);
     auto it = std::find_if(scratch.begin(), scratch.end(), [&](const Scratch& s) {
       return s.context == target.context && s.stream == stream && s.zeroed == zeroed;
     });
+    if (optional && capture.active && (it == scratch.end() || it->buffer.bytes() < bytes)) return nullptr;
     if (it == scratch.end()) {
       capture.refuse(fmt::format("allocate {} bytes of scratch for the stream", bytes));
       it = scratch.insert(scratch.end(), {target.context, stream, DeviceBuffer(bytes), zeroed, zeroed});
@@ -714,8 +718,28 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   if (grid == 0) return;
   p.work_items = int(grid);
   // The persistent kernel: one CTA an SM (its shared memory and registers allow no more), each taking
-  // one work item a round of gridDim.x, snaking (attention_forward_sm90_ws.cuh).
-  if (config.path == AttentionPath::wgmma_ws) grid = std::min<std::int64_t>(grid, target.device->multiprocessors);
+  // one work item a round of gridDim.x, snaking, and a share of the last round's items where that
+  // round is split (attention_forward_sm90_ws.cuh).
+  if (config.path == AttentionPath::wgmma_ws) {
+    const attention::LastRoundSplit split = attention::split_last_round(
+        grid, (a.seq_k + config.block_n - 1) / config.block_n, target.device->multiprocessors);
+    grid = std::min<std::int64_t>(grid, target.device->multiprocessors);
+    if (a.split_last_round && split.tail_items > 0) {
+      // Two scratch buffers of the stream: the pieces' partials, and the items' counters (zeroed).
+      float* partials = state_->scratch_for(
+          target, stream, attention::last_round_partial_bytes(split.grid, config.warps, spec.head_dim), false, capture,
+          true);
+      float* counters = state_->scratch_for(target, stream, std::size_t(split.tail_items) * config.warps * 4, true,
+                                            capture, true);
+      if (partials != nullptr && counters != nullptr) {
+        grid = split.grid;
+        p.tail_items = split.tail_items;
+        p.tail_ctas = split.tail_ctas;
+        p.tail_partials = partials;
+        p.tail_counters = reinterpret_cast<unsigned*>(counters);
+      }
+    }
+  }
   // The Hopper kernels' second parameter: the tensor maps they load their tiles through. The mma.sync
   // kernel has one parameter, and the driver reads only the parameters a kernel declares.
   sjit_kernels::AttentionForwardTensorMaps maps{};

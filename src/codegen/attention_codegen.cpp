@@ -65,10 +65,10 @@ int attention_forward_shared_bytes(const AttentionSpec& spec, const AttentionCon
     return 1024 + rows * tile_dim * 2 + 4 * 64 * tile_dim * 2 + 2 * rows * 128 + 2 * 4 * rows * 4 + 8 * 5;
   }
   if (config.path == AttentionPath::wgmma_ws) {
-    // The same tiles with a second Q buffer, the records of the two items and of the ring's tiles
-    // (16 bytes each), and a full and an empty mbarrier for each Q buffer and for K and V of each ring
-    // slot (AttentionWsLayout in attention_forward_sm90_ws.cuh).
-    return 1024 + tiles_bytes + config.block_m() * tile_dim * 2 + 16 * (2 + config.stages) +
+    // The same tiles with a second Q buffer, the records of the two items (24 bytes each) and of the
+    // ring's tiles (16 bytes each), and a full and an empty mbarrier for each Q buffer and for K and V
+    // of each ring slot (AttentionWsLayout in attention_forward_sm90_ws.cuh).
+    return 1024 + tiles_bytes + config.block_m() * tile_dim * 2 + 2 * 24 + 16 * config.stages +
            8 * (4 + 4 * config.stages);
   }
   const int row_bytes = (spec.head_dim + 8) * 2;  // padded rows of 16-bit elements

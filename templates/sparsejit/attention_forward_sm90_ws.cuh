@@ -37,6 +37,8 @@
 #pragma once
 
 #include "sparsejit/attention_forward_sm90.cuh"
+#include "sparsejit/global_signals.cuh"
+#include "sparsejit/last_round.cuh"
 
 namespace sjit_kernels {
 
@@ -44,8 +46,96 @@ namespace sjit_kernels {
 // tells them about a tile is the TileRef, next to its ring slot.
 struct WsItemRecord {
   int batch, head_q, q_tile;
-  int count;  // key tiles; -1: no more items
+  int count;       // key tiles (of this CTA's piece, where the item is split); -1: no more items
+  int tail;        // the item's place in the split last round, or -1 where this CTA takes it whole
+  int item_count;  // the whole item's key tiles
 };
+static_assert(sizeof(WsItemRecord) == 24, "codegen's attention_forward_shared_bytes counts 24 bytes an item record");
+
+// A warp's share of a split item's scratch slot: its lanes' outputs (unnormalized, against the
+// rows' exponent bases), row maxima and partial row sums, float i of lane l at [i][l] (coalesced).
+template <class Tr, int warps>
+__device__ __forceinline__ float* piece_partial(const AttentionForwardParams& p, int slot, int warp) {
+  constexpr int floats = Tr::d_tiles * 4 + 4;
+  return p.tail_partials + (static_cast<long long>(slot) * warps + warp) * floats * 32 + threadIdx.x % 32;
+}
+
+// The warp's rows of a split item, once its piece's walk is done: its piece to the scratch slot and
+// counted; where it is the last piece, every piece merged into rows (the online softmax's merge of
+// partial results: each scaled by exp2(its maximum - the maximum of all)). Returns whether it was last.
+template <class Cfg>
+__device__ __forceinline__ bool merge_last_round_piece(WarpgroupRows<Cfg>& rows, const AttentionForwardParams& p,
+                                                       int t, int item_count, int warp) {
+  using Tr = AttentionForwardTraits<Cfg>;
+  constexpr int outputs = Tr::d_tiles * 4;
+  const LastRound last{p.tail_items, p.tail_ctas};
+  float* mine = piece_partial<Tr, Cfg::warps>(p, last.slot(t, blockIdx.x), warp);
+#pragma unroll
+  for (int dt = 0; dt < Tr::d_tiles; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) __stcg(mine + (dt * 4 + e) * 32, rows.o[0][dt][e]);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    __stcg(mine + (outputs + h) * 32, rows.row_max[0][h]);
+    __stcg(mine + (outputs + 2 + h) * 32, rows.row_sum[0][h]);
+  }
+  __threadfence();
+  __syncwarp();
+  unsigned* counter = p.tail_counters + t * Cfg::warps + warp;
+  unsigned before = 0;
+  if (threadIdx.x % 32 == 0) before = add_acq_rel_gpu(counter);
+  const int pieces = last.pieces(t, item_count);
+  if (int(__shfl_sync(0xffffffffu, before, 0)) != pieces - 1) return false;
+  __threadfence();
+  if (threadIdx.x % 32 == 0) *counter = 0;  // zero for the next launch
+  // Every piece from its slot (this one's too), in the CTAs' order.
+  float row_max[2] = {-infinity(), -infinity()};
+  for (int c = last.first_cta(t); c <= last.last_cta(t); ++c) {
+    if (last.tiles(t, c, item_count).empty()) continue;
+    const float* piece = piece_partial<Tr, Cfg::warps>(p, last.slot(t, c), warp);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row_max[h] = fmaxf(row_max[h], __ldcg(piece + (outputs + h) * 32));
+  }
+  rows.reset();
+  for (int c = last.first_cta(t); c <= last.last_cta(t); ++c) {
+    if (last.tiles(t, c, item_count).empty()) continue;
+    const float* piece = piece_partial<Tr, Cfg::warps>(p, last.slot(t, c), warp);
+    float scale[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float piece_max = __ldcg(piece + (outputs + h) * 32);
+      // A piece whose row saw no key holds 0s against base -inf: it adds nothing.
+      scale[h] = piece_max == -infinity() ? 0.f : fast_exp2(piece_max - exponent_base(row_max[h]));
+      rows.row_sum[0][h] += scale[h] * __ldcg(piece + (outputs + 2 + h) * 32);
+    }
+#pragma unroll
+    for (int dt = 0; dt < Tr::d_tiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) rows.o[0][dt][e] += scale[e / 2] * __ldcg(piece + (dt * 4 + e) * 32);
+  }
+  rows.row_max[0][0] = row_max[0], rows.row_max[0][1] = row_max[1];
+  return true;
+}
+
+// The warp's rows of a merged split item straight to global memory (its other pieces' CTAs hold
+// other rows of their Q buffers, so the Q thread's bulk store of the whole tile cannot serve them).
+template <class Tr>
+__device__ __forceinline__ void store_merged_rows(const PackedOutput<Tr>& out, const AttentionForwardParams& p,
+                                                  int batch, int head_q, int q_row0, int warp) {
+  using T = typename Tr::T;
+  const int lane = threadIdx.x % 32;
+  T* o = static_cast<T*>(p.o) + batch * p.o_batch_stride + head_q * p.o_head_stride;
+  float* lse = p.lse ? p.lse + (static_cast<long long>(batch) * p.heads_q + head_q) * p.seq_q : nullptr;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = q_row0 + warp * 16 + lane / 4 + h * 8;
+    if (row >= p.seq_q) continue;
+    if (lse != nullptr && lane % 4 == 0) lse[row] = out.lse[0][h];
+#pragma unroll
+    for (int dt = 0; dt < Tr::d_tiles; ++dt)
+      *reinterpret_cast<unsigned*>(o + row * p.o_row_stride + dt * 8 + 2 * (lane % 4)) = out.o[0][h][dt];
+  }
+}
 
 template <class Cfg>
 struct AttentionWsLayout {
@@ -150,44 +240,63 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
     // Round k takes item k * gridDim.x + blockIdx.x, or in odd rounds the mirror of it (a snake). Items
     // come heaviest first within each (batch, head): a plain stride would hand the low CTAs the heavier
     // item of every round (dense causal: 8% over the mean walk, against 3% snaking; see docs).
+    // After the rounds, the CTA's pieces of the last round's items where it is split (LastRound):
+    // visit(w, j0, j1, tail) takes key tiles [j0, j1) of w, tail -1 where the CTA takes w whole.
+    const unsigned whole_items = unsigned(p.work_items - p.tail_items);
     auto for_each_item = [&](auto&& visit) {
-      for (unsigned round = 0, first = 0; first < unsigned(p.work_items); ++round, first += gridDim.x) {
+      for (unsigned round = 0, first = 0; first < whole_items; ++round, first += gridDim.x) {
         const unsigned item = first + (round % 2 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
-        if (item >= unsigned(p.work_items)) continue;
+        if (item >= whole_items) continue;
         const WorkItem w = work_item_head_major<Cfg>(p, item);
         if (w.q_tile * Tr::block_m >= p.seq_q) continue;  // a schedule item past the end of a short sequence
-        visit(w);
+        visit(w, 0, w.tiles.count, -1);
+      }
+      const LastRound last{p.tail_items, p.tail_ctas};
+      if (p.tail_items == 0 || int(blockIdx.x) >= last.ctas) return;
+      for (int t = last.first_item(blockIdx.x); t <= last.last_item(blockIdx.x); ++t) {
+        const WorkItem w = work_item_head_major<Cfg>(p, whole_items + t);
+        if (w.q_tile * Tr::block_m >= p.seq_q) continue;
+        const int count = w.tiles.count;
+        if (count == 0) {  // a row of no key tile: output 0, from the CTA of its first unit
+          if (last.first_cta(t) == int(blockIdx.x)) visit(w, 0, 0, -1);
+          continue;
+        }
+        const TileRange r = last.tiles(t, blockIdx.x, count);
+        if (!r.empty()) visit(w, r.begin, r.end, r.end - r.begin < count ? t : -1);  // whole: no other CTA has a tile
       }
     };
     if (q_thread) {
       // For each item, its record and Q into the next Q buffer once the math warps are done with that
       // buffer's previous item and that item's output, staged there, has been copied out.
       int items = 0;
-      int out_batch[2], out_head[2], out_row0[2];  // where the output staged in each Q buffer goes
-      auto store_output_of = [&](int item) {  // item's output, once staged, by a bulk copy
+      // Item's output, once staged, by a bulk copy to where the buffer's record says (a split item's
+      // last piece stores its rows itself). The record is rewritten only after this.
+      auto store_output_of = [&](int item) {
         const int b = item % 2;
         mbarrier_wait(barrier(L::q_empty + b), (item / 2) & 1);
-        tma_store_tile<Tr::head_dim, Tr::block_m>(maps.o, base + L::q_tiles + b * L::q_bytes, out_batch[b],
-                                                  out_head[b], out_row0[b]);
+        if (item_records[b].tail >= 0) return;
+        tma_store_tile<Tr::head_dim, Tr::block_m>(maps.o, base + L::q_tiles + b * L::q_bytes, item_records[b].batch,
+                                                  item_records[b].head_q, item_records[b].q_tile * Tr::block_m);
         bulk_commit();
         bulk_wait_read();  // the buffer may be refilled once the copy has read it
       };
-      auto publish_item = [&](const WorkItem& w, int count) {
+      auto publish_item = [&](const WorkItem& w, int count, int tail) {
         const int b = items % 2;
         if (items >= 2) store_output_of(items - 2);
-        out_batch[b] = w.batch, out_head[b] = w.head_q, out_row0[b] = w.q_tile * Tr::block_m;
         item_records[b].batch = w.batch;
         item_records[b].head_q = w.head_q;
         item_records[b].q_tile = w.q_tile;
         item_records[b].count = count;
+        item_records[b].tail = tail;
+        item_records[b].item_count = w.tiles.count;
         mbarrier_expect_bytes(barrier(L::q_full + b), count > 0 ? L::q_bytes : 0);  // publishes the record
         if (count > 0)
           tma_load_tile<Tr::head_dim, Tr::block_m>(base + L::q_tiles + b * L::q_bytes, maps.q, barrier(L::q_full + b),
                                                    w.batch, w.head_q, w.q_tile * Tr::block_m);
         ++items;
       };
-      for_each_item([&](const WorkItem& w) { publish_item(w, w.tiles.count); });
-      publish_item(WorkItem{}, -1);
+      for_each_item([&](const WorkItem& w, int j0, int j1, int tail) { publish_item(w, j1 - j0, tail); });
+      publish_item(WorkItem{}, -1, -1);
       if (items >= 2) store_output_of(items - 2);  // the last item's (items - 1 is the end record)
       bulk_wait_done();
       return;
@@ -195,9 +304,9 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
     // The K/V thread: each item's tiles, each with its record into the next ring slot once the math
     // warps free it.
     int tiles_loaded = 0;
-    for_each_item([&](const WorkItem& w) {
+    for_each_item([&](const WorkItem& w, int j0, int j1, int) {
       const int kv_head = w.head_q / (p.heads_q / p.heads_kv);
-      for (int j = 0; j < w.tiles.count; ++j, ++tiles_loaded) {
+      for (int j = j0; j < j1; ++j, ++tiles_loaded) {
         const int slot = tiles_loaded % stages, phase = (tiles_loaded / stages - 1) & 1;
         const int key0 = w.tiles.tile(j) * Tr::block_n;
         if (tiles_loaded >= stages) mbarrier_wait(barrier(L::k_empty + slot), phase);
@@ -231,14 +340,27 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
   WarpgroupRows<Cfg> rows;
   rows.reset();
   int pending = -1, pending_v_slot = -1;  // the pending item's Q buffer (-1: none), its last V slot
+  bool pending_split = false, pending_merged = false;  // a piece of a split item; the last, merged
   PackedOutput<Tr> packed;
   auto pack_pending = [&] {  // once the pending item's last P V is complete
     wgmma_fence_operands(rows.o[0]);
     if (pending_v_slot >= 0) mbarrier_arrive(barrier(L::v_empty + pending_v_slot));
+    pending_split = item_records[pending].tail >= 0;
+    if (pending_split)
+      pending_merged =
+          merge_last_round_piece<Cfg>(rows, p, item_records[pending].tail, item_records[pending].item_count, warp);
     packed = pack_output<Tr>(rows.o, rows.row_max, rows.row_sum);
   };
   auto write_pending = [&] {
     if (pending < 0) return;
+    if (pending_split) {  // no staging: the Q thread stores no split item
+      if (pending_merged)
+        store_merged_rows<Tr>(packed, p, item_records[pending].batch, item_records[pending].head_q,
+                              item_records[pending].q_tile * Tr::block_m, warp);
+      mbarrier_arrive(barrier(L::q_empty + pending));
+      pending = -1;
+      return;
+    }
     // The output, over this warpgroup's rows of the item's Q buffer (in its swizzle, the layout the
     // Q thread's bulk store reads): every warp of the warpgroup has completed its products that
     // read them.

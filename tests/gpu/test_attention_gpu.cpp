@@ -27,6 +27,7 @@ struct Case {
   bool per_head_pattern = false;
   bool bshd = false;       // [B, S, H, D] layout instead of [B, H, S, D]
   AttentionConfig config{};  // the kernel's tiling and path (default: chosen for the device)
+  bool whole_items = false;  // AttentionForwardArgs::split_last_round off
   std::string name() const {
     return fmt::format("{} | {} B{} Hq{} Hkv{} Sq{} Sk{} density {} {}{}", key(spec), key(config), batch, heads_q,
                        heads_kv, seq_q, seq_k, density, per_head_pattern ? "per-head " : "", bshd ? "bshd" : "bhsd");
@@ -90,6 +91,7 @@ Result run_gpu(const Case& c, Attention& attention, const std::vector<float>& q,
     a.k_strides = a.v_strides = Strides::bshd(c.heads_kv, c.seq_k, d);
   }
   a.pattern = c.spec.sparsity == Sparsity::block_sparse ? pattern : nullptr;
+  a.split_last_round = !c.whole_items;
   if (in_graph) {
     const OwnedStream stream;
     if (a.pattern) attention.prepare(*a.pattern);
@@ -597,6 +599,7 @@ TEST_CASE("wgmma_ws path: CTAs that take many work items give bit for bit the ou
     Case one = c, persistent = c;
     one.config = wgmma(warps, problem.block_n, problem.stages);
     persistent.config = hopper(AttentionPath::wgmma_ws, warps, problem.block_n, problem.stages);
+    persistent.whole_items = true;  // a split last round merges its pieces: other bits (tested below)
     Attention a(one.spec, one.config), b(persistent.spec, persistent.config);
     const BlockPattern* pp = pattern ? &*pattern : nullptr;
     const Result want_bits = run_gpu(one, a, q, k, v, pp);
@@ -607,6 +610,66 @@ TEST_CASE("wgmma_ws path: CTAs that take many work items give bit for bit the ou
     const Result again = run_gpu(persistent, b, q, k, v, pp);  // the same Attention launched twice
     REQUIRE(std::memcmp(again.o.data(), got.o.data(), got.o.size() * 4) == 0);
     expect_matches(persistent, got, run_reference(persistent, q, k, v, pp));
+  }
+}
+
+// The persistent kernel's last round split across CTAs (templates/sparsejit/last_round.cuh): where
+// the items leave the last round of 132 CTAs at most three quarters full, its items are cut into pieces
+// of key tiles on several CTAs, and the last piece to finish merges them. Problems of few long items
+// (up to 9 pieces an item), many items (the issue's shape in small: 60-72 items over 132 CTAs),
+// causal rows of unequal length (some one tile, whole), empty pattern rows in the last round, GQA,
+// odd lengths, [B, S, H, D] strides, d = 64, 96 and 128, one and two math warpgroups. Each must match
+// the reference, give the same bits when run again (the merge's order does not depend on which piece
+// finishes last), and come close to the output of every item whole.
+TEST_CASE("wgmma_ws path: a last round split across CTAs matches the reference and runs the same twice",
+          "[gpu][attention][sm90]") {
+  if (!on_hopper()) return;
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  struct Problem {
+    Case c;
+    int warps, block_n, stages;
+  };
+  const std::array problems{
+      Problem{{spec_of(128, DType::bf16, Causal::none), 1, 1, 1, 2048, 2048}, 8, 128, 2},
+      Problem{{spec_of(128, DType::bf16, Causal::top_left), 1, 2, 1, 1000, 1000}, 8, 128, 2},
+      Problem{{spec_of(128, DType::bf16, Causal::bottom_right), 1, 4, 2, 700, 1900}, 8, 64, 3},
+      Problem{{spec_of(64, DType::f16, Causal::none), 2, 3, 3, 1500, 3333}, 8, 128, 2},
+      Problem{{spec_of(96, DType::bf16, Causal::none), 1, 2, 1, 900, 2500}, 8, 128, 2},
+      Problem{{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 128), 1, 8, 4, 3000, 3000, 0.1}, 8, 128, 2},
+      Problem{{spec_of(128, DType::f16, Causal::top_left, Sparsity::block_sparse, 128), 1, 8, 2, 3000, 3000, 0.3}, 8, 128, 2},
+      Problem{{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 64), 1, 2, 2, 2000, 2900, 0.2}, 4, 64, 2},
+  };
+  for (Problem problem : problems) {
+    Case& c = problem.c;
+    c.per_head_pattern = c.spec.sparsity != Sparsity::dense;
+    c.bshd = c.spec.head_dim == 64;
+    c.config = hopper(AttentionPath::wgmma_ws, problem.warps, problem.block_n, problem.stages);
+    const auto [q, k, v] = random_inputs(c, rng);
+    std::optional<BlockPattern> pattern;
+    if (c.spec.sparsity != Sparsity::dense) {
+      pattern = pattern_for(c, rng());
+      // Rows of no block, so that items with no key tile fall in the last round too.
+      std::vector<std::uint8_t> mask = pattern->to_block_mask();
+      const std::int64_t rows = pattern->block_rows(), cols = pattern->block_cols();
+      for (std::int64_t h = 0; h < pattern->heads(); ++h)
+        for (std::int64_t r = rows - 1; r >= 0; r -= 3)
+          std::fill_n(mask.begin() + (h * rows + r) * cols, cols, std::uint8_t{0});
+      pattern = BlockPattern::from_block_mask(pattern->block_size(), pattern->heads(), rows, cols, mask);
+    }
+    const BlockPattern* pp = pattern ? &*pattern : nullptr;
+    Case whole = c;
+    whole.whole_items = true;
+    Attention attention(c.spec, c.config);
+    INFO(c.name());
+    const Result split = run_gpu(c, attention, q, k, v, pp);
+    const Result again = run_gpu(c, attention, q, k, v, pp);
+    REQUIRE(std::memcmp(again.o.data(), split.o.data(), split.o.size() * 4) == 0);
+    REQUIRE(std::memcmp(again.lse.data(), split.lse.data(), split.lse.size() * 4) == 0);
+    const reference::AttentionOutput want = run_reference(c, q, k, v, pp);
+    expect_matches(c, split, want);
+    expect_matches(whole, run_gpu(whole, attention, q, k, v, pp), want);
   }
 }
 

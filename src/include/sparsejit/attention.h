@@ -83,6 +83,12 @@ struct AttentionForwardArgs {
   // block_sparse: the pattern (its block size must be the spec's; shape ceil(Sq/bs) x ceil(Sk/bs);
   // heads 1 or Hq). baked: may be null (the baked pattern is used) or must equal it.
   const BlockPattern* pattern = nullptr;
+  // The persistent Hopper kernel (path wgmma_ws) shares the items of its last, part-full round of CTAs
+  // out among all of them by key tiles and merges their partial outputs (docs/attention.md, "The last
+  // round split across CTAs"). The output is then the same from run to run, but not bit for bit that
+  // of the kernels that take every item whole; false takes every item whole. Under a CUDA graph
+  // capture the split needs the stream's scratch from an earlier call on that stream, else it is off.
+  bool split_last_round = true;
 };
 
 // How a backward sums dQ: atomic, fp32 atomic adds inside the dK/dV pass (the last bits vary from

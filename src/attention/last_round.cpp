@@ -1,0 +1,25 @@
+#include "attention/last_round.h"
+
+#include <algorithm>
+
+namespace sjit::attention {
+
+LastRoundSplit split_last_round(std::int64_t work_items, std::int64_t item_tiles, int multiprocessors) {
+  const std::int64_t ctas = multiprocessors;
+  const LastRoundSplit whole{std::min(work_items, ctas), 0, 0};
+  if (work_items <= 0 || ctas <= 1) return whole;
+  const std::int64_t tail = work_items % ctas;
+  // A round more than three quarters full gains less than its pieces' boundaries and merges cost.
+  if (tail == 0 || 4 * tail > 3 * ctas) return whole;
+  const std::int64_t tail_ctas = std::min(ctas, tail * kMaxLastRoundPieces);
+  // The kernel cuts an item's tiles in proportion with 32-bit products of tiles and CTAs.
+  if (item_tiles * tail_ctas >= (std::int64_t(1) << 31)) return whole;
+  return {work_items >= ctas ? ctas : tail_ctas, int(tail), int(tail_ctas)};
+}
+
+std::size_t last_round_partial_bytes(std::int64_t grid, int warps, int head_dim) {
+  const std::size_t floats_a_lane = std::size_t(head_dim) / 2 + 4;  // outputs (d_tiles x 4), 2 maxima, 2 sums
+  return 2 * std::size_t(grid) * std::size_t(warps) * floats_a_lane * 32 * sizeof(float);
+}
+
+}  // namespace sjit::attention

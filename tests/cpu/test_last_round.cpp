@@ -1,0 +1,90 @@
+// The persistent forward's split last round: the host's choice of which items to split, and the
+// kernel's own partition of them (templates/sparsejit/last_round.cuh, compiled here as on the GPU).
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <vector>
+
+#include "attention/last_round.h"
+#include "templates/sparsejit/last_round.cuh"
+
+using sjit::attention::kMaxLastRoundPieces;
+using sjit::attention::split_last_round;
+using sjit_kernels::LastRound;
+using sjit_kernels::TileRange;
+
+TEST_CASE("the last round is split where it is at most three quarters full", "[attention][last_round]") {
+  // 2048 items (B2 H16 S8192, 128-row tiles) on 132 SMs: 15 full rounds and 68 items left.
+  auto split = split_last_round(2048, 64, 132);
+  CHECK(split.grid == 132);
+  CHECK(split.tail_items == 68);
+  CHECK(split.tail_ctas == 132);
+  // Rounds that come out even, or a last round more than three quarters full: every item whole.
+  split = split_last_round(132 * 4, 64, 132);
+  CHECK(split.tail_items == 0);
+  CHECK(split.grid == 132);
+  split = split_last_round(132 * 3 + 100, 64, 132);
+  CHECK(split.tail_items == 0);
+  split = split_last_round(132 * 3 + 99, 64, 132);
+  CHECK(split.tail_items == 99);
+  // Fewer items than SMs: each cut into at most kMaxLastRoundPieces pieces, one CTA a piece.
+  split = split_last_round(16, 64, 132);
+  CHECK(split.tail_items == 16);
+  CHECK(split.tail_ctas == std::min(132, 16 * kMaxLastRoundPieces));
+  CHECK(split.grid == split.tail_ctas);
+  split = split_last_round(1, 64, 132);
+  CHECK(split.tail_ctas == kMaxLastRoundPieces);
+  // Items too long for the kernel's 32-bit cut, and a device of one SM: whole.
+  CHECK(split_last_round(2048, std::int64_t(1) << 30, 132).tail_items == 0);
+  CHECK(split_last_round(5, 64, 1).tail_items == 0);
+  CHECK(split_last_round(0, 64, 132).grid == 0);
+}
+
+TEST_CASE("the CTAs' pieces cut every item of the last round exactly once", "[attention][last_round]") {
+  for (const int sms : {132, 114, 7}) {
+    for (int items = 1; items < 3 * sms; ++items) {
+      const auto split = split_last_round(items, 512, sms);
+      if (split.tail_items == 0) continue;
+      const LastRound last{split.tail_items, split.tail_ctas};
+      REQUIRE(split.tail_ctas <= split.grid);
+      for (const int count : {0, 1, 2, 3, 7, 64, 512}) {
+        INFO("SMs " << sms << ", items " << items << ", tail " << split.tail_items << " on " << split.tail_ctas
+                    << " CTAs, " << count << " tiles an item");
+        std::map<int, std::vector<int>> covered;  // item -> how often each tile was taken
+        std::map<int, int> slot_owner;            // scratch slot -> item
+        for (int c = 0; c < last.ctas; ++c) {
+          REQUIRE(last.first_item(c) <= last.last_item(c));
+          REQUIRE(last.last_item(c) <= last.first_item(c) + 1);  // two scratch slots a CTA suffice
+          REQUIRE(last.last_item(c) < last.items);
+          for (int t = last.first_item(c); t <= last.last_item(c); ++t) {
+            REQUIRE(last.first_cta(t) <= c);
+            REQUIRE(c <= last.last_cta(t));
+            const TileRange r = last.tiles(t, c, count);
+            if (r.empty()) continue;
+            REQUIRE(0 <= r.begin);
+            REQUIRE(r.end <= count);
+            auto& tiles = covered[t];
+            tiles.resize(std::size_t(count));
+            for (int j = r.begin; j < r.end; ++j) ++tiles[std::size_t(j)];
+            const int slot = last.slot(t, c);
+            REQUIRE(slot / 2 == c);
+            REQUIRE(slot_owner.emplace(slot, t).second);
+          }
+        }
+        for (int t = 0; t < last.items; ++t) {
+          int pieces = 0;
+          for (int c = last.first_cta(t); c <= last.last_cta(t); ++c) pieces += !last.tiles(t, c, count).empty();
+          REQUIRE(last.pieces(t, count) == pieces);
+          REQUIRE(pieces <= std::max(1, kMaxLastRoundPieces + 1));
+          if (count == 0) {
+            REQUIRE(pieces == 0);
+            continue;
+          }
+          REQUIRE(pieces >= 1);
+          REQUIRE(covered[t].size() == std::size_t(count));
+          for (const int taken : covered[t]) REQUIRE(taken == 1);
+        }
+      }
+    }
+  }
+}

@@ -28,7 +28,7 @@ struct AttentionBenchOptions {
   std::string dq;  // "" (chosen per call), atomic or pass
   bool queued = false;
   bool graph = false;
-  bool whole_items = false;  // no split last round on wgmma_ws
+  std::string last_round = "auto";  // the persistent kernel's last round: auto, whole or split
   std::string config;
   int iterations = 20, warmup = 3;
 };
@@ -54,6 +54,7 @@ int run_attention(const AttentionBenchOptions& o) {
   if (o.dq == "atomic") dq_asked = DqSummation::atomic;
   else if (o.dq == "pass") dq_asked = DqSummation::pass;
   else if (!o.dq.empty()) throw InvalidArgument(fmt::format("--dq {}: use atomic or pass", o.dq));
+  const LastRound last_round = parse_last_round(o.last_round);
   if (!gpu_available()) throw NoDevice("sjit bench needs a GPU: " + system_info().no_gpu_reason);
   const DeviceInfo dev = current_device();
   const DType dtype = parse_dtype(o.dtype);
@@ -72,7 +73,7 @@ int run_attention(const AttentionBenchOptions& o) {
   AttentionForwardArgs args;
   args.q = q.data(), args.k = k.data(), args.v = v.data(), args.o = out.data(), args.lse = lse.as<float>();
   args.batch = o.batch, args.heads_q = o.heads, args.heads_kv = heads_kv, args.seq_q = o.seq, args.seq_k = seq_k;
-  args.split_last_round = !o.whole_items;
+  args.last_round = last_round;
 
   // Without --deterministic the backward sums dQ whichever way is faster for the call, unless --dq or
   // the environment forces one (docs/attention.md, "Choosing how to sum dQ").
@@ -86,7 +87,7 @@ int run_attention(const AttentionBenchOptions& o) {
                                         : fmt::format("; backward, dQ atomic or by a pass ({})", dq_method);
   fmt::print("device {}; B={} Hq={} Hkv={} Sq={} Sk={} D={} {} causal={}{}{}; median of {} runs{}\n",
              describe_device(dev), o.batch, o.heads, heads_kv, o.seq, seq_k, o.head_dim, name(dtype), o.causal,
-             backward_mode, o.whole_items ? "; every item whole" : "", o.iterations,
+             backward_mode, o.last_round == "auto" ? "" : "; last round " + o.last_round, o.iterations,
              o.queued ? ", queued (the host's launch latency hidden)" : ", each alone (the host's launch latency included)");
   std::vector<std::string> headers = {"kernel", "density", "blocks/row", "time", "TFLOP/s", "% of 989", "vs dense",
                                       "vs dense x density", "config"};
@@ -263,8 +264,9 @@ Runner add_bench_attention(CLI::App& bench) {
   cmd->add_option("--dq", o->dq,
                   "With --backward: sum dQ this way, atomic or pass (default: chosen per call; "
                   "AttentionBackwardArgs::dq_summation)");
-  cmd->add_flag("--whole-items", o->whole_items,
-                "The persistent kernel (wgmma_ws) takes every item whole: no split last round (A/B of the split)");
+  cmd->add_option("--last-round", o->last_round,
+                  "The persistent kernel's (wgmma_ws) last round of CTAs: auto, whole (every item on one CTA) or split "
+                  "(its items shared out by key tiles)");
   cmd->add_option("--config", o->config, "Tiling, e.g. warps=4,mt=2,bn=64,stages=2,qreg=0 (default: chosen)");
   cmd->add_flag("--queued", o->queued,
                 "Enqueue every timed run before waiting (each with its own events), so the host's launch latency "

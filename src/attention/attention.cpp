@@ -721,10 +721,19 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   // one work item a round of gridDim.x, snaking, and a share of the last round's items where that
   // round is split (attention_forward_sm90_ws.cuh).
   if (config.path == AttentionPath::wgmma_ws) {
-    const attention::LastRoundSplit split = attention::split_last_round(
-        grid, (a.seq_k + config.block_n - 1) / config.block_n, target.device->multiprocessors);
+    // Dense items without causality are all of the same length; others differ, and there the
+    // rounds before the last are not even either, which an even split of the last cannot mend.
+    const std::int64_t key_tiles = (a.seq_k + config.block_n - 1) / config.block_n;
+    const bool same_length = spec.sparsity == Sparsity::dense && spec.causal == Causal::none;
+    const attention::LastRoundSplit split =
+        a.last_round == LastRound::whole
+            ? attention::LastRoundSplit{}
+            : attention::split_last_round(grid, key_tiles, target.device->multiprocessors,
+                                          a.last_round == LastRound::split ? attention::LastRoundRule::always
+                                          : same_length ? attention::LastRoundRule::if_it_pays
+                                                        : attention::LastRoundRule::never);
     grid = std::min<std::int64_t>(grid, target.device->multiprocessors);
-    if (a.split_last_round && split.tail_items > 0) {
+    if (split.tail_items > 0) {
       // Two scratch buffers of the stream: the pieces' partials, and the items' counters (zeroed).
       float* partials = state_->scratch_for(
           target, stream, attention::last_round_partial_bytes(split.grid, config.warps, spec.head_dim), false, capture,
@@ -867,6 +876,16 @@ std::string Attention::backward_tiling(const AttentionBackwardArgs& in) {
 }
 
 std::string_view name(DqSummation s) { return s == DqSummation::atomic ? "atomic" : "pass"; }
+
+std::string_view name(LastRound mode) {
+  return mode == LastRound::whole ? "whole" : mode == LastRound::split ? "split" : "auto";
+}
+
+LastRound parse_last_round(std::string_view text) {
+  for (const LastRound mode : {LastRound::automatic, LastRound::whole, LastRound::split})
+    if (text == name(mode)) return mode;
+  throw InvalidArgument(fmt::format("last round '{}' is unknown: use auto, whole or split", text));
+}
 
 void attention_backward(const AttentionSpec& spec, const AttentionBackwardArgs& args, Stream stream) {
   Attention(spec).backward(args, stream);

@@ -94,6 +94,9 @@ AttentionForwardArgs checked_forward_args(const AttentionSpec& spec, const Atten
     throw InvalidArgument(fmt::format("attention: scale = {} must be finite and positive (0 means 1/sqrt(head_dim))",
                                       a.scale));
   if (a.scale == 0) a.scale = 1.0f / std::sqrt(float(d));
+  if (a.last_round != LastRound::automatic && a.last_round != LastRound::whole && a.last_round != LastRound::split)
+    throw InvalidArgument(fmt::format("attention: last_round = {} is not one of LastRound's automatic, whole, split",
+                                      static_cast<int>(a.last_round)));
   a.q_strides = or_contiguous(a.q_strides, a.heads_q, a.seq_q, d);
   a.o_strides = or_contiguous(a.o_strides, a.heads_q, a.seq_q, d);
   a.k_strides = or_contiguous(a.k_strides, a.heads_kv, a.seq_k, d);

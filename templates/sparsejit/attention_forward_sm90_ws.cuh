@@ -79,41 +79,38 @@ __device__ __forceinline__ bool merge_last_round_piece(WarpgroupRows<Cfg>& rows,
     __stcg(mine + (outputs + h) * 32, rows.row_max[0][h]);
     __stcg(mine + (outputs + 2 + h) * 32, rows.row_sum[0][h]);
   }
-  __threadfence();
+  // The lanes' stores, ordered before lane 0's count by the warp barrier, are released by it.
   __syncwarp();
   unsigned* counter = p.tail_counters + t * Cfg::warps + warp;
   unsigned before = 0;
   if (threadIdx.x % 32 == 0) before = add_acq_rel_gpu(counter);
   const int pieces = last.pieces(t, item_count);
   if (int(__shfl_sync(0xffffffffu, before, 0)) != pieces - 1) return false;
-  __threadfence();
+  __syncwarp();  // every lane's loads below after lane 0's acquiring count
   if (threadIdx.x % 32 == 0) *counter = 0;  // zero for the next launch
-  // Every piece from its slot (this one's too), in the CTAs' order.
-  float row_max[2] = {-infinity(), -infinity()};
-  for (int c = last.first_cta(t); c <= last.last_cta(t); ++c) {
-    if (last.tiles(t, c, item_count).empty()) continue;
-    const float* piece = piece_partial<Tr, Cfg::warps>(p, last.slot(t, c), warp);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) row_max[h] = fmaxf(row_max[h], __ldcg(piece + (outputs + h) * 32));
-  }
+  // Every piece from its slot (this one's too), in the CTAs' order, so that the bits do not depend on
+  // which piece finished last; one pass, rescaling the sum so far where a piece raises a row's base.
   rows.reset();
   for (int c = last.first_cta(t); c <= last.last_cta(t); ++c) {
     if (last.tiles(t, c, item_count).empty()) continue;
     const float* piece = piece_partial<Tr, Cfg::warps>(p, last.slot(t, c), warp);
-    float scale[2];
+    float so_far[2], scale[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float piece_max = __ldcg(piece + (outputs + h) * 32);
-      // A piece whose row saw no key holds 0s against base -inf: it adds nothing.
-      scale[h] = piece_max == -infinity() ? 0.f : fast_exp2(piece_max - exponent_base(row_max[h]));
-      rows.row_sum[0][h] += scale[h] * __ldcg(piece + (outputs + 2 + h) * 32);
+      const float row_max = fmaxf(rows.row_max[0][h], piece_max), base = exponent_base(row_max);
+      // A row that saw no key holds 0s against base -inf: its factor is 0, never exp2(inf) * 0.
+      so_far[h] = rows.row_max[0][h] == -infinity() ? 0.f : fast_exp2(rows.row_max[0][h] - base);
+      scale[h] = piece_max == -infinity() ? 0.f : fast_exp2(piece_max - base);
+      rows.row_max[0][h] = row_max;
+      rows.row_sum[0][h] = rows.row_sum[0][h] * so_far[h] + scale[h] * __ldcg(piece + (outputs + 2 + h) * 32);
     }
 #pragma unroll
     for (int dt = 0; dt < Tr::d_tiles; ++dt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) rows.o[0][dt][e] += scale[e / 2] * __ldcg(piece + (dt * 4 + e) * 32);
+      for (int e = 0; e < 4; ++e)
+        rows.o[0][dt][e] = rows.o[0][dt][e] * so_far[e / 2] + scale[e / 2] * __ldcg(piece + (dt * 4 + e) * 32);
   }
-  rows.row_max[0][0] = row_max[0], rows.row_max[0][1] = row_max[1];
   return true;
 }
 

@@ -1054,6 +1054,14 @@ TEST_CASE("Attention::forward refuses bad arguments before any GPU work, naming 
     a.scale = std::numeric_limits<float>::infinity();
     refused(attention, a, "scale = inf");
   }
+  SECTION("the last round's mode") {
+    AttentionForwardArgs a = fake_args();
+    a.last_round = static_cast<LastRound>(7);
+    refused(attention, a, "last_round = 7");
+    CHECK(parse_last_round("split") == LastRound::split);
+    CHECK(parse_last_round(name(LastRound::whole)) == LastRound::whole);
+    CHECK_THROWS_WITH(parse_last_round("halves"), Catch::Matchers::Contains("last round 'halves' is unknown"));
+  }
   SECTION("o overlapping k or v") {
     AttentionForwardArgs a = fake_args();
     a.o = fake(0x200000 + 0x1000);

@@ -27,7 +27,7 @@ struct Case {
   bool per_head_pattern = false;
   bool bshd = false;       // [B, S, H, D] layout instead of [B, H, S, D]
   AttentionConfig config{};  // the kernel's tiling and path (default: chosen for the device)
-  bool whole_items = false;  // AttentionForwardArgs::split_last_round off
+  LastRound last_round = LastRound::automatic;  // the persistent kernel's (AttentionForwardArgs)
   std::string name() const {
     return fmt::format("{} | {} B{} Hq{} Hkv{} Sq{} Sk{} density {} {}{}", key(spec), key(config), batch, heads_q,
                        heads_kv, seq_q, seq_k, density, per_head_pattern ? "per-head " : "", bshd ? "bshd" : "bhsd");
@@ -91,7 +91,7 @@ Result run_gpu(const Case& c, Attention& attention, const std::vector<float>& q,
     a.k_strides = a.v_strides = Strides::bshd(c.heads_kv, c.seq_k, d);
   }
   a.pattern = c.spec.sparsity == Sparsity::block_sparse ? pattern : nullptr;
-  a.split_last_round = !c.whole_items;
+  a.last_round = c.last_round;
   if (in_graph) {
     const OwnedStream stream;
     if (a.pattern) attention.prepare(*a.pattern);
@@ -599,7 +599,7 @@ TEST_CASE("wgmma_ws path: CTAs that take many work items give bit for bit the ou
     Case one = c, persistent = c;
     one.config = wgmma(warps, problem.block_n, problem.stages);
     persistent.config = hopper(AttentionPath::wgmma_ws, warps, problem.block_n, problem.stages);
-    persistent.whole_items = true;  // a split last round merges its pieces: other bits (tested below)
+    persistent.last_round = LastRound::whole;  // a split last round merges its pieces: other bits (tested below)
     Attention a(one.spec, one.config), b(persistent.spec, persistent.config);
     const BlockPattern* pp = pattern ? &*pattern : nullptr;
     const Result want_bits = run_gpu(one, a, q, k, v, pp);
@@ -613,14 +613,14 @@ TEST_CASE("wgmma_ws path: CTAs that take many work items give bit for bit the ou
   }
 }
 
-// The persistent kernel's last round split across CTAs (templates/sparsejit/last_round.cuh): where
-// the items leave the last round of 132 CTAs at most three quarters full, its items are cut into pieces
-// of key tiles on several CTAs, and the last piece to finish merges them. Problems of few long items
-// (up to 9 pieces an item), many items (the issue's shape in small: 60-72 items over 132 CTAs),
-// causal rows of unequal length (some one tile, whole), empty pattern rows in the last round, GQA,
-// odd lengths, [B, S, H, D] strides, d = 64, 96 and 128, one and two math warpgroups. Each must match
-// the reference, give the same bits when run again (the merge's order does not depend on which piece
-// finishes last), and come close to the output of every item whole.
+// The persistent kernel's last round split across CTAs (templates/sparsejit/last_round.cuh): its
+// items cut into pieces of key tiles on several CTAs, the last piece to finish merging them. Asked for
+// (LastRound::split), so that it runs where the automatic choice would not: problems of few long items
+// (up to 9 pieces an item), many items (60-72 over the H100's and H200's 132 CTAs), causal rows of
+// unequal length (some one tile, whole), empty pattern rows in the last round, GQA, odd lengths,
+// [B, S, H, D] strides, d = 64, 96 and 128, one and two math warpgroups. Each must match the
+// reference, give the same bits when run again (the merge's order does not depend on which piece
+// finishes last), and so must every item whole.
 TEST_CASE("wgmma_ws path: a last round split across CTAs matches the reference and runs the same twice",
           "[gpu][attention][sm90]") {
   if (!on_hopper()) return;
@@ -659,8 +659,9 @@ TEST_CASE("wgmma_ws path: a last round split across CTAs matches the reference a
       pattern = BlockPattern::from_block_mask(pattern->block_size(), pattern->heads(), rows, cols, mask);
     }
     const BlockPattern* pp = pattern ? &*pattern : nullptr;
+    c.last_round = LastRound::split;
     Case whole = c;
-    whole.whole_items = true;
+    whole.last_round = LastRound::whole;
     Attention attention(c.spec, c.config);
     INFO(c.name());
     const Result split = run_gpu(c, attention, q, k, v, pp);

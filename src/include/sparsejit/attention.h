@@ -68,6 +68,18 @@ struct Strides {
   friend bool operator==(const Strides&, const Strides&) = default;
 };
 
+// The persistent Hopper forward (path wgmma_ws) takes one work item (a query tile of a head) a CTA a
+// round, so its last round of CTAs is part full where the items do not fill it. split shares that
+// round's items out among all the CTAs by key tiles, each item's pieces merged by the last to finish
+// (docs/attention.md, "The last round split across CTAs"); whole takes every item whole; automatic
+// splits where the items are of one length (dense, not causal) and long enough for the gain to cover
+// the merge. A split item's output is the same from run to run, but not bit for bit that of the item
+// taken whole. Under a CUDA graph capture the split needs the stream's scratch from an earlier call on
+// that stream, else every item is whole.
+enum class LastRound { automatic, whole, split };
+std::string_view name(LastRound mode);  // "auto" | "whole" | "split"
+LastRound parse_last_round(std::string_view text);
+
 struct AttentionForwardArgs {
   const void* q = nullptr;  // [B, Hq, Sq, D] of spec.dtype
   const void* k = nullptr;  // [B, Hkv, Sk, D]
@@ -83,12 +95,9 @@ struct AttentionForwardArgs {
   // block_sparse: the pattern (its block size must be the spec's; shape ceil(Sq/bs) x ceil(Sk/bs);
   // heads 1 or Hq). baked: may be null (the baked pattern is used) or must equal it.
   const BlockPattern* pattern = nullptr;
-  // The persistent Hopper kernel (path wgmma_ws) shares the items of its last, part-full round of CTAs
-  // out among all of them by key tiles and merges their partial outputs (docs/attention.md, "The last
-  // round split across CTAs"). The output is then the same from run to run, but not bit for bit that
-  // of the kernels that take every item whole; false takes every item whole. Under a CUDA graph
-  // capture the split needs the stream's scratch from an earlier call on that stream, else it is off.
-  bool split_last_round = true;
+  // How the persistent Hopper kernel (path wgmma_ws) runs its last, part-full round of CTAs (see
+  // LastRound).
+  LastRound last_round = LastRound::automatic;
 };
 
 // How a backward sums dQ: atomic, fp32 atomic adds inside the dK/dV pass (the last bits vary from

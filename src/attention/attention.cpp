@@ -43,6 +43,7 @@ struct DeviceSchedule {
   const int* item_order = nullptr;
   int pattern_heads = 0, q_tiles = 0, items = 0;
   std::int64_t tiles = 0;  // active tiles, all items together
+  int item_tiles = 0;      // every item's tiles where all have as many, else 0 (attention::uniform_item_tiles)
   bool in_graph = false;   // a launch captured into a graph reads it: never freed before the Attention
 };
 
@@ -145,6 +146,7 @@ std::unique_ptr<DeviceSchedule> upload(const attention::TileSchedule& s, CUconte
   d->q_tiles = s.q_tiles;
   d->items = static_cast<int>(s.item_order.size());
   d->tiles = s.tiles();
+  d->item_tiles = attention::uniform_item_tiles(s);
   // Masks first: they need 8-byte alignment.
   const std::size_t mask_bytes = s.tile_mask.size() * 8;
   const std::size_t begin_bytes = s.item_tile_begin.size() * 4, index_bytes = s.tile_index.size() * 4;
@@ -183,6 +185,7 @@ struct Attention::State {
   AttentionPath asked_path = AttentionPath::automatic;
   std::optional<BlockPattern> baked;
   std::optional<attention::TileSchedule> baked_schedule;
+  int baked_item_tiles = 0;  // attention::uniform_item_tiles(*baked_schedule)
 
   std::mutex mutex;
   std::vector<std::shared_ptr<const jit::LoadedKernel>> kernels;  // one per context
@@ -600,6 +603,7 @@ Attention::Attention(const AttentionSpec& spec, const BlockPattern& pattern, con
   state_->baked = pattern;
   state_->baked_schedule =
       attention::build_tile_schedule(pattern, state_->config.block_m(), state_->config.block_n);
+  state_->baked_item_tiles = attention::uniform_item_tiles(*state_->baked_schedule);
   constexpr std::int64_t kMaxBakedTiles = 1 << 20;
   if (state_->baked_schedule->tiles() > kMaxBakedTiles)
     throw InvalidArgument(fmt::format("attention: the pattern to bake has {} active tiles; baking more than {} would "
@@ -696,9 +700,12 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   p.scale_log2 = a.scale * 1.4426950408889634f;
 
   std::int64_t grid = 0;
+  const std::int64_t key_tiles = (a.seq_k + config.block_n - 1) / config.block_n;
+  std::int64_t item_tiles = 0;  // every item's key tiles where all have as many (without causality)
   if (spec.sparsity == Sparsity::dense) {
     const std::int64_t q_tiles = (a.seq_q + config.block_m() - 1) / config.block_m();
     grid = q_tiles * a.batch * a.heads_q;
+    item_tiles = key_tiles;
   } else if (spec.sparsity == Sparsity::block_sparse) {
     const DeviceSchedule& s = state_->schedule(*a.pattern, target, capture);
     p.item_tile_begin = s.item_tile_begin;
@@ -708,10 +715,13 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
     p.pattern_heads = s.pattern_heads;
     p.q_tiles = s.q_tiles;
     grid = std::int64_t(s.items) * a.batch * (a.heads_q / s.pattern_heads);
+    item_tiles = s.item_tiles;
   } else {
     const attention::TileSchedule& s = *state_->baked_schedule;
     grid = std::int64_t(s.item_order.size()) * a.batch * (a.heads_q / s.pattern_heads);
+    item_tiles = state_->baked_item_tiles;
   }
+  if (spec.causal != Causal::none) item_tiles = 0;
   if (grid > 0x7fffffff)
     throw InvalidArgument(fmt::format("attention: {} query tiles in all exceed the 2^31 - 1 blocks of a launch", grid));
   if (config.path == AttentionPath::wgmma_gather) grid /= config.m_tiles;  // query heads a CTA (checked above)
@@ -721,17 +731,15 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   // one work item a round of gridDim.x, snaking, and a share of the last round's items where that
   // round is split (attention_forward_sm90_ws.cuh).
   if (config.path == AttentionPath::wgmma_ws) {
-    // Dense items without causality are all of the same length; others differ, and there the
-    // rounds before the last are not even either, which an even split of the last cannot mend.
-    const std::int64_t key_tiles = (a.seq_k + config.block_n - 1) / config.block_n;
-    const bool same_length = spec.sparsity == Sparsity::dense && spec.causal == Causal::none;
-    const attention::LastRoundSplit split =
-        a.last_round == LastRound::whole
-            ? attention::LastRoundSplit{}
-            : attention::split_last_round(grid, key_tiles, target.device->multiprocessors,
-                                          a.last_round == LastRound::split ? attention::LastRoundRule::always
-                                          : same_length ? attention::LastRoundRule::if_it_pays
-                                                        : attention::LastRoundRule::never);
+    // Automatic: only items of one length (dense, or a pattern with as many tiles in every row, not
+    // causal). Where they differ the rounds before the last are uneven too, which an even split of
+    // the last cannot mend (dense causal lost 5% split), and short items lose to the merge.
+    const attention::LastRoundRule rule = a.last_round == LastRound::whole ? attention::LastRoundRule::never
+                                          : a.last_round == LastRound::split ? attention::LastRoundRule::always
+                                          : item_tiles > 0                   ? attention::LastRoundRule::if_it_pays
+                                                                             : attention::LastRoundRule::never;
+    const attention::LastRoundSplit split = attention::split_last_round(
+        grid, item_tiles > 0 ? item_tiles : key_tiles, target.device->multiprocessors, rule);
     grid = std::min<std::int64_t>(grid, target.device->multiprocessors);
     if (split.tail_items > 0) {
       // Two scratch buffers of the stream: the pieces' partials, and the items' counters (zeroed).

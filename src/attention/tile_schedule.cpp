@@ -102,4 +102,13 @@ std::int64_t count_active_tiles(const BlockPattern& pattern, int block_m, int bl
   return tiles;
 }
 
+int uniform_item_tiles(const TileSchedule& schedule) {
+  const std::vector<std::int32_t>& begin = schedule.item_tile_begin;
+  if (begin.size() < 2) return 0;
+  const int tiles = begin[1] - begin[0];
+  for (std::size_t i = 1; i + 1 < begin.size(); ++i)
+    if (begin[i + 1] - begin[i] != tiles) return 0;
+  return tiles;
+}
+
 }  // namespace sjit::attention

@@ -28,6 +28,10 @@ struct TileSchedule {
 // the sequence and masked by length), so a tile whose real blocks are all active is whole.
 TileSchedule build_tile_schedule(const BlockPattern& pattern, int block_m, int block_n);
 
+// The key tiles of every item where all items have as many, else 0 (the persistent forward splits its
+// last round only where items are of one length: src/attention/last_round.h).
+int uniform_item_tiles(const TileSchedule& schedule);
+
 // build_tile_schedule(pattern, block_m, block_n).tiles() without building the schedule: the (pattern
 // head, query tile, key tile) triples holding an active block. O(active blocks + tiles).
 std::int64_t count_active_tiles(const BlockPattern& pattern, int block_m, int block_n);

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "attention/last_round.h"
+#include "attention/tile_schedule.h"
+#include "sparsejit/pattern.h"
 #include "templates/sparsejit/last_round.cuh"
 
 using sjit::attention::kMaxLastRoundPieces;
@@ -97,4 +99,20 @@ TEST_CASE("the CTAs' pieces cut every item of the last round exactly once", "[at
       }
     }
   }
+}
+
+TEST_CASE("a schedule says whether its items are of one length", "[attention][last_round]") {
+  using sjit::attention::build_tile_schedule;
+  using sjit::attention::uniform_item_tiles;
+  namespace patterns = sjit::patterns;
+  // The benchmark's random patterns: as many blocks in every row (and 128-key tiles of blocks of 128).
+  CHECK(uniform_item_tiles(build_tile_schedule(patterns::random(128, 8192, 8192, 0.5, 7, 4), 128, 128)) == 32);
+  CHECK(uniform_item_tiles(build_tile_schedule(patterns::dense(128, 4096, 2048, 2), 128, 128)) == 16);
+  // A window's first and last rows are shorter; causal rows differ.
+  CHECK(uniform_item_tiles(build_tile_schedule(patterns::sliding_window(128, 4096, 4096, 2, 2), 128, 128)) == 0);
+  CHECK(uniform_item_tiles(build_tile_schedule(patterns::causal(128, 2048, 2048), 128, 128)) == 0);
+  // An empty row among full ones.
+  std::vector<std::uint8_t> mask(4 * 4, 1);
+  std::fill_n(mask.begin() + 8, 4, std::uint8_t{0});
+  CHECK(uniform_item_tiles(build_tile_schedule(sjit::BlockPattern::from_block_mask(128, 1, 4, 4, mask), 128, 128)) == 0);
 }

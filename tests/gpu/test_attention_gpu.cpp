@@ -115,6 +115,13 @@ Result run_gpu(const Case& c, Attention& attention, const std::vector<float>& q,
   return r;
 }
 
+// Two runs' outputs and log-sum-exps, bit for bit.
+void require_same_bits(const Result& got, const Result& want) {
+  REQUIRE(got.o.size() == want.o.size());
+  REQUIRE(std::memcmp(got.o.data(), want.o.data(), got.o.size() * 4) == 0);
+  REQUIRE(std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * 4) == 0);
+}
+
 reference::AttentionOutput run_reference(const Case& c, const std::vector<float>& q, const std::vector<float>& k,
                                          const std::vector<float>& v, const BlockPattern* pattern) {
   const reference::AttentionProblem p =
@@ -350,8 +357,7 @@ TEST_CASE("a baked pattern gives bit for bit the output of the same pattern give
     Case cb = c;
     cb.spec = baked.spec();
     const Result b = run_gpu(cb, baked, q, k, v, nullptr);
-    REQUIRE(std::memcmp(a.o.data(), b.o.data(), a.o.size() * 4) == 0);
-    REQUIRE(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0);
+    require_same_bits(a, b);
     expect_matches(c, a, run_reference(c, q, k, v, &pattern));
   }
 }
@@ -605,10 +611,9 @@ TEST_CASE("wgmma_ws path: CTAs that take many work items give bit for bit the ou
     const Result want_bits = run_gpu(one, a, q, k, v, pp);
     const Result got = run_gpu(persistent, b, q, k, v, pp);
     INFO(persistent.name());
-    REQUIRE(std::memcmp(got.o.data(), want_bits.o.data(), got.o.size() * 4) == 0);
-    REQUIRE(std::memcmp(got.lse.data(), want_bits.lse.data(), got.lse.size() * 4) == 0);
+    require_same_bits(got, want_bits);
     const Result again = run_gpu(persistent, b, q, k, v, pp);  // the same Attention launched twice
-    REQUIRE(std::memcmp(again.o.data(), got.o.data(), got.o.size() * 4) == 0);
+    require_same_bits(again, got);
     expect_matches(persistent, got, run_reference(persistent, q, k, v, pp));
   }
 }
@@ -666,8 +671,7 @@ TEST_CASE("wgmma_ws path: a last round split across CTAs matches the reference a
     INFO(c.name());
     const Result split = run_gpu(c, attention, q, k, v, pp);
     const Result again = run_gpu(c, attention, q, k, v, pp);
-    REQUIRE(std::memcmp(again.o.data(), split.o.data(), split.o.size() * 4) == 0);
-    REQUIRE(std::memcmp(again.lse.data(), split.lse.data(), split.lse.size() * 4) == 0);
+    require_same_bits(again, split);
     const reference::AttentionOutput want = run_reference(c, q, k, v, pp);
     expect_matches(c, split, want);
     expect_matches(whole, run_gpu(whole, attention, q, k, v, pp), want);

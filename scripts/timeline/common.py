@@ -61,10 +61,8 @@ def device_stamps(macro, words):
 def patch_forward_launch(root, env, words):
     """A timeline buffer for the forward: p.timeline in its parameters, filled and dumped around its launch
     (to $env.dense or $env.sparse)."""
-    patch(root + '/templates/sparsejit/attention_params.cuh', [("""  int work_items;                           // (batch, head, query tile) items: one CTA each, or shared
-                                            // out among the persistent kernel's CTAs
-};""", """  int work_items;                           // (batch, head, query tile) items: one CTA each, or shared
-                                            // out among the persistent kernel's CTAs
+    patch(root + '/templates/sparsejit/attention_params.cuh', [("""  unsigned* tail_counters;   // [tail_items][warps], zero on entry and left zero
+};""", """  unsigned* tail_counters;   // [tail_items][warps], zero on entry and left zero
   unsigned long long* timeline;
 };""")])
     patch(root + '/src/attention/attention.cpp', [

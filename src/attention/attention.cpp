@@ -658,12 +658,16 @@ void Attention::prepare_backward(const AttentionBackwardArgs& in, Stream stream)
   state_->backward_resources(a, jit::current_target(), stream, {});
 }
 
-void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
+void Attention::forward(const AttentionForwardArgs& args, Stream stream) { run_forward(args, stream, true); }
+
+void Attention::prepare_forward(const AttentionForwardArgs& args, Stream stream) { run_forward(args, stream, false); }
+
+void Attention::run_forward(const AttentionForwardArgs& in, Stream stream, bool launch) {
   const AttentionSpec& spec = state_->spec;
   const AttentionConfig& config = state_->config;
   const AttentionForwardArgs a = state_->checked(in);
   if (a.batch == 0 || a.seq_q == 0) return;
-  if (runs_dense_kernels(spec, a.pattern)) return state_->dense().forward(without_pattern(a), stream);
+  if (runs_dense_kernels(spec, a.pattern)) return state_->dense().run_forward(without_pattern(a), stream, launch);
   // The gathered-key kernel with several query heads a CTA reads each key block once for all of
   // them: they must share the pattern and a K/V head.
   if (config.path == AttentionPath::wgmma_gather && config.m_tiles > 1) {
@@ -680,10 +684,10 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
   if (spec.sparsity == Sparsity::block_sparse)
     if (Attention* twin = state_->forward_twin(*a.pattern, target.device->arch == "sm_90a",
                                                attention::gathered_heads(spec, *a.pattern, a.heads_q, a.heads_kv)))
-      return twin->forward(a, stream);
+      return twin->run_forward(a, stream, launch);
 
   // A dense twin's caller holds the block-sparse object, whose prepare(pattern) readies the twin.
-  const Capture capture = capture_of(stream, "prepare(pattern) (prepare() for a dense spec)");
+  const Capture capture = capture_of(stream, "prepare_forward(args, stream) or prepare(pattern) (prepare() for a dense spec)");
   const jit::LoadedKernel& kernel = state_->kernel(target, capture);
   sjit_kernels::AttentionForwardParams p{};
   p.q = a.q;
@@ -743,6 +747,8 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
     grid = std::min<std::int64_t>(grid, target.device->multiprocessors);
     if (split.tail_items > 0) {
       // Two scratch buffers of the stream: the pieces' partials, and the items' counters (zeroed).
+      // Under a capture, where an earlier call on the stream (prepare_forward) has not allocated them,
+      // the kernel takes every item whole instead.
       float* partials = state_->scratch_for(
           target, stream, attention::last_round_partial_bytes(split.grid, config.warps, spec.head_dim), false, capture,
           true);
@@ -757,6 +763,7 @@ void Attention::forward(const AttentionForwardArgs& in, Stream stream) {
       }
     }
   }
+  if (!launch) return;
   // The Hopper kernels' second parameter: the tensor maps they load their tiles through. The mma.sync
   // kernel has one parameter, and the driver reads only the parameters a kernel declares.
   sjit_kernels::AttentionForwardTensorMaps maps{};

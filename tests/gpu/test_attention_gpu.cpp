@@ -65,8 +65,12 @@ using test::upload;
 
 // Runs the GPU forward on q, k, v (quantized values, [B, H, S, D]) with a fresh NaN-poisoned output, on
 // `stream`; in_graph: prepared, captured into a CUDA graph on a stream of its own, and the graph launched.
+// How run_gpu launches the forward: a call, or captured into a CUDA graph on a stream of its own after
+// prepare(pattern) (prepare() for a dense spec) or after prepare_forward(args, that stream).
+enum class Launch { call, graph, graph_after_prepare_forward };
+
 Result run_gpu(const Case& c, Attention& attention, const std::vector<float>& q, const std::vector<float>& k,
-               const std::vector<float>& v, const BlockPattern* pattern, bool in_graph = false,
+               const std::vector<float>& v, const BlockPattern* pattern, Launch launch = Launch::call,
                Stream stream = nullptr) {
   const DType dt = c.spec.dtype;
   const std::int64_t d = c.spec.head_dim;
@@ -92,9 +96,10 @@ Result run_gpu(const Case& c, Attention& attention, const std::vector<float>& q,
   }
   a.pattern = c.spec.sparsity == Sparsity::block_sparse ? pattern : nullptr;
   a.last_round = c.last_round;
-  if (in_graph) {
+  if (launch != Launch::call) {
     const OwnedStream stream;
-    if (a.pattern) attention.prepare(*a.pattern);
+    if (launch == Launch::graph_after_prepare_forward) attention.prepare_forward(a, stream.get());
+    else if (a.pattern) attention.prepare(*a.pattern);
     else attention.prepare();
     begin_capture(stream.get());
     attention.forward(a, stream.get());
@@ -678,6 +683,31 @@ TEST_CASE("wgmma_ws path: a last round split across CTAs matches the reference a
   }
 }
 
+// A forward captured into a CUDA graph splits its last round only with its stream's scratch, which
+// prepare_forward allocates: a dense problem of 16 items, which the automatic rule splits, captured
+// after it gives bit for bit the split output of a call (and after prepare() alone, the output of
+// every item whole, since no call on the fresh capture stream allocated the scratch).
+TEST_CASE("prepare_forward readies a captured forward to split its last round", "[gpu][attention][sm90]") {
+  if (!on_hopper()) return;
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  Case c{spec_of(128, DType::bf16, Causal::none), 1, 1, 1, 2048, 2048};
+  c.config = hopper(AttentionPath::wgmma_ws, 8, 128, 2);
+  const auto [q, k, v] = random_inputs(c, rng);
+  Attention attention(c.spec, c.config);
+  Case split = c, whole = c;
+  split.last_round = LastRound::split;
+  whole.last_round = LastRound::whole;
+  const Result called_split = run_gpu(split, attention, q, k, v, nullptr);
+  const Result called_whole = run_gpu(whole, attention, q, k, v, nullptr);
+  // First the capture after prepare() alone: a stream made later may reuse the handle of one that
+  // had scratch, and scratch is found by the stream's handle.
+  require_same_bits(run_gpu(c, attention, q, k, v, nullptr, Launch::graph), called_whole);
+  require_same_bits(run_gpu(c, attention, q, k, v, nullptr, Launch::graph_after_prepare_forward), called_split);
+  expect_matches(c, called_split, run_reference(c, q, k, v, nullptr));
+}
+
 // Pattern blocks of 16 and 32 on Hopper: an Attention built without a tiling runs each pattern on the
 // tiles it is expected to be faster on (src/attention/wide_tiles.h), two warpgroups on 128-row tiles
 // where the active blocks fill them, one warpgroup on tiles one key block wide elsewhere. One object
@@ -749,7 +779,7 @@ TEST_CASE("small pattern blocks run dense-ish patterns on the wide tiles, sparse
       const auto [q, k, v] = random_inputs(c, rng);
       const auto want = run_reference(c, q, k, v, &pattern);
       expect_matches(c, run_gpu(c, attention, q, k, v, &pattern), want);
-      expect_matches(c, run_gpu(c, attention, q, k, v, &pattern, true), want);
+      expect_matches(c, run_gpu(c, attention, q, k, v, &pattern, Launch::graph), want);
     }
   }
 }
@@ -778,7 +808,7 @@ TEST_CASE("one Attention serves forwards from several threads at once", "[gpu][a
   for (const Job& job : jobs)
     results.push_back(std::async(std::launch::async, [&] {
       const OwnedStream stream;
-      return run_gpu(c, attention, job.in.q, job.in.k, job.in.v, &job.pattern, false, stream.get());
+      return run_gpu(c, attention, job.in.q, job.in.k, job.in.v, &job.pattern, Launch::call, stream.get());
     }));
   for (int t = 0; t < kThreads; ++t) {
     INFO("thread " << t << ", density " << kDensities[t % 4]);

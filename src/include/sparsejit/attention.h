@@ -148,6 +148,11 @@ class Attention {
   // args' shape. A later backward with the same shape and pattern on `stream` (or a smaller shape)
   // only launches, so it can be captured into a CUDA graph. Checks args as backward does.
   void prepare_backward(const AttentionBackwardArgs& args, Stream stream = nullptr);
+  // Everything forward(args, stream) does besides launching: prepare(*args.pattern) (or prepare()),
+  // and where the persistent kernel would split its last round (LastRound), the stream's scratch for
+  // it. A later forward with the same shape on `stream` then splits under a CUDA graph capture too
+  // (without it, a captured forward takes every item whole). Checks args as forward does.
+  void prepare_forward(const AttentionForwardArgs& args, Stream stream = nullptr);
 
   // While `stream` is being captured into a graph, forward and backward refuse (InvalidArgument,
   // naming the prepare call) where they would first compile, upload or allocate. A graph uses the
@@ -190,6 +195,8 @@ class Attention {
 
  private:
   friend struct AttentionInternals;  // the library's own access (src/attention/attention_internals.h)
+  // forward, or with launch false prepare_forward.
+  void run_forward(const AttentionForwardArgs& args, Stream stream, bool launch);
   struct State;
   std::unique_ptr<State> state_;
 };

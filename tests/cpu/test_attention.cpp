@@ -992,6 +992,7 @@ TEST_CASE("Attention::forward refuses bad arguments before any GPU work, naming 
     CAPTURE(text);
     CHECK_THROWS_AS(att.forward(a), InvalidArgument);
     CHECK_THROWS_WITH(att.forward(a), Contains(text));
+    CHECK_THROWS_WITH(att.prepare_forward(a), Contains(text));
   };
   SECTION("null pointers") {
     for (const char* which : {"q", "k", "v", "o"}) {

@@ -14,7 +14,9 @@
 //   - the K/V ring runs across items: the next item's first tiles load as the current one's last
 //     slots free up;
 //   - an item's output is written out under the next item's first products (the math loop below),
-//     and stored by the Q thread, whose waits for that never hold up the K/V thread's loads.
+//     and stored by the Q thread, whose waits for that never hold up the K/V thread's loads;
+//   - where the host says so, the items of the last, part-full round are split into pieces of key
+//     tiles across all the CTAs, and merged by the last piece to finish (last_round.cuh).
 //
 // A CTA is Cfg::warps math warps (warps / 4 warpgroups of 64 query rows) plus one warpgroup that gives
 // its registers to them (setmaxnreg) and of which two threads issue every copy (the Q thread: Q in, O

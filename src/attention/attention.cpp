@@ -738,12 +738,8 @@ void Attention::run_forward(const AttentionForwardArgs& in, Stream stream, bool 
     // Automatic: only items of one length (dense, or a pattern with as many tiles in every row, not
     // causal). Where they differ the rounds before the last are uneven too, which an even split of
     // the last cannot mend (dense causal lost 5% split), and short items lose to the merge.
-    const attention::LastRoundRule rule = a.last_round == LastRound::whole ? attention::LastRoundRule::never
-                                          : a.last_round == LastRound::split ? attention::LastRoundRule::always
-                                          : item_tiles > 0                   ? attention::LastRoundRule::if_it_pays
-                                                                             : attention::LastRoundRule::never;
     const attention::LastRoundSplit split = attention::split_last_round(
-        grid, item_tiles > 0 ? item_tiles : key_tiles, target.device->multiprocessors, rule);
+        grid, item_tiles > 0 ? item_tiles : key_tiles, item_tiles > 0, target.device->multiprocessors, a.last_round);
     grid = std::min<std::int64_t>(grid, target.device->multiprocessors);
     if (split.tail_items > 0) {
       // Two scratch buffers of the stream: the pieces' partials, and the items' counters (zeroed).

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "sparsejit/attention.h"
+
 namespace sjit::attention {
 
 struct LastRoundSplit {
@@ -20,21 +22,17 @@ constexpr int kMaxLastRoundPieces = 8;
 // What splitting costs, in key tiles of a CTA's time: the merge (every piece's partial output written
 // and read back, 64 KB a piece at d = 128) and the pieces' extra item boundaries. On the H200 at
 // d = 128 a split last round took 7-13 us more than its pieces alone (about 5-8 tiles at the dense
-// kernel's 1.65 us a tile), nothing else running (docs/attention-log.md, "The last round split").
+// kernel's 1.65 us a tile), nothing else running (docs/attention-log.md, "Landed: the last round split across CTAs").
 constexpr int kLastRoundMergeTiles = 8;
 
-enum class LastRoundRule {
-  never,       // every item whole
-  if_it_pays,  // items of one length (item_tiles each): split where the idle share of the last round
-               // outweighs the merge
-  always,      // split any part-full last round
-};
-
-// `work_items` items of at most `item_tiles` key tiles on a device of `multiprocessors` SMs, one CTA
-// an SM, taking one item a round. The rounds leave the last one part full; where `rule` says so, its
-// items are split (the CTAs of the full rounds take `work_items - tail_items` items whole).
-LastRoundSplit split_last_round(std::int64_t work_items, std::int64_t item_tiles, int multiprocessors,
-                                LastRoundRule rule);
+// `work_items` items of at most `item_tiles` key tiles (all of that length where `same_length`) on a
+// device of `multiprocessors` SMs, one CTA an SM, taking one item a round. The rounds leave the last
+// one part full; `mode` says whether its items are split (the CTAs of the full rounds take
+// `work_items - tail_items` items whole): whole never, split wherever the last round is part full,
+// automatic only for items of the same length where the idle share of the last round outweighs the
+// merge.
+LastRoundSplit split_last_round(std::int64_t work_items, std::int64_t item_tiles, bool same_length,
+                                int multiprocessors, LastRound mode);
 
 // Bytes of the scratch a split's pieces write their partial outputs to: two pieces a CTA, each the
 // unnormalized output, row maxima and partial row sums of every math warp's lanes.

@@ -17,45 +17,45 @@ using sjit_kernels::TileRange;
 
 TEST_CASE("the last round is split where the CTAs it leaves idle outweigh the merge", "[attention][last_round]") {
   using sjit::attention::kLastRoundMergeTiles;
-  using sjit::attention::LastRoundRule;
-  constexpr auto pays = LastRoundRule::if_it_pays, always = LastRoundRule::always, never = LastRoundRule::never;
+  using sjit::LastRound;
+  constexpr auto pays = LastRound::automatic, always = LastRound::split, never = LastRound::whole;
   // 2048 items of 64 tiles (B2 H16 S8192, 128 x 128 tiles) on 132 SMs: 15 full rounds and 68 items
   // left, which 64 idle CTAs would share.
-  auto split = split_last_round(2048, 64, 132, pays);
+  auto split = split_last_round(2048, 64, true, 132, pays);
   CHECK(split.grid == 132);
   CHECK(split.tail_items == 68);
   CHECK(split.tail_ctas == 132);
-  CHECK(split_last_round(2048, 64, 132, never).tail_items == 0);
-  CHECK(split_last_round(2048, 64, 132, never).grid == 132);
+  CHECK(split_last_round(2048, 64, true, 132, never).tail_items == 0);
+  CHECK(split_last_round(2048, 64, true, 132, never).grid == 132);
   // Short items pay only where many CTAs would idle: the rule's edge, 64 idle CTAs.
   const std::int64_t edge = (132 * kLastRoundMergeTiles + 63) / 64;
-  CHECK(split_last_round(2048, edge, 132, pays).tail_items == 68);
-  CHECK(split_last_round(2048, edge - 1, 132, pays).tail_items == 0);
-  CHECK(split_last_round(2048, edge - 1, 132, always).tail_items == 68);
+  CHECK(split_last_round(2048, edge, true, 132, pays).tail_items == 68);
+  CHECK(split_last_round(2048, edge - 1, true, 132, pays).tail_items == 0);
+  CHECK(split_last_round(2048, edge - 1, true, 132, always).tail_items == 68);
   // Rounds that come out even: nothing to split, whatever the rule.
-  CHECK(split_last_round(132 * 4, 64, 132, always).tail_items == 0);
+  CHECK(split_last_round(132 * 4, 64, true, 132, always).tail_items == 0);
   // A last round nearly full: four idle CTAs pay for long items only.
-  CHECK(split_last_round(132 * 3 + 128, 64, 132, pays).tail_items == 0);
-  CHECK(split_last_round(132 * 3 + 128, 512, 132, pays).tail_items == 128);
+  CHECK(split_last_round(132 * 3 + 128, 64, true, 132, pays).tail_items == 0);
+  CHECK(split_last_round(132 * 3 + 128, 512, true, 132, pays).tail_items == 128);
   // Fewer items than SMs: each cut into about kMaxLastRoundPieces pieces, one CTA a share.
-  split = split_last_round(16, 64, 132, pays);
+  split = split_last_round(16, 64, true, 132, pays);
   CHECK(split.tail_items == 16);
   CHECK(split.tail_ctas == std::min(132, 16 * kMaxLastRoundPieces));
   CHECK(split.grid == split.tail_ctas);
-  split = split_last_round(1, 64, 132, pays);
+  split = split_last_round(1, 64, true, 132, pays);
   CHECK(split.tail_ctas == kMaxLastRoundPieces);
   CHECK(split.grid == kMaxLastRoundPieces);
-  CHECK(split_last_round(16, 64, 132, never).grid == 16);
+  CHECK(split_last_round(16, 64, true, 132, never).grid == 16);
   // Items too long for the kernel's 32-bit cut, a device of one SM, no items: whole.
-  CHECK(split_last_round(2048, std::int64_t(1) << 30, 132, always).tail_items == 0);
-  CHECK(split_last_round(5, 64, 1, always).tail_items == 0);
-  CHECK(split_last_round(0, 64, 132, always).grid == 0);
+  CHECK(split_last_round(2048, std::int64_t(1) << 30, true, 132, always).tail_items == 0);
+  CHECK(split_last_round(5, 64, true, 1, always).tail_items == 0);
+  CHECK(split_last_round(0, 64, true, 132, always).grid == 0);
 }
 
 TEST_CASE("the CTAs' pieces cut every item of the last round exactly once", "[attention][last_round]") {
   for (const int sms : {132, 114, 7}) {
     for (int items = 1; items < 3 * sms; ++items) {
-      const auto split = split_last_round(items, 512, sms, sjit::attention::LastRoundRule::always);
+      const auto split = split_last_round(items, 512, false, sms, sjit::LastRound::split);
       if (split.tail_items == 0) continue;
       const LastRound last{split.tail_items, split.tail_ctas};
       REQUIRE(split.tail_ctas <= split.grid);

@@ -73,9 +73,10 @@ struct Strides {
 // round's items out among all the CTAs by key tiles, each item's pieces merged by the last to finish
 // (docs/attention.md, "The last round split across CTAs"); whole takes every item whole; automatic
 // splits where the items are of one length (dense, or a pattern with as many key tiles in every row;
-// not causal) and long enough for the gain to cover the merge. A split item's output is the same from run to run, but not bit for bit that of the item
-// taken whole. Under a CUDA graph capture the split needs the stream's scratch from an earlier call on
-// that stream, else every item is whole.
+// not causal) and long enough for the gain to cover the merge. A split item's output is the same from
+// run to run, but not bit for bit that of the item taken whole. Under a CUDA graph capture the split
+// needs the stream's scratch from an earlier call on that stream (prepare_forward), else every item is
+// whole.
 enum class LastRound { automatic, whole, split };
 std::string_view name(LastRound mode);  // "auto" | "whole" | "split"
 LastRound parse_last_round(std::string_view text);

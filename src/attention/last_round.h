@@ -22,7 +22,8 @@ constexpr int kMaxLastRoundPieces = 8;
 // What splitting costs, in key tiles of a CTA's time: the merge (every piece's partial output written
 // and read back, 64 KB a piece at d = 128) and the pieces' extra item boundaries. On the H200 at
 // d = 128 a split last round took 7-13 us more than its pieces alone (about 5-8 tiles at the dense
-// kernel's 1.65 us a tile), nothing else running (docs/attention-log.md, "Landed: the last round split across CTAs").
+// kernel's 1.65 us a tile), nothing else running (docs/attention-log.md, "Landed: the last round split
+// across CTAs").
 constexpr int kLastRoundMergeTiles = 8;
 
 // `work_items` items of at most `item_tiles` key tiles (all of that length where `same_length`) on a

@@ -746,9 +746,10 @@ void Attention::run_forward(const AttentionForwardArgs& in, Stream stream, bool 
       // Under a capture, where an earlier call on the stream (prepare_forward) has not allocated them,
       // the kernel takes every item whole instead.
       float* partials = state_->scratch_for(
-          target, stream, attention::last_round_partial_bytes(split.grid, config.warps, spec.head_dim), false, capture,
-          true);
-      float* counters = state_->scratch_for(target, stream, std::size_t(split.tail_items) * config.warps * 4, true,
+          target, stream,
+          attention::last_round_scratch_bytes(split.grid, config.block_m(), codegen::wgmma_tile_dim(spec.head_dim)),
+          false, capture, true);
+      float* counters = state_->scratch_for(target, stream, std::size_t(split.tail_items) * 4, true,
                                             capture, true);
       if (partials != nullptr && counters != nullptr) {
         grid = split.grid;

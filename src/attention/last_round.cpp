@@ -20,9 +20,8 @@ LastRoundSplit split_last_round(std::int64_t work_items, std::int64_t item_tiles
   return {work_items >= ctas ? ctas : tail_ctas, int(tail), int(tail_ctas)};
 }
 
-std::size_t last_round_partial_bytes(std::int64_t grid, int warps, int head_dim) {
-  const std::size_t floats_a_lane = std::size_t(head_dim) / 2 + 4;  // outputs (d_tiles x 4), 2 maxima, 2 sums
-  return 2 * std::size_t(grid) * std::size_t(warps) * floats_a_lane * 32 * sizeof(float);
+std::size_t last_round_scratch_bytes(std::int64_t grid, int block_m, int tile_dim) {
+  return std::size_t(grid) * std::size_t(block_m) * (std::size_t(tile_dim) * 2 + sizeof(float));
 }
 
 }  // namespace sjit::attention

@@ -16,15 +16,15 @@ struct LastRoundSplit {
 };
 
 // Whole shares of CTAs an item of the last round is cut into at most (so at most this many pieces
-// and one more): the piece that finishes last reads every other one back.
+// and one more): the piece that ends the item reads every other one back.
 constexpr int kMaxLastRoundPieces = 8;
 
-// What splitting costs, in key tiles of a CTA's time: the merge (every piece's partial output written
-// and read back, 64 KB a piece at d = 128) and the pieces' extra item boundaries. On the H200 at
-// d = 128 a split last round took 7-13 us more than its pieces alone (about 5-8 tiles at the dense
-// kernel's 1.65 us a tile), nothing else running (docs/attention-log.md, "Landed: the last round split
-// across CTAs").
-constexpr int kLastRoundMergeTiles = 8;
+// What splitting costs, in key tiles of a CTA's time: a second item boundary in most CTAs, whole
+// key tiles that leave some CTAs a tile more than the mean, and the merge (the other pieces' outputs,
+// 33 KB a piece at d = 128, read back by the piece that ends the item). On the H200 at d = 128 the
+// split gained 2.3% dense (31 idle tiles a CTA), 1.3% at density 0.25 (7.8), tied at 0.1 (2.9: 0.4%
+// slower) and lost 4% at 0.05 (1.5) (docs/attention-log.md, "The last round's merge made cheaper").
+constexpr int kLastRoundMergeTiles = 4;
 
 // `work_items` items of at most `item_tiles` key tiles (all of that length where `same_length`) on a
 // device of `multiprocessors` SMs, one CTA an SM, taking one item a round. The rounds leave the last
@@ -35,8 +35,9 @@ constexpr int kLastRoundMergeTiles = 8;
 LastRoundSplit split_last_round(std::int64_t work_items, std::int64_t item_tiles, bool same_length,
                                 int multiprocessors, LastRound mode);
 
-// Bytes of the scratch a split's pieces write their partial outputs to: two pieces a CTA, each the
-// unnormalized output, row maxima and partial row sums of every math warp's lanes.
-std::size_t last_round_partial_bytes(std::int64_t grid, int warps, int head_dim);
+// Bytes of the scratch a split's pieces write their outputs to: a slot a CTA, each a staged output
+// tile (block_m rows of tile_dim 16-bit elements) and its rows' fp32 log-sum-exp (tail_slot in
+// attention_forward_sm90_ws.cuh).
+std::size_t last_round_scratch_bytes(std::int64_t grid, int block_m, int tile_dim);
 
 }  // namespace sjit::attention

@@ -16,7 +16,7 @@
 //   - an item's output is written out under the next item's first products (the math loop below),
 //     and stored by the Q thread, whose waits for that never hold up the K/V thread's loads;
 //   - where the host says so, the items of the last, part-full round are split into pieces of key
-//     tiles across all the CTAs, and merged by the last piece to finish (last_round.cuh).
+//     tiles across all the CTAs, and merged by the piece that ends each (last_round.cuh).
 //
 // A CTA is Cfg::warps math warps (warps / 4 warpgroups of 64 query rows) plus one warpgroup that gives
 // its registers to them (setmaxnreg) and of which two threads issue every copy (the Q thread: Q in, O
@@ -49,71 +49,120 @@ namespace sjit_kernels {
 struct WsItemRecord {
   int batch, head_q, q_tile;
   int count;       // key tiles (of this CTA's piece, where the item is split); -1: no more items
-  int tail;        // the item's place in the split last round, or -1 where this CTA takes it whole
+  int tail;        // -1: this CTA takes the item whole; else it is item t of the split last round, and
+                   // this CTA's piece of it one that the merger waits for (tail = t) or the merger
+                   // (tail = merging_tail(t))
   int item_count;  // the whole item's key tiles
 };
+// The record's tail of item t's merging piece, and back (below -1).
+__device__ __forceinline__ int merging_tail(int t) { return -2 - t; }
 static_assert(sizeof(WsItemRecord) == 24, "codegen's attention_forward_shared_bytes counts 24 bytes an item record");
 
-// A warp's share of a split item's scratch slot: its lanes' outputs (unnormalized, against the
-// rows' exponent bases), row maxima and partial row sums, float i of lane l at [i][l] (coalesced).
-template <class Tr, int warps>
-__device__ __forceinline__ float* piece_partial(const AttentionForwardParams& p, int slot, int warp) {
-  constexpr int floats = Tr::d_tiles * 4 + 4;
-  return p.tail_partials + (static_cast<long long>(slot) * warps + warp) * floats * 32 + threadIdx.x % 32;
+template <class Cfg>
+struct AttentionWsLayout {
+  using Tr = AttentionForwardTraits<Cfg>;
+  using Base = AttentionSm90Layout<Cfg>;  // its static_asserts hold here too
+  static_assert(Tr::block_n == 64 || Tr::block_n == 128, "wgmma_ws path: block_n 64 or 128");
+  static constexpr int math_threads = Tr::threads, threads = math_threads + 128;
+  static constexpr int copy_warp = Cfg::warps;
+  // Two math warpgroups: 2 x 128 x 240 + 128 x 24 registers fit the 65536 of the SM (the launch gives
+  // 168 a thread). One math warpgroup has 255 a thread without moving any.
+  static constexpr bool move_registers = Cfg::warps == 8;
+  static constexpr int math_registers = 240, copy_registers = 24;
+  static constexpr int q_bytes = Base::q_bytes, kv_bytes = Base::kv_bytes;
+  // A split item's piece in its CTA's scratch slot (tail_slot): the staged output, then the rows'
+  // log-sum-exp (the host's last_round_scratch_bytes counts the same).
+  static constexpr int tail_slot_bytes = q_bytes + Tr::block_m * 4;
+  static constexpr int q_tiles = 0, k_ring = 2 * q_bytes;  // offsets from the 1024-aligned base; V follows K
+  static constexpr int records = k_ring + 2 * Cfg::stages * kv_bytes;
+  static constexpr int record_bytes = 2 * int(sizeof(WsItemRecord)) + Cfg::stages * int(sizeof(TileRef));
+  static constexpr int barriers = records + (record_bytes + 7) / 8 * 8;
+  static constexpr int q_full = 0, q_empty = 2, k_full = 4, v_full = k_full + Cfg::stages,
+                       k_empty = v_full + Cfg::stages, v_empty = k_empty + Cfg::stages, barrier_count = 4 + 4 * Cfg::stages;
+  // Named barriers of the ping-pong (0 is __syncthreads', 1 and 2 warpgroup_barrier's): warpgroup g
+  // waits on turn + g for its turn, issues its products, and arrives on the other's once its
+  // S = Q K^T is done (arriving right after the issue makes ptxas serialize the wgmma, C7514).
+  static constexpr bool ping_pong = Cfg::warps == 8;
+  static constexpr int turn = 3;
+  static constexpr int used_bytes = barriers + 8 * barrier_count;
+};
+
+// CTA c's scratch slot, where its piece that the merger waits for leaves the piece's output, staged
+// as a whole item's (in the Q buffer's swizzle, T), and after it the rows' log-sum-exp (fp32).
+template <class L>
+__device__ __forceinline__ unsigned char* tail_slot(const AttentionForwardParams& p, int c) {
+  return reinterpret_cast<unsigned char*>(p.tail_partials) + static_cast<long long>(c) * L::tail_slot_bytes;
 }
 
-// The warp's rows of a split item, once its piece's walk is done: its piece to the scratch slot and
-// counted; where it is the last piece, every piece merged into rows (the online softmax's merge of
-// partial results: each scaled by exp2(its maximum - the maximum of all)). Returns whether it was last.
+// The merging piece's rows of split item t, once its own walk is done: waits until every other piece
+// has counted itself in the item's counter, then folds their outputs into its own, in registers
+// (FlashDecoding's merge: each piece weighted by exp2(its log-sum-exp - the largest so far)).
 template <class Cfg>
-__device__ __forceinline__ bool merge_last_round_piece(WarpgroupRows<Cfg>& rows, const AttentionForwardParams& p,
-                                                       int t, int item_count, int warp) {
+__device__ __forceinline__ void merge_split_item(WarpgroupRows<Cfg>& rows, const AttentionForwardParams& p, int t,
+                                                 int item_count, int warp) {
   using Tr = AttentionForwardTraits<Cfg>;
-  constexpr int outputs = Tr::d_tiles * 4;
+  using L = AttentionWsLayout<Cfg>;
+  using T = typename Tr::T;
+  constexpr float log2e = 1.4426950408889634f;
+  const int lane = threadIdx.x % 32;
   const LastRound last{p.tail_items, p.tail_ctas};
-  float* mine = piece_partial<Tr, Cfg::warps>(p, last.slot(t, blockIdx.x), warp);
-#pragma unroll
-  for (int dt = 0; dt < Tr::d_tiles; ++dt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) __stcg(mine + (dt * 4 + e) * 32, rows.o[0][dt][e]);
+  if (lane == 0) {  // (the Q thread zeroes the counter once every math warp is done with the item)
+    const unsigned others = unsigned(last.pieces(t, item_count) - 1);
+    while (load_acquire_gpu(p.tail_counters + t) < others) __nanosleep(64);
+  }
+  __syncwarp();  // every lane's loads below after lane 0's acquiring load
+  // Its own rows first, in place (the order is fixed, so the bits never depend on timing): their
+  // outputs unnormalized against the rows' exponent bases (maxima), whose exp2 sums the four lanes of
+  // a row hold in parts. `lse_max` is the running log-sum-exp's reference (base 2), `weights` the sum
+  // of exp2(score - lse_max) so far, against which rows.o is scaled.
+  float lse_max[2], weights[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    __stcg(mine + (outputs + h) * 32, rows.row_max[0][h]);
-    __stcg(mine + (outputs + 2 + h) * 32, rows.row_sum[0][h]);
+    lse_max[h] = rows.row_max[0][h];  // -inf where it saw no key: its outputs and sums are 0 then
+    weights[h] = rows.row_sum[0][h];
+    weights[h] += __shfl_xor_sync(0xffffffffu, weights[h], 1);
+    weights[h] += __shfl_xor_sync(0xffffffffu, weights[h], 2);
   }
-  // The lanes' stores, ordered before lane 0's count by the warp barrier, are released by it.
-  __syncwarp();
-  unsigned* counter = p.tail_counters + t * Cfg::warps + warp;
-  unsigned before = 0;
-  if (threadIdx.x % 32 == 0) before = add_acq_rel_gpu(counter);
-  const int pieces = last.pieces(t, item_count);
-  if (int(__shfl_sync(0xffffffffu, before, 0)) != pieces - 1) return false;
-  __syncwarp();  // every lane's loads below after lane 0's acquiring count
-  if (threadIdx.x % 32 == 0) *counter = 0;  // zero for the next launch
-  // Every piece from its slot (this one's too), in the CTAs' order, so that the bits do not depend on
-  // which piece finished last; one pass, rescaling the sum so far where a piece raises a row's base.
-  rows.reset();
-  for (int c = last.first_cta(t); c <= last.last_cta(t); ++c) {
-    if (last.tiles(t, c, item_count).empty()) continue;
-    const float* piece = piece_partial<Tr, Cfg::warps>(p, last.slot(t, c), warp);
-    float so_far[2], scale[2];
+  for (int c = last.first_cta(t); c < last.merger(t); ++c) {
+    if (!last.waited_for(t, c, item_count)) continue;
+    // The lane's place in the slot, from the lane index read here: computed from a value known
+    // outside the loops, the compiler keeps every load's offset in registers through the whole kernel.
+    unsigned lane_here;
+    asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane_here));
+    const unsigned char* slot = tail_slot<L>(p, c);
+    const float* lse = reinterpret_cast<const float*>(slot + L::q_bytes);
+    const int row_here = warp * 16 + int(lane_here) / 4;  // the lane's rows: row_here and row_here + 8
+    // The piece's output is normalized: its weights sum to 1 against its own log-sum-exp.
+    float keep[2], take[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float piece_max = __ldcg(piece + (outputs + h) * 32);
-      const float row_max = fmaxf(rows.row_max[0][h], piece_max), base = exponent_base(row_max);
-      // A row that saw no key holds 0s against base -inf: its factor is 0, never exp2(inf) * 0.
-      so_far[h] = rows.row_max[0][h] == -infinity() ? 0.f : fast_exp2(rows.row_max[0][h] - base);
-      scale[h] = piece_max == -infinity() ? 0.f : fast_exp2(piece_max - base);
-      rows.row_max[0][h] = row_max;
-      rows.row_sum[0][h] = rows.row_sum[0][h] * so_far[h] + scale[h] * __ldcg(piece + (outputs + 2 + h) * 32);
+      const float piece = __ldcg(lse + row_here + 8 * h) * log2e, next = fmaxf(lse_max[h], piece);
+      // A row that has seen no key yet (or whose piece saw none) adds 0, never exp2(inf) * 0.
+      keep[h] = lse_max[h] == -infinity() ? 0.f : fast_exp2(lse_max[h] - next);
+      take[h] = piece == -infinity() ? 0.f : fast_exp2(piece - next);
+      lse_max[h] = next;
+      weights[h] = weights[h] * keep[h] + take[h];
     }
+    // The lane's two columns of each d-tile, in its two rows (which share a swizzle).
+    unsigned pairs[Tr::d_tiles][2];
 #pragma unroll
     for (int dt = 0; dt < Tr::d_tiles; ++dt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        rows.o[0][dt][e] = rows.o[0][dt][e] * so_far[e / 2] + scale[e / 2] * __ldcg(piece + (dt * 4 + e) * 32);
+      for (int h = 0; h < 2; ++h)
+        pairs[dt][h] = __ldcg(reinterpret_cast<const unsigned*>(
+            slot + swizzled_offset(Tr::block_m, row_here + 8 * h, dt * 8 + 2 * (lane_here % 4))));
+#pragma unroll
+    for (int dt = 0; dt < Tr::d_tiles; ++dt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float2 out = unpack2<T>(pairs[dt][h]);
+        rows.o[0][dt][2 * h] = rows.o[0][dt][2 * h] * keep[h] + take[h] * out.x;
+        rows.o[0][dt][2 * h + 1] = rows.o[0][dt][2 * h + 1] * keep[h] + take[h] * out.y;
+      }
   }
-  return true;
+  // Back for pack_output, which sums a row's four lanes: a quarter each (exact).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) rows.row_max[0][h] = lse_max[h], rows.row_sum[0][h] = 0.25f * weights[h];
 }
 
 // The warp's rows of a merged split item straight to global memory (its other pieces' CTAs hold
@@ -135,32 +184,6 @@ __device__ __forceinline__ void store_merged_rows(const PackedOutput<Tr>& out, c
       *reinterpret_cast<unsigned*>(o + row * p.o_row_stride + dt * 8 + 2 * (lane % 4)) = out.o[0][h][dt];
   }
 }
-
-template <class Cfg>
-struct AttentionWsLayout {
-  using Tr = AttentionForwardTraits<Cfg>;
-  using Base = AttentionSm90Layout<Cfg>;  // its static_asserts hold here too
-  static_assert(Tr::block_n == 64 || Tr::block_n == 128, "wgmma_ws path: block_n 64 or 128");
-  static constexpr int math_threads = Tr::threads, threads = math_threads + 128;
-  static constexpr int copy_warp = Cfg::warps;
-  // Two math warpgroups: 2 x 128 x 240 + 128 x 24 registers fit the 65536 of the SM (the launch gives
-  // 168 a thread). One math warpgroup has 255 a thread without moving any.
-  static constexpr bool move_registers = Cfg::warps == 8;
-  static constexpr int math_registers = 240, copy_registers = 24;
-  static constexpr int q_bytes = Base::q_bytes, kv_bytes = Base::kv_bytes;
-  static constexpr int q_tiles = 0, k_ring = 2 * q_bytes;  // offsets from the 1024-aligned base; V follows K
-  static constexpr int records = k_ring + 2 * Cfg::stages * kv_bytes;
-  static constexpr int record_bytes = 2 * int(sizeof(WsItemRecord)) + Cfg::stages * int(sizeof(TileRef));
-  static constexpr int barriers = records + (record_bytes + 7) / 8 * 8;
-  static constexpr int q_full = 0, q_empty = 2, k_full = 4, v_full = k_full + Cfg::stages,
-                       k_empty = v_full + Cfg::stages, v_empty = k_empty + Cfg::stages, barrier_count = 4 + 4 * Cfg::stages;
-  // Named barriers of the ping-pong (0 is __syncthreads', 1 and 2 warpgroup_barrier's): warpgroup g
-  // waits on turn + g for its turn, issues its products, and arrives on the other's once its
-  // S = Q K^T is done (arriving right after the issue makes ptxas serialize the wgmma, C7514).
-  static constexpr bool ping_pong = Cfg::warps == 8;
-  static constexpr int turn = 3;
-  static constexpr int used_bytes = barriers + 8 * barrier_count;
-};
 
 // The math warps' side of the copy threads' barriers (WarpgroupRows::walk's Feed), and the ping-pong.
 template <class Cfg>
@@ -252,7 +275,9 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
       }
       const LastRound last{p.tail_items, p.tail_ctas};
       if (p.tail_items == 0 || int(blockIdx.x) >= last.ctas) return;
-      for (int t = last.first_item(blockIdx.x); t <= last.last_item(blockIdx.x); ++t) {
+      // Last item first: its piece (the item's start) is one the item's merger may wait for, and the
+      // first item's (its end) the merger (last_round.cuh).
+      for (int t = last.last_item(blockIdx.x); t >= last.first_item(blockIdx.x); --t) {
         const WorkItem w = work_item_head_major<Cfg>(p, whole_items + t);
         if (w.q_tile * Tr::block_m >= p.seq_q) continue;
         const int count = w.tiles.count;
@@ -261,19 +286,21 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
           continue;
         }
         const TileRange r = last.tiles(t, blockIdx.x, count);
-        if (!r.empty()) visit(w, r.begin, r.end, r.end - r.begin < count ? t : -1);  // whole: no other CTA has a tile
+        if (r.empty()) continue;
+        const bool whole = r.end - r.begin == count;  // no other CTA has a tile
+        visit(w, r.begin, r.end, whole ? -1 : last.merger(t) == int(blockIdx.x) ? merging_tail(t) : t);
       }
     };
     if (q_thread) {
       // For each item, its record and Q into the next Q buffer once the math warps are done with that
       // buffer's previous item and that item's output, staged there, has been copied out.
       int items = 0;
-      // Item's output, once staged, by a bulk copy to where the buffer's record says (a split item's
-      // last piece stores its rows itself). The record is rewritten only after this.
+      // Item's output, once staged, by a bulk copy to where the buffer's record says. The record is
+      // rewritten only after this. A split item's pieces are not stored here (below).
       auto store_output_of = [&](int item) {
         const int b = item % 2;
         mbarrier_wait(barrier(L::q_empty + b), (item / 2) & 1);
-        if (item_records[b].tail >= 0) return;
+        if (item_records[b].tail != -1) return;
         tma_store_tile<Tr::head_dim, Tr::block_m>(maps.o, base + L::q_tiles + b * L::q_bytes, item_records[b].batch,
                                                   item_records[b].head_q, item_records[b].q_tile * Tr::block_m);
         bulk_commit();
@@ -295,8 +322,27 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
         ++items;
       };
       for_each_item([&](const WorkItem& w, int j0, int j1, int tail) { publish_item(w, j1 - j0, tail); });
-      publish_item(WorkItem{}, -1, -1);
-      if (items >= 2) store_output_of(items - 2);  // the last item's (items - 1 is the end record)
+      // The split last round, here rather than in store_output_of, whose copies in the loops would
+      // hold more than the copy threads' registers: the CTA walks at most two items of it, so the
+      // piece that a merger waits for is one of its last two items and its merging piece its last.
+      const int n = items, tail_of_last = n >= 1 ? item_records[(n - 1) % 2].tail : -1,
+                tail_before = n >= 2 ? item_records[n % 2].tail : -1;
+      publish_item(WorkItem{}, -1, -1);  // (the end record, over item n - 2's)
+      if (tail_before >= 0 || tail_of_last >= 0) {
+        // The piece to the CTA's scratch slot whole, then, once it has landed, counted in the item's
+        // counter that the merger's warps wait for (the log-sum-exp, written there by the math warps
+        // before they arrived on q_empty, is released with it).
+        const int item = tail_before >= 0 ? n - 2 : n - 1, b = item % 2;
+        mbarrier_wait(barrier(L::q_empty + b), (item / 2) & 1);
+        bulk_store(tail_slot<L>(p, blockIdx.x), base + L::q_tiles + b * L::q_bytes, L::q_bytes);
+        bulk_commit();
+        bulk_wait_done();
+        fence_proxy_async_global();  // the bulk copy's writes before the count that releases them
+        add_release_gpu(p.tail_counters + (tail_before >= 0 ? tail_before : tail_of_last));
+      }
+      if (n >= 1) store_output_of(n - 1);
+      // Every merger warp has seen its item's count (it arrived on q_empty after): zero for the next launch.
+      if (tail_of_last < -1) p.tail_counters[merging_tail(tail_of_last)] = 0;
       bulk_wait_done();
       return;
     }
@@ -339,23 +385,21 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
   WarpgroupRows<Cfg> rows;
   rows.reset();
   int pending = -1, pending_v_slot = -1;  // the pending item's Q buffer (-1: none), its last V slot
-  bool pending_split = false, pending_merged = false;  // a piece of a split item; the last, merged
+  bool pending_merger = false;            // the piece of a split item that merges it
   PackedOutput<Tr> packed;
   auto pack_pending = [&] {  // once the pending item's last P V is complete
     wgmma_fence_operands(rows.o[0]);
     if (pending_v_slot >= 0) mbarrier_arrive(barrier(L::v_empty + pending_v_slot));
-    pending_split = item_records[pending].tail >= 0;
-    if (pending_split)
-      pending_merged =
-          merge_last_round_piece<Cfg>(rows, p, item_records[pending].tail, item_records[pending].item_count, warp);
+    pending_merger = item_records[pending].tail < -1;
+    if (pending_merger)
+      merge_split_item<Cfg>(rows, p, merging_tail(item_records[pending].tail), item_records[pending].item_count, warp);
     packed = pack_output<Tr>(rows.o, rows.row_max, rows.row_sum);
   };
   auto write_pending = [&] {
     if (pending < 0) return;
-    if (pending_split) {  // no staging: the Q thread stores no split item
-      if (pending_merged)
-        store_merged_rows<Tr>(packed, p, item_records[pending].batch, item_records[pending].head_q,
-                              item_records[pending].q_tile * Tr::block_m, warp);
+    if (pending_merger) {  // no staging: its pieces' CTAs hold other rows in their Q buffers
+      store_merged_rows<Tr>(packed, p, item_records[pending].batch, item_records[pending].head_q,
+                            item_records[pending].q_tile * Tr::block_m, warp);
       mbarrier_arrive(barrier(L::q_empty + pending));
       pending = -1;
       return;
@@ -369,10 +413,13 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
       return reinterpret_cast<T*>(staging + swizzled_offset(Tr::block_m, row, col));
     };
     const int q_row0 = item_records[pending].q_tile * Tr::block_m;
+    // A piece that the merger waits for: the log-sum-exp next to the output in the CTA's scratch slot.
     float* lse_row0 =
-        p.lse ? p.lse + (static_cast<long long>(item_records[pending].batch) * p.heads_q + item_records[pending].head_q) *
-                            p.seq_q + q_row0
-              : nullptr;
+        item_records[pending].tail >= 0
+            ? reinterpret_cast<float*>(tail_slot<L>(p, blockIdx.x) + L::q_bytes)
+        : p.lse ? p.lse + (static_cast<long long>(item_records[pending].batch) * p.heads_q +
+                           item_records[pending].head_q) * p.seq_q + q_row0
+                : nullptr;
     write_output<Tr>(packed, staged, lse_row0, q_row0, warp * 16, p.seq_q);
     fence_proxy_async();  // the staged rows, written by ordinary stores, visible to the bulk copy
     mbarrier_arrive(barrier(L::q_empty + pending));

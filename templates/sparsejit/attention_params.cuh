@@ -33,10 +33,10 @@ struct AttentionForwardParams {
                                             // out among the persistent kernel's CTAs
   // The persistent kernel's last round split across CTAs (attention_forward_sm90_ws.cuh, LastRound):
   // the last tail_items items are shared out by key tiles among CTAs 0 .. tail_ctas - 1, and each
-  // split item's pieces merged by the piece that finishes last. 0: every item whole.
+  // split item's pieces merged by the piece that ends it. 0: every item whole.
   int tail_items, tail_ctas;
-  float* tail_partials;      // [2 * gridDim.x pieces][warps][head_dim / 2 + 4][32 lanes] scratch
-  unsigned* tail_counters;   // [tail_items][warps], zero on entry and left zero
+  void* tail_partials;       // [gridDim.x slots] of a staged output tile and block_m fp32 log-sum-exps
+  unsigned* tail_counters;   // [tail_items], zero on entry and left zero
 };
 
 // The driver's CUtensorMap (a copy descriptor for the Tensor Memory Accelerator): 128 opaque bytes,

@@ -21,14 +21,6 @@ inline constexpr int kGemvTileRows = 16;
 inline constexpr int kGemvTileBatches = 32;
 inline constexpr int kGemvTileOutputs = kGemvTileRows * kGemvTileBatches;
 
-template <class T> __device__ __forceinline__ float2 unpack2(unsigned bits);
-template <> __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(unsigned bits) {
-  return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&bits));
-}
-template <> __device__ __forceinline__ float2 unpack2<__half>(unsigned bits) {
-  return __half22float2(*reinterpret_cast<__half2*>(&bits));
-}
-
 // Which k a lane holds. In the mma's k-step of 16, lane t (= lane % 4) supplies k positions 2t, 2t + 1
 // (fragment registers 0 and 1 of A, b0 of B) and 8 + 2t, 9 + 2t (registers 2 and 3, b1). The sum over k
 // does not care which position a k sits at as long as A and B agree, so positions 2t + j and 8 + 2t + j

@@ -17,13 +17,4 @@ __device__ __forceinline__ void add_release_gpu(unsigned* counter) {
   asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(counter) : "memory");
 }
 
-// One more on `counter`, returning the count before it, with release and acquire semantics: the
-// caller's stores before it are visible to whoever acquires a later count, and the caller sees the
-// stores released with the earlier ones.
-__device__ __forceinline__ unsigned add_acq_rel_gpu(unsigned* counter) {
-  unsigned before;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(before) : "l"(counter) : "memory");
-  return before;
-}
-
 }  // namespace sjit_kernels

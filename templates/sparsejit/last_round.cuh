@@ -7,9 +7,16 @@
 // last `items` items (tail_items) are shared out by key tiles among CTAs 0 .. ctas - 1 (tail_ctas):
 // measured in units of 1 / ctas of an item, item t spans [t ctas, (t + 1) ctas) and CTA c takes
 // [c items, (c + 1) items), so a CTA has pieces of at most two items (items <= ctas). A piece is the
-// item's key tiles in proportion to its units. Each piece of an item cut in two or more writes its
-// unnormalized output and row statistics to a scratch slot and counts itself in the item's counter;
-// the piece that counts last merges every piece's slot and stores the rows (FlashDecoding's merge).
+// item's key tiles in proportion to its units.
+//
+// The piece of an item cut in two or more that ends it, in CTA last_cta(t), merges the others
+// (FlashDecoding's merge): each other piece writes its output, normalized and rounded as a whole
+// item's, and its rows' log-sum-exp to the scratch slot of its CTA, and counts itself in the item's
+// counters; the merging piece waits for them, folds them in CTA order with its own rows, still in
+// registers, and stores the item. A CTA walks its pieces last item first, so that its piece which
+// others wait for (the start of its last item) comes first and the piece that waits (the end of its
+// first item) last, when the lower CTAs' pieces are long done; and since a CTA waits only for lower
+// CTAs, launched before it, no wait can outlast a CTA that is not yet running.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -47,8 +54,13 @@ struct LastRound {
     for (int c = first_cta(t); c <= last_cta(t); ++c) n += !tiles(t, c, count).empty();
     return n;
   }
-  // The scratch slot of CTA c's piece of item t: its first or its second item.
-  SJIT_HOST_DEVICE int slot(int t, int c) const { return 2 * c + (t == first_item(c) ? 0 : 1); }
+  // The CTA whose piece ends item t: it merges the item's other pieces, which lower CTAs hold.
+  SJIT_HOST_DEVICE int merger(int t) const { return last_cta(t); }
+  // Whether CTA c's piece of item t is one the merger waits for. A CTA has at most one such piece, the
+  // start of its last item, so the scratch needs one slot a CTA (slot c).
+  SJIT_HOST_DEVICE bool waited_for(int t, int c, int count) const {
+    return c != merger(t) && !tiles(t, c, count).empty();
+  }
 };
 
 }  // namespace sjit_kernels

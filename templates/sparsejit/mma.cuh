@@ -25,6 +25,14 @@ template <> __device__ __forceinline__ unsigned pack2<__half>(float lo, float hi
   __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<unsigned*>(&v);
 }
+// And back: the two T of a register as floats (x = the low half).
+template <class T> __device__ __forceinline__ float2 unpack2(unsigned bits);
+template <> __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(unsigned bits) {
+  return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&bits));
+}
+template <> __device__ __forceinline__ float2 unpack2<__half>(unsigned bits) {
+  return __half22float2(*reinterpret_cast<__half2*>(&bits));
+}
 
 // The A fragment of k-step kk (16 columns) of a 16-row strip of accumulator fragments (acc[n]: its
 // 8-column blocks, as mma m16n8 and wgmma leave them), rounded to T: two 8-column accumulator blocks

@@ -106,6 +106,12 @@ __device__ __forceinline__ void tma_store_4d(const TensorMap& map, unsigned src,
                "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                : "memory");
 }
+// Copies `bytes` (a multiple of 16, 16-byte aligned at both ends) of shared memory at `src` to global
+// memory as they are. Completion as for tma_reduce_add_4d.
+__device__ __forceinline__ void bulk_store(void* dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
+               : "memory");
+}
 // Closes this thread's bulk reductions and stores issued so far into one group.
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Waits until every group of this thread has read its shared-memory source (which may then be reused).

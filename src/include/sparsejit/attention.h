@@ -70,8 +70,8 @@ struct Strides {
 
 // The persistent Hopper forward (path wgmma_ws) takes one work item (a query tile of a head) a CTA a
 // round, so its last round of CTAs is part full where the items do not fill it. split shares that
-// round's items out among all the CTAs by key tiles, each item's pieces merged by the last to finish
-// (docs/attention.md, "The last round split across CTAs"); whole takes every item whole; automatic
+// round's items out among all the CTAs by key tiles, each item's pieces merged by the piece that ends
+// it (docs/attention.md, "The last round split across CTAs"); whole takes every item whole; automatic
 // splits where the items are of one length (dense, or a pattern with as many key tiles in every row;
 // not causal) and long enough for the gain to cover the merge. A split item's output is the same from
 // run to run, but not bit for bit that of the item taken whole. Under a CUDA graph capture the split

@@ -385,19 +385,17 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
   WarpgroupRows<Cfg> rows;
   rows.reset();
   int pending = -1, pending_v_slot = -1;  // the pending item's Q buffer (-1: none), its last V slot
-  bool pending_merger = false;            // the piece of a split item that merges it
   PackedOutput<Tr> packed;
   auto pack_pending = [&] {  // once the pending item's last P V is complete
     wgmma_fence_operands(rows.o[0]);
     if (pending_v_slot >= 0) mbarrier_arrive(barrier(L::v_empty + pending_v_slot));
-    pending_merger = item_records[pending].tail < -1;
-    if (pending_merger)
+    if (item_records[pending].tail < -1)  // the piece of a split item that merges it
       merge_split_item<Cfg>(rows, p, merging_tail(item_records[pending].tail), item_records[pending].item_count, warp);
     packed = pack_output<Tr>(rows.o, rows.row_max, rows.row_sum);
   };
   auto write_pending = [&] {
     if (pending < 0) return;
-    if (pending_merger) {  // no staging: its pieces' CTAs hold other rows in their Q buffers
+    if (item_records[pending].tail < -1) {  // merged: its other pieces' CTAs hold other rows in their Q buffers
       store_merged_rows<Tr>(packed, p, item_records[pending].batch, item_records[pending].head_q,
                             item_records[pending].q_tile * Tr::block_m, warp);
       mbarrier_arrive(barrier(L::q_empty + pending));

@@ -629,7 +629,7 @@ TEST_CASE("wgmma_ws path: CTAs that take many work items give bit for bit the ou
 // (up to 9 pieces an item), many items (60-72 over the H100's and H200's 132 CTAs), causal rows of
 // unequal length (some one tile, whole), empty pattern rows in the last round, GQA, odd lengths,
 // [B, S, H, D] strides, d = 64, 96 and 128, one and two math warpgroups. Each must match the
-// reference, give the same bits when run again (the merge's order does not depend on which piece
+// reference, give the same bits when run again (the merger and its order are fixed, whichever piece
 // finishes last), and so must every item whole.
 TEST_CASE("wgmma_ws path: a last round split across CTAs matches the reference and runs the same twice",
           "[gpu][attention][sm90]") {

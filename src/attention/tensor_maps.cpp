@@ -61,9 +61,10 @@ sjit_kernels::AttentionBackwardTensorMaps backward_tensor_maps(const AttentionBa
                         sjit_kernels::TensorMap& accum) {
     q = tensor_map(a.q, dtype, head_dim, a.batch, a.heads_q, a.seq_q, a.q_strides, box_rows);
     d_o = tensor_map(a.d_o, dtype, head_dim, a.batch, a.heads_q, a.seq_q, a.do_strides, box_rows);
+    // A warpgroup's dQ tile is 64 queries at most (128-query tiles at d = 64: one half each).
     if (dq_accum != nullptr)
       accum = tensor_map(dq_accum, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, head_dim, a.batch, a.heads_q, a.seq_q,
-                         Strides::bhsd(a.heads_q, a.seq_q, head_dim), box_rows);
+                         Strides::bhsd(a.heads_q, a.seq_q, head_dim), std::min(box_rows, 64));
   };
   query_side(cols, maps.q, maps.d_o, maps.dq_accum);
   if (run_cols < cols) query_side(run_cols, maps.q_runs, maps.d_o_runs, maps.dq_accum_runs);

@@ -61,7 +61,7 @@ BackwardTiling parse_backward_tiling(std::string_view text) {
   const bool wgmma_kernel_exists = (dkdv_tile || dq_tile) && (t.warps == 8 || (t.warps == 4 && t.block_cols == 64));
   if (t.wgmma && !wgmma_kernel_exists)
     throw InvalidArgument(fmt::format("attention backward: path=wgmma exists for part=dkdv with warps=8 (or 4 at "
-                                      "head_dim 256) and cols=64 (or 128 at head_dim 64 without atomic dQ), and for part=dq with warps=8 and cols=64 or 128 (or "
+                                      "head_dim 256) and cols=64 (or 128 at head_dim 64), and for part=dq with warps=8 and cols=64 or 128 (or "
                                       "warps=4 and cols=64 at head_dim 256), not '{}'", text));
   if (t.warps != 4 && t.warps != 8) throw InvalidArgument(fmt::format("attention backward: warps = {}: use 4 or 8", t.warps));
   if (t.block_cols != 32 && t.block_cols != 64 && t.block_cols != 128)
@@ -86,9 +86,9 @@ bool wgmma_backward_takes_head_dim(int head_dim) {
 }
 
 namespace {
-// The Hopper dK/dV pass takes 128-query tiles only at d = 64 without atomic dQ: with atomic dQ its dS
-// tiles and dQ products are laid out for 64 queries (BackwardSm90Layout's static_assert says the same).
-bool wgmma_dkdv_takes_128_queries(const AttentionSpec& spec) { return spec.head_dim == 64 && !atomic_dq(spec); }
+// The Hopper dK/dV pass takes 128-query tiles only at d = 64 (BackwardSm90Layout's static_assert says
+// the same): at larger head dims the dK and dV accumulators leave no registers for 64 x 128 scores.
+bool wgmma_dkdv_takes_128_queries(const AttentionSpec& spec) { return spec.head_dim == 64; }
 }  // namespace
 
 BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart part, bool sm90) {
@@ -114,10 +114,12 @@ BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart p
   // atomics that made it slower than mma.sync (7.22 ms against 6.60, B4 H32 S4096 dense, H100); with
   // bulk reductions it is faster (4.71 ms against 6.55 dense, 0.79 against 0.94 at density 0.1).
   t.wgmma = hopper_head_dim && (part == BackwardPart::dkdv || part == BackwardPart::dq);
-  // At d = 64 the Hopper dK/dV pass without atomic dQ walks 128-query tiles where pattern blocks are
-  // that wide (or there is no pattern): S^T and dP^T are m64n128 products, which read the warpgroup's
-  // K and V rows once for 128 queries instead of twice (1-3% faster backward on the H100,
-  // docs/attention-log.md, "Landed: 128-query tiles in the d = 64 dK/dV pass").
+  // At d = 64 the Hopper dK/dV pass walks 128-query tiles where pattern blocks are that wide (or there
+  // is no pattern): S^T and dP^T are m64n128 products, which read the warpgroup's K and V rows once for
+  // 128 queries instead of twice (without atomic dQ 1-3% faster backward on the H100,
+  // docs/attention-log.md, "Landed: 128-query tiles in the d = 64 dK/dV pass"; with atomic dQ each
+  // warpgroup's dQ product then takes 64 of the queries over all 128 keys, instead of all 64 queries
+  // over its own keys, so each element is added once, not twice).
   if (part == BackwardPart::dkdv && hopper_kernel && wgmma_dkdv_takes_128_queries(spec) &&
       (spec.sparsity == Sparsity::dense || spec.block_size >= 128))
     t.block_cols = 128;
@@ -212,9 +214,8 @@ KernelSource attention_backward_source(const AttentionSpec& spec, const Backward
     throw InvalidArgument(fmt::format("attention backward: path=wgmma takes head_dim 64, 96, 128 or 256, not {}",
                                       spec.head_dim));
   if (t.wgmma && t.part == BackwardPart::dkdv && t.block_cols == 128 && !wgmma_dkdv_takes_128_queries(spec))
-    throw InvalidArgument(fmt::format("attention backward: path=wgmma part=dkdv takes cols=128 only at head_dim 64 "
-                                      "without atomic dQ (a deterministic spec), not at head_dim {}{}",
-                                      spec.head_dim, atomic_dq(spec) ? " with atomic dQ" : ""));
+    throw InvalidArgument(fmt::format("attention backward: path=wgmma part=dkdv takes cols=128 only at head_dim 64, "
+                                      "not at head_dim {}", spec.head_dim));
   if (t.wgmma && t.gathered_block == 0 && (t.warps == 4) != (spec.head_dim == 256))
     throw InvalidArgument(fmt::format("attention backward: path=wgmma takes warps={} at head_dim {}, not {}",
                                       spec.head_dim == 256 ? 4 : 8, spec.head_dim, t.warps));

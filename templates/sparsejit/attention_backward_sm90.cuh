@@ -15,7 +15,8 @@
 //      product with A read transposed (M-major) and K read transposed, issued a tile later (with the
 //      next tile's dV and dK), so that the warpgroups need not meet: at d = 128 warpgroup g takes head
 //      dims 64g .. 64g + 63 over all 128 keys, so it reads both warpgroups' dS (at d = 96 the second
-//      adds dims 64 .. 95 only); at d = 64 it takes all dims over its own 64 keys (two adds per element).
+//      adds dims 64 .. 95 only). At d = 64 the tiles are 128 queries: warpgroup g takes queries
+//      64g .. 64g + 63, all dims, over all 128 keys, so again each element of dQ is added once.
 //      Each warpgroup writes its fp32 dQ tile to shared memory for the dQ warp (below).
 // At d = 256 (Cfg::warps = 4: 64 keys a CTA, the dQ pass's dQ) the two math warpgroups take the same
 // 64 keys and half the head dims each: dK and dV of 64 keys x 256 dims would need 256 registers a
@@ -57,8 +58,8 @@ namespace sjit_kernels {
 template <class Cfg>
 struct BackwardSm90Layout : BackwardWarpRoles {
   using Tr = BackwardTraits<Cfg>;
-  static_assert(Tr::block_n == 64 || (Tr::block_n == 128 && Tr::head_dim == 64 && !Cfg::atomic_dq),
-                "wgmma dK/dV: 64-query tiles (128 at d = 64 without atomic dQ)");
+  static_assert(Tr::block_n == 64 || (Tr::block_n == 128 && Tr::head_dim == 64),
+                "wgmma dK/dV: 64-query tiles (128 at d = 64)");
   static_assert(((Tr::head_dim == 64 || Tr::head_dim == 96 || Tr::head_dim == 128) && Cfg::warps == 8) ||
                     (Tr::head_dim == 256 && Cfg::warps == 4 && !Cfg::atomic_dq),
                 "wgmma dK/dV: head_dim 64, 96 or 128 with 8 warps (128 keys), or 256 with 4 (64 keys) and the dQ pass");
@@ -92,6 +93,10 @@ struct BackwardSm90Layout : BackwardWarpRoles {
   // Each warpgroup's fp32 dQ tile (64 queries x 64 dims) as two 32-column boxes of 128-byte swizzled
   // rows, the source of the dQ warp's reductions.
   static constexpr int dq_box_bytes = 64 * 128, dq_bytes = 2 * dq_box_bytes;
+  // With atomic dQ at d = 64 (128-query tiles) warpgroup g's dQ tile is queries 64g .. 64g + 63 of the
+  // tile (all 64 dims); otherwise all the tile's 64 queries, dims 64g .. 64g + 63 (d = 64: all, over
+  // the warpgroup's own keys).
+  static constexpr bool dq_by_queries = Cfg::atomic_dq && cols == 128;
   static constexpr int dq_tiles = ds_tiles + ds_region_bytes;
   // Atomic dQ's conversion: two buffers the accumulator's rows arrive in by bulk copies.
   static constexpr int convert_buffer_bytes = 8192;
@@ -339,6 +344,8 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
         for (int g = 0; g < 2; ++g) {
           mbarrier_wait(barrier(L::dq_full + g), j & 1);
           const int dim0 = D > 64 ? g * 64 : 0;
+          // The tile's first query row in this warpgroup's dQ tile (L::dq_by_queries: its half).
+          const int row0 = L::dq_by_queries ? g * 64 : 0;
           const unsigned tile = base + L::dq_tiles + g * L::dq_bytes;
           // Each 32-dim box of the tile, or of each real run's rows of it.
           auto add_rows = [&](const TensorMap& accum, unsigned rows_at, int head_q, int q0) {
@@ -346,11 +353,13 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
             if (dim0 + 32 < D) tma_reduce_add_4d(accum, rows_at + L::dq_box_bytes, dim0 + 32, q0, head_q, own.batch);
           };
           if (t.contiguous()) {
-            add_rows(maps.dq_accum, tile, t.head_q[0], t.q0[0]);
+            add_rows(maps.dq_accum, tile, t.head_q[0], t.q0[0] + row0);
           } else {
 #pragma unroll
-            for (int i = 0; i < runs; ++i)
-              if (i < t.runs) add_rows(maps.dq_accum_runs, tile + i * run_rows * 128, t.head_q[i], t.q0[i]);
+            for (int i = 0; i < runs; ++i) {
+              const int r = i * run_rows - row0;  // the run's first row in this warpgroup's tile
+              if (i < t.runs && r >= 0 && r < 64) add_rows(maps.dq_accum_runs, tile + r * 128, t.head_q[i], t.q0[i]);
+            }
           }
           bulk_commit();
         }
@@ -392,17 +401,20 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
   // waits for both warpgroups' dS (the tile's full mbarrier); at d = 96 the second's dims 96 .. 127 are
   // K's zero padding, computed and dropped (a 64 x 32 product instead, in a branch on the warpgroup,
   // made ptxas serialize every wgmma of the kernel: 5.5 ms dense on the H100 against 4.7 for the
-  // deterministic backward); at d = 64 each takes all dims over its own 64 keys. `until_done`
+  // deterministic backward). At d = 64 (128-query tiles) warpgroup g takes queries 64g .. 64g + 63 of
+  // the tile, all dims, over all 128 keys: its A is the dS tile's g-th 64-query column block. (64-query
+  // tiles split dQ by keys instead, each warpgroup its own 64, two adds per element; with them the
+  // pass's S^T and dP^T were m64n64 products and the d = 64 backward lost to the dQ pass.) `until_done`
   // waits for the product (with whatever else is in flight); the fp32 result then goes to shared memory
   // for the dQ warp's reductions. (The accumulator is local to this lambda: one captured by reference
   // would live in local memory.)
   auto dq_product = [&](int i, auto&& until_done) {
-    constexpr bool by_dims = D > 64;
-    constexpr int key_steps = by_dims ? R / 16 : 64 / 16;
+    constexpr bool by_dims = D > 64, by_queries = L::dq_by_queries;
+    constexpr int key_steps = by_dims || by_queries ? R / 16 : 64 / 16;
     const bool narrow = D == 96 && group == 1;
     const unsigned ds_tile = L::ds_tiles + (i % 2) * L::ds_bytes;
-    const unsigned a_tile = base + ds_tile + (by_dims ? 0 : group * 64 * 128);
-    const unsigned b_tile = base + L::k_tile + (by_dims ? group * R * 128 : group * 64 * 128);
+    const unsigned a_tile = base + ds_tile + (by_dims ? 0 : by_queries ? group * R * 128 : group * 64 * 128);
+    const unsigned b_tile = base + L::k_tile + (by_dims ? group * R * 128 : by_queries ? 0 : group * 64 * 128);
     float dq[8][4];
     mbarrier_wait(barrier(L::ds_full + i % 2), (i / 2) & 1);
     wgmma_fence();

@@ -148,12 +148,13 @@ TEST_CASE("the Hopper dK/dV and dQ tilings: key text, defaults, refusals", "[att
   CHECK(codegen::default_backward_tiling(backward_spec(96, true), BackwardPart::dq, true).block_cols == 128);
   CHECK(codegen::default_backward_tiling(spec, BackwardPart::dq, false).block_cols == 64);
   CHECK(codegen::default_backward_tiling(spec, BackwardPart::dkdv, true).block_cols == 64);
-  // The d = 64 dK/dV pass without atomic dQ walks 128-query tiles on Hopper, dense or with pattern
-  // blocks of 128; with atomic dQ, narrower blocks, or off Hopper, 64.
+  // The d = 64 dK/dV pass walks 128-query tiles on Hopper, with or without atomic dQ, dense or with
+  // pattern blocks of 128; with narrower blocks, or off Hopper, 64.
   AttentionSpec d64 = backward_spec(64, true);
   CHECK(codegen::default_backward_tiling(d64, BackwardPart::dkdv, true).block_cols == 128);
   CHECK(codegen::default_backward_tiling(d64, BackwardPart::dkdv, false).block_cols == 64);
-  CHECK(codegen::default_backward_tiling(backward_spec(64, false), BackwardPart::dkdv, true).block_cols == 64);
+  CHECK(codegen::default_backward_tiling(backward_spec(64, false), BackwardPart::dkdv, true).block_cols == 128);
+  CHECK(codegen::default_backward_tiling(backward_spec(64, false), BackwardPart::dkdv, false).block_cols == 64);
   d64.sparsity = Sparsity::block_sparse;
   for (const int block : {16, 32, 64, 128}) {
     d64.block_size = block;
@@ -202,13 +203,14 @@ TEST_CASE("the Hopper dK/dV and dQ tilings: key text, defaults, refusals", "[att
                         Contains("part=dq with warps=8 and cols=64 or 128 (or warps=4 and cols=64 at head_dim 256)"));
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dkdv,warps=8,cols=32,stages=2,path=wgmma"),
                     Contains("'part=dkdv,warps=8,cols=32,stages=2,path=wgmma'"));
-  // 128-query dK/dV tiles: only at d = 64 without atomic dQ.
+  // 128-query dK/dV tiles: only at d = 64, with or without atomic dQ, in the shared memory a block has.
   const codegen::BackwardTiling wide_dkdv = codegen::parse_backward_tiling("part=dkdv,warps=8,cols=128,stages=2,path=wgmma");
   CHECK_NOTHROW(codegen::attention_backward_source(backward_spec(64, true), wide_dkdv));
-  CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(64, false), wide_dkdv),
-                    Contains("cols=128 only at head_dim 64 without atomic dQ") && Contains("with atomic dQ"));
+  CHECK(codegen::attention_backward_source(backward_spec(64, false), wide_dkdv).dynamic_shared_bytes <= 232448);
   CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(128, true), wide_dkdv),
-                    Contains("not at head_dim 128"));
+                    Contains("cols=128 only at head_dim 64") && Contains("not at head_dim 128"));
+  CHECK_THROWS_WITH(codegen::attention_backward_source(backward_spec(96, false), wide_dkdv),
+                    Contains("not at head_dim 96"));
   CHECK_THROWS_WITH(codegen::parse_backward_tiling("part=dq,warps=8,cols=32,stages=2,path=wgmma"), Contains("cols=64 or 128"));
   // 128-key tiles in three slots need more shared memory than a block has at d = 128, not at d = 64.
   const codegen::BackwardTiling deep_dq = codegen::parse_backward_tiling("part=dq,warps=8,cols=128,stages=3,path=wgmma");
@@ -271,6 +273,9 @@ TEST_CASE("the Hopper dK/dV and dQ kernels compile for sm_90a without spills", "
   const std::vector<std::string> keys = {
       "attention:d=128,dtype=bf16,causal=tl,sparsity=bsr,block=64,pass=bwd|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
       "attention:d=64,dtype=f16,pass=bwd,det=1|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
+      // d = 64's 128-query tiles with atomic dQ (each warpgroup's dQ product over half the queries).
+      "attention:d=64,dtype=bf16,causal=tl,pass=bwd|part=dkdv,warps=8,cols=128,stages=2,path=wgmma",
+      "attention:d=64,dtype=f16,causal=br,sparsity=bsr,block=128,pass=bwd|part=dkdv,warps=8,cols=128,stages=2,path=wgmma",
       "attention:d=128,dtype=bf16,causal=br,sparsity=bsr,block=64,pass=bwd,det=1|part=dq,warps=8,cols=64,stages=2,path=wgmma",
       "attention:d=128,dtype=bf16,pass=bwd,det=1|part=dq,warps=8,cols=64,stages=3,path=wgmma",
       "attention:d=128,dtype=bf16,causal=br,sparsity=bsr,block=128,pass=bwd,det=1|part=dq,warps=8,cols=128,stages=2,path=wgmma",

@@ -67,9 +67,11 @@ bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, st
 //     0.25 1.60 / 1.68-1.69, 0.1 0.80 / 0.75-0.76, 0.05 0.56 / 0.48;
 //   d = 128, one query head a K/V head (same session): 0.07 0.55-0.56 / 0.60-0.63, 0.05 0.51-0.52 /
 //     0.52, 0.035 0.46 / 0.43-0.48;
-//   d = 64, B2 H16 S8192: dense 3.78-3.81 / 3.41-3.45, 0.25 1.04 / 0.97-1.02, 0.1 0.49 / 0.49,
-//     0.02 0.26 / 0.21; causal dense 2.04-2.05 / 1.82-1.83, 0.1 0.38 / 0.38-0.39; at B4 H32 S4096
-//     (3 key tiles a row at 0.1) 0.1 0.72 in earlier closing runs / 0.60.
+//   d = 64, B2 H16 S8192, with the atomic dK/dV pass on 64-query tiles (dQ split by keys, two adds an
+//     element): dense 3.78-3.81 / 3.41-3.45, 0.25 1.04 / 0.97-1.02, 0.1 0.49 / 0.49, 0.02 0.26 /
+//     0.21; causal dense 2.04-2.05 / 1.82-1.83, 0.1 0.38 / 0.38-0.39; at B4 H32 S4096 (3 key tiles a
+//     row at 0.1) 0.1 0.72 in earlier closing runs / 0.60. Its 128-query tiles (forty-second session)
+//     changed that: see dq_pass_thresholds.
 DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group,
                                 std::string_view forced, std::optional<DqSummation> asked,
                                 std::optional<DqSummation> tuned, bool gathered, std::int64_t spilled_key_tiles,
@@ -106,8 +108,11 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
   // 0.1 1.515 / 1.609, blocks of 16 2.806 / 3.191, as on the H100.
   const bool spills = spilled_key_tiles > 0;
   if (gathered) return group >= 4 || spills ? DqSummation::pass : DqSummation::atomic;
-  if (spec.head_dim == 64) return DqSummation::pass;  // a tie or better at every density measured
-  const DqPassThresholds below = dq_pass_thresholds(memory_bandwidth);
+  // d = 64 on 64-query dK/dV tiles (pattern blocks narrower than 128): their atomic dQ lost to the pass
+  // at every density measured (above).
+  if (spec.head_dim == 64 && codegen::default_backward_tiling(spec, codegen::BackwardPart::dkdv, true).block_cols != 128)
+    return DqSummation::pass;
+  const DqPassThresholds below = dq_pass_thresholds(memory_bandwidth, spec.head_dim);
   if (key_tiles_per_row < below.beyond_l2_share * double(spilled_key_tiles))
     return DqSummation::pass;  // the accumulator spills
   // Key tiles a row at S = 8192 are 64 x density: on the H100 24 at 0.375, where four heads a group
@@ -128,7 +133,21 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
 // 0.468, 16 tiles 1.067 / 0.999, so they keep the H100's 20; two heads 3 tiles 0.384 / 0.372, 6 tiles
 // 0.477 / 0.506, as without the mask. (d = 96, four heads: 6 tiles 0.546 / 0.575, 16 tiles 1.210 /
 // 1.370.) The step between the two cards (3.35 and 4.8 TB/s) is put at 4 TB/s, unmeasured between.
-DqPassThresholds dq_pass_thresholds(double memory_bandwidth) {
+// d = 64 (the dK/dV pass on 128-query tiles, each warpgroup's dQ product over half of them; forty-second
+// session, H200, B4 H32 S4096 unless said, backward ms queued, atomic / pass): one head a K/V head 1
+// tile 0.402 / 0.356 and 0.397 / 0.344, 2 tiles 0.401 / 0.423 and 0.423 / 0.434, 3 tiles 0.532 /
+// 0.540, dense 3.011 / 3.440; two heads 2 tiles 0.354 / 0.395, 3 tiles 0.452 / 0.481, 8 tiles 0.893
+// / 1.020; four heads 3 tiles 0.439 / 0.467, 8 tiles 0.921 / 0.981, 16 tiles 1.672 / 1.864; causal
+// top-left, one head 2 tiles 0.382 / 0.422, 3 tiles 0.420 / 0.452, four heads 8 tiles 0.639 / 0.663;
+// beyond the L2 (B1 H4 S131072, 67 MB a group) 20 of 1024 tiles 2.207 / 2.446, 51 tiles 5.544 /
+// 6.101. So the pass only where rows see one tile, whatever the group, and beyond the L2 below 1% of
+// the key tiles (atomic wins at 2%, where d = 128 ties). Not measured on the H100, whose d = 128
+// crossovers for GQA groups and beyond the L2 lie higher (kept there for the latter); `sjit tune
+// attention --backward` measures a device's own.
+DqPassThresholds dq_pass_thresholds(double memory_bandwidth, int head_dim) {
+  if (head_dim == 64)
+    return {.four_heads = 1.5, .four_heads_causal = 1.5, .two_heads = 1.5, .one_head = 1.5,
+            .beyond_l2_share = memory_bandwidth >= 4e12 ? 0.01 : 0.3};
   if (memory_bandwidth >= 4e12)
     return {.four_heads = 8, .four_heads_causal = 20, .two_heads = 4, .one_head = 2.5, .beyond_l2_share = 0.02};
   return {.four_heads = 20, .four_heads_causal = 20, .two_heads = 8, .one_head = 2.5, .beyond_l2_share = 0.3};

@@ -20,8 +20,9 @@ bool worth_converting_in_pass(double key_tiles_per_row);
 // pattern, which land on any row of the group, miss the L2 and each costs DRAM traffic.
 bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, std::int64_t l2_bytes);
 
-// Where the Hopper backward's dQ pass beats atomic dQ at d = 96 and 128 (choose_dq_summation's rule),
-// on a device whose DRAM moves `memory_bandwidth` bytes a second (0: unknown, taken as the H100's
+// Where the Hopper backward's dQ pass beats atomic dQ at `head_dim` (choose_dq_summation's rule; d = 64
+// on 128-query dK/dV tiles, its own figures; d = 96 as 128), on a device whose DRAM moves
+// `memory_bandwidth` bytes a second (0: unknown, taken as the H100's
 // 3.35 TB/s): the faster the DRAM, the cheaper atomic dQ's reductions, and the fewer the tiles where
 // the pass wins. In mean active key tiles a query row (counted before the causal cut), below which
 // the pass is taken, by query heads a K/V head (four or more, with causal masking apart; two or
@@ -31,7 +32,7 @@ struct DqPassThresholds {
   double four_heads, four_heads_causal, two_heads, one_head;
   double beyond_l2_share;
 };
-DqPassThresholds dq_pass_thresholds(double memory_bandwidth);
+DqPassThresholds dq_pass_thresholds(double memory_bandwidth, int head_dim = 128);
 
 // How the backward of `spec` sums dQ on a device (sm90: the Hopper kernels), for a problem whose query
 // rows see `key_tiles_per_row` active key tiles on average, with `group` query heads a K/V head;

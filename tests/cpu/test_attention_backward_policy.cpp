@@ -41,7 +41,7 @@ TEST_CASE("off Hopper dQ is summed atomically unless forced", "[attention][backw
     }
 }
 
-TEST_CASE("on Hopper the dQ pass where rows see few key tiles, at d = 64, and for wide GQA groups",
+TEST_CASE("on Hopper the dQ pass where rows see few key tiles, and for wide GQA groups",
           "[attention][backward][policy]") {
   // One query head a K/V head, d = 128: the pass at 1 and 2 tiles a row (0.02 and 0.035 at S = 8192),
   // the atomic adds from 3 (0.05) on, causal or not.
@@ -67,10 +67,28 @@ TEST_CASE("on Hopper the dQ pass where rows see few key tiles, at d = 64, and fo
   CHECK(choose_dq_summation(spec_of(128), true, 32, 4, "") == DqSummation::atomic);
   CHECK(choose_dq_summation(spec_of(128), true, 16, 8, "") == DqSummation::pass);
   CHECK(choose_dq_summation(spec_of(128), true, 64, 8, "") == DqSummation::atomic);
-  // d = 64: the pass at every density, causal or not.
-  for (const double tiles : {1.0, 6.0, 64.0}) {
-    CHECK(choose_dq_summation(spec_of(64), true, tiles, 1, "") == DqSummation::pass);
-    CHECK(choose_dq_summation(spec_of(64, Causal::bottom_right), true, tiles, 1, "auto") == DqSummation::pass);
+}
+
+// d = 64's dK/dV pass walks 128-query tiles where pattern blocks are that wide (or dense), and each
+// warpgroup's dQ product then takes half the queries: atomic dQ wins from two key tiles a row (the
+// H200, backward_policy.cpp). On 64-query tiles (narrower pattern blocks) its dQ product splits the
+// keys, and the pass wins at every density.
+TEST_CASE("at d = 64 the dQ pass where rows see one key tile, or where pattern blocks are narrower than 128",
+          "[attention][backward][policy]") {
+  for (const Causal c : {Causal::none, Causal::top_left, Causal::bottom_right})
+    for (const std::int64_t group : {1, 2, 4, 8}) {
+      CAPTURE(name(c), group);
+      CHECK(choose_dq_summation(spec_of(64, c), true, 1, group, "") == DqSummation::pass);
+      CHECK(choose_dq_summation(spec_of(64, c), true, 2, group, "") == DqSummation::atomic);
+      CHECK(choose_dq_summation(spec_of(64, c), true, 32, group, "auto") == DqSummation::atomic);
+    }
+  AttentionSpec blocks = spec_of(64);
+  blocks.sparsity = Sparsity::block_sparse;
+  for (const int block : {16, 32, 64, 128, 256}) {
+    CAPTURE(block);
+    blocks.block_size = block;
+    for (const double tiles : {1.0, 3.0, 32.0})
+      CHECK(choose_dq_summation(blocks, true, tiles, 1, "") == (block >= 128 && tiles > 1 ? DqSummation::atomic : DqSummation::pass));
   }
 }
 
@@ -194,11 +212,13 @@ TEST_CASE("an accumulator beyond the L2 takes the dQ pass up to 30% of the key t
   }
   // Below the L2's rule, the rule of short sequences still takes the pass.
   CHECK(choose(16, 4, 32) == pass);
-  // What comes before the rule still decides: forced, asked, a stored tuning, d = 64.
+  // What comes before the rule still decides: forced, asked, a stored tuning.
   CHECK(choose_dq_summation(spec_of(128), true, 10, 1, "atomic", std::nullopt, std::nullopt, false, 512) == atomic);
   CHECK(choose_dq_summation(spec_of(128), true, 10, 1, "", atomic, std::nullopt, false, 512) == atomic);
   CHECK(choose_dq_summation(spec_of(128), true, 10, 1, "", std::nullopt, atomic, false, 512) == atomic);
-  CHECK(choose_dq_summation(spec_of(64), true, 400, 1, "", std::nullopt, std::nullopt, false, 512) == pass);
+  // d = 64 with an unknown bandwidth (the H100's share): the pass up to 30% of the key tiles.
+  CHECK(choose_dq_summation(spec_of(64), true, 100, 1, "", std::nullopt, std::nullopt, false, 512) == pass);
+  CHECK(choose_dq_summation(spec_of(64), true, 400, 1, "", std::nullopt, std::nullopt, false, 512) == atomic);
 }
 
 // On faster DRAM (the H200's 4.8 TB/s against the H100's 3.35) the spilled adds cost less: beyond the
@@ -237,11 +257,16 @@ TEST_CASE("beyond the L2, fast DRAM takes the dQ pass only where rows see very f
     CHECK(choose_dq_summation(spec_of(128), true, c.tiles, c.group, "", std::nullopt, std::nullopt, false,
                               c.spilled_key_tiles, c.bandwidth) == c.want);
   }
+  // d = 64 on the H200: atomic at 20 of 1024 spilled key tiles (measured 10% faster), the pass below 1%.
+  CHECK(dq_pass_thresholds(4.8e12, 64).beyond_l2_share == 0.01);
+  CHECK(choose_dq_summation(spec_of(64), true, 20, 1, "", std::nullopt, std::nullopt, false, 1024, h200) == atomic);
+  CHECK(choose_dq_summation(spec_of(64), true, 8, 1, "", std::nullopt, std::nullopt, false, 1024, h200) == pass);
 }
 
 // GQA groups on fast DRAM: atomic dQ's reductions cost less, and the pass wins below fewer tiles (the
 // H200 at S = 8192: four heads a K/V head tie near 6-8 tiles where the H100 ties near 24, two heads near
-// 3 where the H100 ties near 10; backward_policy.cpp has the figures). d = 64 takes the pass on both.
+// 3 where the H100 ties near 10; backward_policy.cpp has the figures). d = 64 has its own: the pass at
+// one tile a row, and beyond the L2 below 1% of the key tiles on fast DRAM.
 TEST_CASE("on fast DRAM a GQA group takes the dQ pass below fewer key tiles", "[attention][backward][policy]") {
   using attention::dq_pass_thresholds;
   constexpr double h100 = 3.35e12, h200 = 4.8e12;
@@ -278,9 +303,9 @@ TEST_CASE("on fast DRAM a GQA group takes the dQ pass below fewer key tiles", "[
       // do not.
       {128, causal, 16, 4, h200, pass}, {128, causal, 24, 4, h200, atomic},
       {128, causal, 6, 2, h200, atomic}, {128, causal, 3, 2, h200, pass},
-      // d = 64: the pass on both.
-      {64, none, 1, 1, h200, pass}, {64, none, 16, 1, h200, pass}, {64, none, 64, 1, h200, pass},
-      {64, none, 1, 4, h200, pass}, {64, none, 64, 4, h200, pass},
+      // d = 64: the pass at one tile a row, atomic from two, on both cards.
+      {64, none, 1, 1, h200, pass}, {64, none, 2, 1, h200, atomic}, {64, none, 64, 1, h200, atomic},
+      {64, none, 1, 4, h200, pass}, {64, none, 3, 4, h200, atomic}, {64, causal, 2, 4, h100, atomic},
   };
   for (const Case& c : cases) {
     CAPTURE(c.d, c.causal == causal, c.tiles, c.group, c.bandwidth);

@@ -547,8 +547,8 @@ struct ShapeOnlyBackward {
 };
 
 // The choice as documented (docs/attention.md, "The dQ pass on wgmma"): a deterministic spec always
-// takes the pass; otherwise on Hopper the pass at d = 64, and at d = 128 with one query head a K/V
-// head the pass only where a query row sees few key tiles (a dense row of 8192 keys sees 64); off
+// takes the pass; otherwise on Hopper, with one query head a K/V head, the pass only where a query row
+// sees few key tiles (a dense row of 8192 keys sees 64; at d = 64 one tile, at d = 128 two); off
 // Hopper always the atomic adds. A full pattern answers as the dense spec does.
 TEST_CASE("dq_summation reports the way the backward sums dQ", "[gpu][attention][backward]") {
   const DqMethodOverride unset("");
@@ -566,8 +566,9 @@ TEST_CASE("dq_summation reports the way the backward sums dQ", "[gpu][attention]
   const std::vector<Case> cases = {
       {spec_of(128, DType::bf16, Causal::none), nullptr, DqSummation::atomic},
       {deterministic, nullptr, DqSummation::pass},
-      {spec_of(64, DType::bf16, Causal::none), nullptr, DqSummation::pass},
-      {spec_of(64, DType::bf16, Causal::top_left), nullptr, DqSummation::pass},
+      {spec_of(64, DType::bf16, Causal::none), nullptr, DqSummation::atomic},
+      {spec_of(64, DType::bf16, Causal::top_left), nullptr, DqSummation::atomic},
+      {spec_of(64, DType::bf16, Causal::none, Sparsity::block_sparse, 128), &one_block_a_row, DqSummation::pass},
       {spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 128), &one_block_a_row, DqSummation::pass},
       {spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 128), &every_block, DqSummation::atomic},
   };

@@ -19,6 +19,13 @@ timeout 120 ./build-gpu/sjit bench attention --iters 10 --density 1,0.5,0.25,0.1
   timeout 150 ./build-gpu/sjit bench attention --iters 10 --batch 1 --seq 32768 --density 1,0.1,0.05,0.02 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --causal tl --density 1,0.1 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --d 64 --batch 4 --heads 32 --seq 4096 --density 1,0.1 --backward
+  # d = 64's crossovers between atomic dQ (128-query dK/dV tiles) and the dQ pass, measured on the H200
+  # only (attention.md, "d = 64: atomic dQ on 128-query tiles"): one head at 1-3 tiles a row, four
+  # heads a K/V head at 3 and 8, where the H100's d = 128 crossovers lie higher.
+  for dq in atomic pass; do
+    timeout 60 ./build-gpu/sjit bench attention --iters 10 --queued --d 64 --batch 4 --heads 32 --seq 4096 --density 0.02,0.05,0.1 --backward --dq $dq
+    timeout 60 ./build-gpu/sjit bench attention --iters 10 --queued --d 64 --batch 4 --heads 32 --seq 4096 --heads-kv 8 --density 0.1,0.25 --backward --dq $dq
+  done
   # What determinism costs: the deterministic backward at the densities its table quotes.
   timeout 90 ./build-gpu/sjit bench attention --iters 10 --deterministic --density 1,0.5,0.1,0.02 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --causal tl --deterministic --density 0.1 --backward

@@ -120,12 +120,19 @@ std::function<void(int, int, const std::string&)> progress_printer() {
 // Every entry, rownorm and attention alike (the spec's key text starts with its op).
 void show_database() {
   fmt::print("tuning database: {}\n", tuning_dir());
-  Table table({"device", "spec", "bucket", "winner", "time", "default", "default time", "speedup", "measured"});
-  for (const TunedEntry& e : tuning_entries())
+  Table table({"device", "spec", "bucket", "winner", "time", "default", "default time", "speedup", "measured",
+               "kernels"});
+  int passed_over = 0;
+  for (const TunedEntry& e : tuning_entries()) {
+    passed_over += e.current_kernels ? 0 : 1;
     table.add({e.device, e.spec_key, e.bucket, e.winner_config, fmt::format("{:.1f} us", e.winner_us), e.default_config,
                fmt::format("{:.1f} us", e.default_us), fmt::format("{:.2f}x", e.default_us / e.winner_us),
-               e.measured_at});
+               e.measured_at, e.current_kernels ? "these" : "other (passed over)"});
+  }
   table.print();
+  if (passed_over > 0)
+    fmt::print("{} entr{} measured with other kernels (another sparsejit): launches pass over them until tuned again\n",
+               passed_over, passed_over == 1 ? "y was" : "ies were");
 }
 
 }  // namespace

@@ -122,7 +122,7 @@ std::optional<AttentionConfig> stored_attention_config(const tune::TuningDb& db,
   std::map<std::string, tune::TuningEntry> stored;
   for (int log2 = 0; log2 <= kLongestBucketLog2; ++log2) {
     const std::string bucket = attention_bucket(std::int64_t(1) << log2);
-    if (auto entry = db.find({device, "attention", key(spec), bucket})) stored.emplace(bucket, std::move(*entry));
+    if (auto entry = current_entry(db, {device, "attention", key(spec), bucket})) stored.emplace(bucket, std::move(*entry));
   }
   // Best bucket first; one whose winner is no longer usable gives way to the next best.
   while (!stored.empty()) {
@@ -177,7 +177,7 @@ std::optional<DqSummation> tuned_dq_summation(const AttentionSpec& spec, std::in
   const std::string bucket = dq_bucket(group, key_tiles_per_row, gathered, beyond_l2);
   const std::string memo = remembered_key(db, *device, spec) + "|" + bucket;
   return remembered_lookup(remembered().dq_by_key, memo, [&]() -> std::optional<DqSummation> {
-    const auto entry = db.find({*device, "attention_dq", key(spec), bucket});
+    const auto entry = current_entry(db, {*device, "attention_dq", key(spec), bucket});
     if (!entry) return std::nullopt;
     if (entry->winner_config == name(DqSummation::atomic)) return DqSummation::atomic;
     if (entry->winner_config == name(DqSummation::pass)) return DqSummation::pass;

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 
+#include "codegen/embedded_templates.h"
 #include "jit/jit.h"
 #include "sparsejit/error.h"
 #include "sparsejit/tune.h"
@@ -48,7 +49,21 @@ tune::TuningEntry measured_entry(const std::string& op, const std::string& spec_
   e.candidates = candidates;
   e.measured_at = fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(std::time(nullptr)));  // UTC, ISO 8601
   e.library_version = SJIT_VERSION;
+  e.kernels = current_kernels();
   return e;
+}
+
+std::string current_kernels() { return fmt::format("{:016x}", codegen::templates_hash()); }
+
+std::optional<tune::TuningEntry> current_entry(const tune::TuningDb& db, const tune::TuningKey& key) {
+  std::optional<tune::TuningEntry> entry = db.find(key);
+  if (!entry || entry->kernels == current_kernels()) return entry;
+  tune::warn_once(fmt::format("{}|{}|{}|{}|kernels {}", key.device.name, key.op, key.spec_key, key.bucket, entry->kernels),
+                  fmt::format("the {} tuning of '{}' ({}, measured {}) was made with other kernels ({}; these are "
+                              "{}): passed over; run `sjit tune` again for this device",
+                              key.op, key.spec_key, key.bucket, entry->measured_at,
+                              entry->kernels.empty() ? "not recorded" : entry->kernels, current_kernels()));
+  return std::nullopt;
 }
 
 }  // namespace tuning
@@ -73,7 +88,7 @@ std::vector<TunedEntry> tuning_entries() {
     const tune::DeviceModel& d = e.key.device;
     out.push_back({fmt::format("{} (sm_{}{}, {} SMs)", d.name, d.cc_major, d.cc_minor, d.multiprocessors), e.key.op,
                    e.key.spec_key, e.key.bucket, e.winner_config, e.default_config, e.measured_at, e.winner_us,
-                   e.default_us, e.candidates});
+                   e.default_us, e.candidates, e.kernels == tuning::current_kernels()});
   }
   return out;
 }
@@ -105,7 +120,7 @@ std::optional<RowNormConfig> tuned_config(const RowNormSpec& pass_spec, std::int
   }
   std::optional<RowNormConfig> chosen;
   if (policy != AutotunePolicy::force)
-    if (auto hit = database().find({model_of(device), "rownorm", key(pass_spec), bucket}))
+    if (auto hit = current_entry(database(), {model_of(device), "rownorm", key(pass_spec), bucket}))
       chosen = parse_rownorm_config(hit->winner_config);
   if (!chosen && policy != AutotunePolicy::off) {
     if (stream_is_capturing(stream)) return std::nullopt;  // tune later, outside the capture

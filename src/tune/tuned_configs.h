@@ -21,6 +21,14 @@ tune::TuningEntry measured_entry(const std::string& op, const std::string& spec_
                                  const std::string& winner, double winner_us, const std::string& default_config,
                                  double default_us, int candidates);
 
+// This build's kernels as a tuning entry names them (TuningEntry::kernels).
+std::string current_kernels();
+
+// The entry for `key` if it was measured with this build's kernels. One measured with other kernels (an
+// earlier or later sparsejit, or an import from one) is passed over, with a warning once per process
+// that says to tune again: its winner may no longer be the fastest.
+std::optional<tune::TuningEntry> current_entry(const tune::TuningDb& db, const tune::TuningKey& key);
+
 // For a launch that left its layout to sparsejit: the tuned layout for (device model, spec, bucket
 // of rows) from the database, or one tuned now (policy on: if missing; force: again), or nullopt for
 // the heuristic default. Each key is looked up (and tuned) at most once per process. Never tunes

@@ -121,7 +121,8 @@ json entry_to_json(const TuningEntry& entry) {
           {"default_us", entry.default_us},
           {"candidates", entry.candidates},
           {"measured_at", entry.measured_at},
-          {"library_version", entry.library_version}};
+          {"library_version", entry.library_version},
+          {"kernels", entry.kernels}};
 }
 
 // Reads fields out of one JSON object, throwing InvalidArgument that names the field by its full path
@@ -189,6 +190,8 @@ TuningEntry entry_from_json(const json& object) {
   entry.candidates = top.integer("candidates");
   entry.measured_at = top.text("measured_at");
   entry.library_version = top.text("library_version");
+  // Optional: entries written before it was kept have none (and count as measured with other kernels).
+  if (object.contains("kernels")) entry.kernels = top.text("kernels");
   return entry;
 }
 

@@ -15,6 +15,7 @@
 #include "sparsejit/sparsejit.h"
 #include "support/temp_dir.h"
 #include "tune/attention_tuned_configs.h"
+#include "tune/tuned_configs.h"
 #include "tune/tuner_support.h"
 #include "tune/tuning_db.h"
 
@@ -65,8 +66,10 @@ class HookFixture {
 
   const std::filesystem::path& folder() const { return folder_.path(); }
 
-  // Stores `winner` for (test_device(), spec, bucket) as a tuning would.
-  void store(const AttentionSpec& spec, const std::string& bucket, const std::string& winner) const {
+  // Stores `winner` for (test_device(), spec, bucket) as a tuning would, measured with `kernels` (by
+  // default this build's).
+  void store(const AttentionSpec& spec, const std::string& bucket, const std::string& winner,
+             const std::string& kernels = tuning::current_kernels()) const {
     tune::TuningEntry e;
     e.key = {test_device(), "attention", key(canonical(spec)), bucket};
     e.winner_config = winner;
@@ -76,6 +79,7 @@ class HookFixture {
     e.candidates = 40;
     e.measured_at = "2025-01-02T03:04:05Z";
     e.library_version = "test";
+    e.kernels = kernels;
     REQUIRE(tune::TuningDb(folder()).store(e));
   }
 
@@ -301,6 +305,32 @@ TEST_CASE("a corrupt entry or a winner the library refuses is ignored, with one 
   }
 }
 
+// A tuning measured with other kernels (another sparsejit's, or written before entries recorded them)
+// may name a winner that is no longer the fastest: launches pass over it, say so once, and `sjit tune
+// --show` lists it as such (tuning_entries).
+TEST_CASE("a tiling tuned with other kernels is passed over, with one warning, and listed as such", "[tune][attention]") {
+  HookFixture fixture;
+  const AttentionSpec spec = dense_spec(128);
+  REQUIRE(resolved_key(spec, kStoredWinner) != key(resolve(spec, {})));
+  const std::string other = GENERATE(as<std::string>{}, "", "00000000deadbeef");
+  CAPTURE(other);
+  REQUIRE(other != tuning::current_kernels());
+  fixture.store(spec, "sk<=8192", kStoredWinner, other);
+  {
+    test::CapturedStderr captured;
+    CHECK(key(Attention(spec).config()) == key(resolve(spec, {})));
+    CHECK_THAT(captured.text(), Contains("other kernels") && Contains("sjit tune") && Contains(tuning::current_kernels()));
+  }
+  const std::vector<TunedEntry> listed = tuning_entries();
+  REQUIRE(listed.size() == 1);
+  CHECK_FALSE(listed.front().current_kernels);
+  // Tuned again with these kernels: used.
+  fixture.store(spec, "sk<=8192", kStoredWinner);
+  tuning::set_attention_device_for_tests(test_device());  // forget what was looked up
+  CHECK(key(Attention(spec).config()) == resolved_key(spec, kStoredWinner));
+  CHECK(tuning_entries().front().current_kernels);
+}
+
 TEST_CASE("a candidate's output matches the default's within rounding, and a wrong or unwritten one does not",
           "[tune][attention]") {
   // 3 million elements: several chunks of the parallel comparison; rows of 128 as attention's O.
@@ -359,7 +389,8 @@ TEST_CASE("a stored way of summing dQ is used for its own bucket only, and only 
   AttentionSpec spec = bsr_spec(128, 128);
   spec.pass = Pass::backward;
   spec = canonical(spec);
-  auto store_way = [&](const HookFixture& hook, const std::string& bucket, const std::string& way) {
+  auto store_way = [&](const HookFixture& hook, const std::string& bucket, const std::string& way,
+                       const std::string& kernels = tuning::current_kernels()) {
     tune::TuningEntry e;
     e.key = {test_device(), "attention_dq", key(spec), bucket};
     e.winner_config = way;
@@ -369,6 +400,7 @@ TEST_CASE("a stored way of summing dQ is used for its own bucket only, and only 
     e.candidates = 2;
     e.measured_at = "2025-01-02T03:04:05Z";
     e.library_version = "test";
+    e.kernels = kernels;
     REQUIRE(tune::TuningDb(hook.folder()).store(e));
   };
   SECTION("policy on") {
@@ -401,5 +433,12 @@ TEST_CASE("a stored way of summing dQ is used for its own bucket only, and only 
     const HookFixture hook(AutotunePolicy::off);
     store_way(hook, "group=1,tiles<=8", "pass");
     CHECK_FALSE(tuning::tuned_dq_summation(spec, 1, 6).has_value());
+  }
+  SECTION("measured with other kernels: passed over") {
+    const HookFixture hook(AutotunePolicy::on);
+    store_way(hook, "group=1,tiles<=8", "pass", "00000000deadbeef");
+    test::CapturedStderr captured;
+    CHECK_FALSE(tuning::tuned_dq_summation(spec, 1, 6).has_value());
+    CHECK_THAT(captured.text(), Contains("attention_dq") && Contains("other kernels"));
   }
 }

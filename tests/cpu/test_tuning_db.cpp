@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -60,6 +61,7 @@ TuningEntry make_entry(const TuningKey& key, const std::string& winner = "tpr=4,
   entry.candidates = 37;
   entry.measured_at = "2025-01-02T03:04:05Z";
   entry.library_version = "0.1.0";
+  entry.kernels = "0123456789abcdef";
   return entry;
 }
 
@@ -73,6 +75,7 @@ void check_same_entry(const std::optional<TuningEntry>& got, const TuningEntry& 
   CHECK(got->candidates == want.candidates);
   CHECK(got->measured_at == want.measured_at);
   CHECK(got->library_version == want.library_version);
+  CHECK(got->kernels == want.kernels);
 }
 
 int count_temporary_files(const std::vector<fs::path>& files) {
@@ -210,6 +213,23 @@ TEST_CASE("a stored entry is found again with every field, in private folders", 
     CHECK((fs::status(made).permissions() & fs::perms::all) == fs::perms::owner_all);
   }
   CHECK(only_file(root).parent_path().filename().string().find_first_of(" /\t") == std::string::npos);
+}
+
+// Entries written before the kernels were recorded have no "kernels" field: they still read, with an
+// empty one, which no build's kernels match (so lookups pass over them: test_attention_tune.cpp).
+TEST_CASE("an entry without the kernels it was measured with reads, with none", "[tune]") {
+  TemporaryFolder folder;
+  TuningDb db(folder.path());
+  const TuningEntry entry = make_entry(make_key());
+  REQUIRE(db.store(entry));
+  const fs::path file = only_file(folder.path());
+  nlohmann::json object = nlohmann::json::parse(read_file(file));
+  REQUIRE(object.erase("kernels") == 1);
+  { std::ofstream(file, std::ios::trunc) << object.dump(2); }
+  const std::optional<TuningEntry> got = TuningDb(folder.path()).find(entry.key);
+  REQUIRE(got.has_value());
+  CHECK(got->kernels.empty());
+  CHECK(got->winner_config == entry.winner_config);
 }
 
 TEST_CASE("a store replaces the entry of the same key", "[tune]") {

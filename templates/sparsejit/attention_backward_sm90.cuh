@@ -3,8 +3,8 @@
 // of its own for everything that is not math.
 //
 // A CTA owns 128 keys. Its first two warpgroups (the math warps) each take 64 of them (warp w owns keys
-// 16w .. 16w + 15, as on the mma.sync path, so masks and stores are shared). For each 64-query tile of
-// the walk:
+// 16w .. 16w + 15, as on the mma.sync path, so masks and stores are shared). For each query tile of the
+// walk (64 queries; 128 at d = 64):
 //   1. S^T = K Q^T and dP^T = V dO^T: K and V rows of the warpgroup as A, the Q and dO tiles as B, all
 //      K-major in shared memory, in two wgmma groups (P^T = exp2(..) runs while dP^T computes);
 //   2. in registers: the mask where the tile needs one, P^T = exp2(S^T scale log2 e - lse2) and

@@ -53,7 +53,10 @@ tune::TuningEntry measured_entry(const std::string& op, const std::string& spec_
   return e;
 }
 
-std::string current_kernels() { return fmt::format("{:016x}", codegen::templates_hash()); }
+std::string current_kernels() {
+  static const std::string kernels = fmt::format("{:016x}", codegen::templates_hash());
+  return kernels;
+}
 
 std::optional<tune::TuningEntry> current_entry(const tune::TuningDb& db, const tune::TuningKey& key) {
   std::optional<tune::TuningEntry> entry = db.find(key);

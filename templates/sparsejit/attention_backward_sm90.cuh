@@ -138,13 +138,6 @@ struct BackwardSm90Layout : BackwardWarpRoles {
 template <class Cfg>
 constexpr int backward_sm90_shared_bytes() { return BackwardSm90Layout<Cfg>::used_bytes; }
 
-// The CTA's adds to the accumulator, completed by the copy engine (cp.async.bulk.wait_group), are
-// made visible before the group's counter says so.
-__device__ __forceinline__ void count_group_done(unsigned* done) {
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-  add_release_gpu(done);
-}
-
 // Whether warpgroup `group`'s 64 keys of a tile may see any of its queries, the last of which is
 // `last_query`: one of their pattern blocks is active (a tile's bits split by warpgroup where blocks
 // are 64 keys or fewer; with larger blocks the walk only lists tiles that are), they start before the
@@ -194,7 +187,7 @@ __device__ __forceinline__ void convert_earlier_group(const AttentionBackwardPar
   if (thread == 0) {
     while (load_acquire_gpu(p.groups_done + group) < static_cast<unsigned>(ranks)) __nanosleep(256);
     // The other CTAs' adds, seen through the acquire above, come before this thread's bulk copies.
-    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+    fence_proxy_async_global();
     for (int b = 0; b < 2 && b < buffers; ++b) request(b);
   }
   // A thread per 8 elements of a row, stepping through the rows (a 64-bit division is a call here).
@@ -368,7 +361,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
         mbarrier_arrive(barrier(L::dq_empty + 1));
       }
       bulk_wait_done();  // the adds land before the group counts this CTA done
-      count_group_done(p.groups_done + own.group);
+      add_release_after_bulk_writes(p.groups_done + own.group);
     } else if (Cfg::atomic_dq && own.group >= p.convert_lag) {
       convert_earlier_group<Cfg>(p, own.group - p.convert_lag, own.rank, own.ranks, threadIdx.x % 64, smem, base);
     }

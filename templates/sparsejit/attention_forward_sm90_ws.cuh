@@ -337,8 +337,7 @@ __global__ void __launch_bounds__(AttentionWsLayout<Cfg>::threads, 1)
         bulk_store(tail_slot<L>(p, blockIdx.x), base + L::q_tiles + b * L::q_bytes, L::q_bytes);
         bulk_commit();
         bulk_wait_done();
-        fence_proxy_async_global();  // the bulk copy's writes before the count that releases them
-        add_release_gpu(p.tail_counters + (tail_before >= 0 ? tail_before : tail_of_last));
+        add_release_after_bulk_writes(p.tail_counters + (tail_before >= 0 ? tail_before : tail_of_last));
       }
       if (n >= 1) store_output_of(n - 1);
       // Every merger warp has seen its item's count (it arrived on q_empty after): zero for the next launch.

@@ -17,4 +17,15 @@ __device__ __forceinline__ void add_release_gpu(unsigned* counter) {
   asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(counter) : "memory");
 }
 
+// Global memory written through the async proxy (bulk copies and reductions, once waited for) ordered
+// with this thread's generic accesses: before a release that publishes those writes, or after an
+// acquire, before bulk copies that read what other CTAs' bulk writes published.
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
+// add_release_gpu for this thread's bulk writes to global memory, waited for (cp.async.bulk.wait_group 0).
+__device__ __forceinline__ void add_release_after_bulk_writes(unsigned* counter) {
+  fence_proxy_async_global();
+  add_release_gpu(counter);
+}
+
 }  // namespace sjit_kernels

@@ -102,9 +102,6 @@ __device__ __forceinline__ void wgmma_fence_operands(unsigned (&a)[KSTEPS][4]) {
 // Shared memory written through the generic proxy (ordinary stores, cp.async) becomes visible to the
 // async proxy (wgmma operand reads) once each writer runs this before the barrier that publishes it.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// Global memory written through the async proxy (bulk stores, once waited for) ordered before this
-// thread's later generic accesses, such as a release that publishes those writes to other CTAs.
-__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 // Synchronizes the 128 threads of warpgroup `group` (named barrier 1 + group; 0 is __syncthreads').
 __device__ __forceinline__ void warpgroup_barrier(int group) {

@@ -172,10 +172,15 @@ Inputs random_inputs(const Case& c, std::mt19937_64& rng) {
   return in;
 }
 
+// A pattern of the case's shape from the next seed of `rng`, or none for a dense spec (which draws no seed).
+std::optional<BlockPattern> pattern_if_sparse(const Case& c, std::mt19937_64& rng) {
+  if (c.spec.sparsity == Sparsity::dense) return std::nullopt;
+  return pattern_for(c, rng());
+}
+
 void check_case(const Case& c, std::mt19937_64& rng) {
   const auto [q, k, v] = random_inputs(c, rng);
-  std::optional<BlockPattern> pattern;
-  if (c.spec.sparsity != Sparsity::dense) pattern = pattern_for(c, rng());
+  const std::optional<BlockPattern> pattern = pattern_if_sparse(c, rng);
   Attention attention =
       c.spec.sparsity == Sparsity::baked ? Attention(c.spec, *pattern, c.config) : Attention(c.spec, c.config);
   const Result got = run_gpu(c, attention, q, k, v, pattern ? &*pattern : nullptr);
@@ -604,8 +609,7 @@ TEST_CASE("wgmma_ws path: CTAs that take many work items give bit for bit the ou
     Case& c = problem.c;
     c.per_head_pattern = c.spec.sparsity != Sparsity::dense;
     const auto [q, k, v] = random_inputs(c, rng);
-    std::optional<BlockPattern> pattern;
-    if (c.spec.sparsity != Sparsity::dense) pattern = pattern_for(c, rng());
+    const std::optional<BlockPattern> pattern = pattern_if_sparse(c, rng);
     const int warps = c.spec.sparsity != Sparsity::dense && c.spec.block_size <= 64 ? 4 : 8;
     Case one = c, persistent = c;
     one.config = wgmma(warps, problem.block_n, problem.stages);
@@ -657,9 +661,8 @@ TEST_CASE("wgmma_ws path: a last round split across CTAs matches the reference a
     c.bshd = c.spec.head_dim == 64;
     c.config = hopper(AttentionPath::wgmma_ws, problem.warps, problem.block_n, problem.stages);
     const auto [q, k, v] = random_inputs(c, rng);
-    std::optional<BlockPattern> pattern;
-    if (c.spec.sparsity != Sparsity::dense) {
-      pattern = pattern_for(c, rng());
+    std::optional<BlockPattern> pattern = pattern_if_sparse(c, rng);
+    if (pattern) {
       // Rows of no block, so that items with no key tile fall in the last round too.
       std::vector<std::uint8_t> mask = pattern->to_block_mask();
       const std::int64_t rows = pattern->block_rows(), cols = pattern->block_cols();

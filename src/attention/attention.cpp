@@ -205,8 +205,10 @@ struct Attention::State {
   enum class Tiling { narrow, wide, gathered_1, gathered_2, gathered_4 };
   std::list<std::pair<std::uint64_t, Tiling>> tiling_choices;
   // How the backward's dK/dV pass walks the queries of each pattern seen last (contiguous or packed
-  // tiles, or gathered: attention/packed_queries.h), the same way.
+  // tiles, or gathered: attention/packed_queries.h), the same way; and at d = 64 whether it walks them
+  // on 64-query tiles (codegen::narrow_query_backward_tiling).
   std::list<std::pair<std::uint64_t, attention::QueryWalk>> walk_choices;
+  std::list<std::pair<std::uint64_t, bool>> narrow_query_choices;
   // The answer kept in `choices` for `pattern`, or decide()'s, then kept: deciding reads the whole
   // pattern (counting tiles), so it is done once a pattern.
   // `key` names the pattern (its digest, with whatever else the choice depends on).
@@ -267,7 +269,7 @@ struct Attention::State {
   }
   // How the 128-key dK/dV pass of tiling `t` would walk `pattern`'s queries, or whether the gathered
   // pass takes it instead (attention/packed_queries.h). (Both ways of summing dQ walk the same tiles
-  // where blocks are narrower than them: 128 keys x 64 queries.)
+  // where blocks are narrower than them: 128 keys x 64 queries, 128 at d = 64.)
   // `gathered_sums_by_pass`: whether the gathered pass, if taken, would sum dQ by its dQ pass.
   attention::QueryWalk query_walk(const BlockPattern& pattern, const codegen::BackwardTiling& t,
                                   bool gathered_sums_by_pass) {
@@ -276,7 +278,8 @@ struct Attention::State {
     if (codegen::dkdv_query_runs(spec, t) == 1 && !narrow_keys) return attention::QueryWalk::tiles;
     // (Only specs that gather only with the dQ pass depend on it: one remembered choice for the others.)
     const bool by_pass = gathered_sums_by_pass && attention::gathers_only_with_dq_pass(spec);
-    return remembered_choice(walk_choices, pattern.digest() ^ std::uint64_t(by_pass), [&] {
+    const std::uint64_t key = pattern.digest() ^ std::uint64_t(by_pass) ^ (std::uint64_t(t.block_cols) << 32);
+    return remembered_choice(walk_choices, key, [&] {
       const bool gathers = codegen::gathered_backward_tiling(spec, codegen::BackwardPart::dkdv).has_value();
       return attention::choose_query_walk(spec, pattern, t.block_rows(), t.block_cols, gathers, by_pass,
                                           attention::forced_query_walk());
@@ -408,9 +411,21 @@ struct Attention::State {
     attention::forced_query_walk();  // refuses a bad SJIT_BACKWARD_WALK on every backward, walk to choose or not
     BackwardPlan plan;
     plan.sm90 = hopper_backward(target);
-    plan.kv_tiling = backward_tilings(backward_spec(true), plan.sm90).dkdv;
+    // The dK/dV pass's tiling for a way of summing dQ: at d = 64 with pattern blocks of 16 or 32 its
+    // 64-query tiles where the pattern's walks are short (attention/packed_queries.h), else the default.
+    const bool patterned = spec.sparsity != Sparsity::dense && a.seq_q > 0 && a.seq_k > 0;
+    const bool narrow_queries = patterned && plan.sm90 && codegen::narrow_query_backward_tiling(backward_spec(true)) &&
+                                remembered_choice(narrow_query_choices, a.pattern->digest(), [&] {
+                                  const int key_rows = backward_tilings(backward_spec(true), true).dkdv.block_rows();
+                                  return attention::narrow_query_tiles_pay(*a.pattern, key_rows);
+                                });
+    auto dkdv_tiling = [&](bool atomic) {
+      return narrow_queries ? *codegen::narrow_query_backward_tiling(backward_spec(atomic))
+                            : backward_tilings(backward_spec(atomic), plan.sm90).dkdv;
+    };
+    plan.kv_tiling = dkdv_tiling(true);
     plan.key_tiles = (a.seq_k + plan.kv_tiling.block_rows() - 1) / plan.kv_tiling.block_rows();
-    if (spec.sparsity != Sparsity::dense && a.seq_q > 0 && a.seq_k > 0) {
+    if (patterned) {
       plan.key_schedule =
           &schedule(*a.pattern, target, plan.kv_tiling.block_rows(), key_schedule_cols(*a.pattern, plan.kv_tiling),
                     true, capture);
@@ -438,7 +453,7 @@ struct Attention::State {
       return attention::choose_dq_summation(spec, plan.sm90, plan.key_tiles_per_row, group,
                                             attention::forced_dq_summation(), a.dq_summation, tuned, gathered,
                                             plan.accumulator_spills ? plan.key_tiles : 0,
-                                            target.device->memory_bandwidth);
+                                            target.device->memory_bandwidth, plan.kv_tiling.block_cols);
     };
     // Blocks of 16, 32 or 64 that the gathered backward takes (a block a CTA in both passes), which sums
     // dQ by a rule of its own (for blocks of 64 at d = 128 also a reason to take it or not).
@@ -459,10 +474,10 @@ struct Attention::State {
       plan.key_tiles = plan.key_schedule->q_tiles;
       return plan;
     }
-    // Without atomic dQ the dK/dV pass may walk wider query tiles (d = 64 on Hopper): the same key
-    // tiles, its own schedule.
+    // Without atomic dQ the dK/dV pass's tiling may differ (its kernel is the deterministic one): the
+    // same key tiles, its own schedule.
     if (!plan.atomic) {
-      const codegen::BackwardTiling pass_tiling = backward_tilings(backward_spec(false), plan.sm90).dkdv;
+      const codegen::BackwardTiling pass_tiling = dkdv_tiling(false);
       if (pass_tiling.block_rows() != plan.kv_tiling.block_rows())
         throw Error("attention backward: internal: the dK/dV tilings of both ways of summing dQ differ in keys");
       if (plan.key_schedule && pass_tiling != plan.kv_tiling)
@@ -480,25 +495,26 @@ struct Attention::State {
     return plan_backward(a, jit::current_target());
   }
 
-  // `gathered`: with the gathered-query dK/dV pass (a pattern's choice) instead of the 128-key one.
-  const BackwardKernels& backward(const jit::Target& target, bool atomic, bool gathered, const Capture& capture = {}) {
+  // `dkdv`: the plan's dK/dV tiling (a pattern's choice: the default, 64-query tiles at d = 64, or the
+  // gathered-query pass).
+  const BackwardKernels& backward(const jit::Target& target, bool atomic, const codegen::BackwardTiling& dkdv,
+                                  const Capture& capture = {}) {
     {
       std::lock_guard lock(mutex);
       for (const auto& k : backward_kernels)
-        if (k.context == target.context && k.atomic == atomic && (k.dkdv_tiling.gathered_block > 0) == gathered)
-          return k;
+        if (k.context == target.context && k.atomic == atomic && k.dkdv_tiling == dkdv) return k;
     }
-    capture.refuse(fmt::format("compile and load its backward kernels ({} dQ{})", atomic ? "atomic" : "pass",
-                               gathered ? ", gathered queries" : ""));
+    const bool gathered = dkdv.gathered_block > 0;
+    capture.refuse(fmt::format("compile and load its backward kernels ({} dQ, {})", atomic ? "atomic" : "pass",
+                               key(dkdv)));
     const AttentionSpec bwd = backward_spec(atomic);
     auto get = [&](const codegen::BackwardTiling& t) {
       return jit::get_kernel(target, key(bwd) + "|" + key(t), [&] { return codegen::attention_backward_source(bwd, t); });
     };
     BackwardTilings t = backward_tilings(bwd, hopper_backward(target));
-    if (gathered) {  // and without atomic dQ, the dQ pass gathers the key blocks of each query block
-      t.dkdv = *codegen::gathered_backward_tiling(bwd, codegen::BackwardPart::dkdv);
-      if (!atomic) t.dq = *codegen::gathered_backward_tiling(bwd, codegen::BackwardPart::dq);
-    }
+    t.dkdv = dkdv;
+    // Without atomic dQ the gathered backward's dQ pass gathers the key blocks of each query block.
+    if (gathered && !atomic) t.dq = *codegen::gathered_backward_tiling(bwd, codegen::BackwardPart::dq);
     BackwardKernels k{target.context, atomic, t.dkdv, t.dq};
     k.prep = get(t.prep);
     k.dkdv = get(t.dkdv);
@@ -550,7 +566,7 @@ struct Attention::State {
                                        const Capture& capture) {
     BackwardResources r;
     r.plan = plan_backward(a, target, capture);
-    r.kernels = &backward(target, r.plan.atomic, r.plan.kv_tiling.gathered_block > 0, capture);
+    r.kernels = &backward(target, r.plan.atomic, r.plan.kv_tiling, capture);
     if (r.kernels->dkdv_tiling != r.plan.kv_tiling)
       throw Error(fmt::format("attention backward: internal: the dK/dV kernel was built for '{}', the schedule for '{}'",
                               key(r.kernels->dkdv_tiling), key(r.plan.kv_tiling)));
@@ -934,6 +950,8 @@ std::vector<std::string> attention_kernel_keys(const AttentionSpec& in, std::str
     for (const codegen::BackwardPart part : {codegen::BackwardPart::dkdv, codegen::BackwardPart::dq})
       if (const auto gathered = codegen::gathered_backward_tiling(bwd, part))
         if (part == codegen::BackwardPart::dkdv || !atomic) keys.push_back(key(bwd) + "|" + key(*gathered));
+    // d = 64 with blocks of 16 or 32: the 64-query dK/dV tiles that patterns with short walks run on.
+    if (const auto narrow = codegen::narrow_query_backward_tiling(bwd)) keys.push_back(key(bwd) + "|" + key(*narrow));
   };
   add_backward_keys();
   // On Hopper a backward that may sum dQ either way runs the dQ pass where a row sees few tiles

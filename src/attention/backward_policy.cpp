@@ -75,7 +75,7 @@ bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, st
 DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group,
                                 std::string_view forced, std::optional<DqSummation> asked,
                                 std::optional<DqSummation> tuned, bool gathered, std::int64_t spilled_key_tiles,
-                                double memory_bandwidth) {
+                                double memory_bandwidth, int dkdv_query_cols) {
   if (!forced.empty() && forced != "auto" && forced != "atomic" && forced != "pass")
     throw InvalidArgument(fmt::format("SJIT_BACKWARD_DQ = '{}': use atomic, pass or auto (or leave it unset)", forced));
   const bool may_be_atomic = codegen::atomic_dq(spec);  // not where determinism is asked for, nor at d = 256
@@ -108,10 +108,11 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
   // 0.1 1.515 / 1.609, blocks of 16 2.806 / 3.191, as on the H100.
   const bool spills = spilled_key_tiles > 0;
   if (gathered) return group >= 4 || spills ? DqSummation::pass : DqSummation::atomic;
-  // d = 64 on 64-query dK/dV tiles (pattern blocks narrower than 128): their atomic dQ lost to the pass
-  // at every density measured (above).
-  if (spec.head_dim == 64 && codegen::default_backward_tiling(spec, codegen::BackwardPart::dkdv, true).block_cols != 128)
-    return DqSummation::pass;
+  // d = 64 on 64-query dK/dV tiles (pattern blocks of 64, or of 16 and 32 where the walks are short):
+  // their atomic dQ lost to the pass at every density measured (above).
+  const int query_cols = dkdv_query_cols > 0 ? dkdv_query_cols
+                                             : codegen::default_backward_tiling(spec, codegen::BackwardPart::dkdv, true).block_cols;
+  if (spec.head_dim == 64 && query_cols != 128) return DqSummation::pass;
   const DqPassThresholds below = dq_pass_thresholds(memory_bandwidth, spec.head_dim);
   if (key_tiles_per_row < below.beyond_l2_share * double(spilled_key_tiles))
     return DqSummation::pass;  // the accumulator spills

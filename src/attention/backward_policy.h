@@ -37,7 +37,9 @@ DqPassThresholds dq_pass_thresholds(double memory_bandwidth, int head_dim = 128)
 // How the backward of `spec` sums dQ on a device (sm90: the Hopper kernels), for a problem whose query
 // rows see `key_tiles_per_row` active key tiles on average, with `group` query heads a K/V head;
 // `spilled_key_tiles`: where accumulator_spills, the sequence's key tiles (of the 128-key dK/dV pass),
-// else 0; `memory_bandwidth`: the device's (DeviceInfo::memory_bandwidth, 0 if unknown).
+// else 0; `memory_bandwidth`: the device's (DeviceInfo::memory_bandwidth, 0 if unknown);
+// `dkdv_query_cols`: the queries a tile of the dK/dV pass the pattern runs (0: the spec's default
+// tiling's; at d = 64 on 64-query tiles the rule takes the pass).
 // The first that applies decides:
 //   - `asked` (AttentionBackwardArgs::dq_summation): the way asked for; atomic where the spec needs the
 //     pass (deterministic, or d = 256) is refused (InvalidArgument);
@@ -52,7 +54,8 @@ DqPassThresholds dq_pass_thresholds(double memory_bandwidth, int head_dim = 128)
 DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group,
                                 std::string_view forced, std::optional<DqSummation> asked = std::nullopt,
                                 std::optional<DqSummation> tuned = std::nullopt, bool gathered = false,
-                                std::int64_t spilled_key_tiles = 0, double memory_bandwidth = 0);
+                                std::int64_t spilled_key_tiles = 0, double memory_bandwidth = 0,
+                                int dkdv_query_cols = 0);
 
 // SJIT_BACKWARD_DQ's value, or "" when unset.
 std::string_view forced_dq_summation();

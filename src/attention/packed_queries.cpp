@@ -83,13 +83,15 @@ bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& patte
   const double contiguous = double(count_active_tiles(key_major, key_rows, tile_cols));
   const double packed = double(count_active_tiles(key_major, key_rows, block)) * block / tile_cols;
   const double walk_scores = std::min(contiguous, packed) * key_rows * tile_cols;
-  // The gathered dK/dV pass's: a key block's query blocks, 64 queries a step, the last one padded.
-  // (Neither count cuts at a causal edge: both passes drop the tiles past it.) And the blocks a causal
-  // mask leaves a key block: with few, each CTA's fixed costs (K and V in, dK and dV out) dominate.
-  const GatheredWalk walk = gathered_walk(spec, key_major, std::max(tile_cols / block, 1), true);
+  // The gathered dK/dV pass's: a key block's query blocks, 64 queries a step (whatever the 128-key
+  // CTAs' tiles: 128 queries at d = 64), the last one padded. (Neither count cuts at a causal edge:
+  // both passes drop the tiles past it.) And the blocks a causal mask leaves a key block: with few,
+  // each CTA's fixed costs (K and V in, dK and dV out) dominate.
+  constexpr int step_queries = 64;
+  const GatheredWalk walk = gathered_walk(spec, key_major, std::max(step_queries / block, 1), true);
   const double columns = double(key_major.heads()) * double(key_major.block_rows());
   if (double(walk.seen) < kMinGatheredBlocksPerColumn * columns) return false;
-  const double gathered_scores = double(walk.steps) * tile_cols * block;
+  const double gathered_scores = double(walk.steps) * step_queries * block;
   return walk_scores >= min_walk_over_gathered_scores(spec.head_dim, block) * gathered_scores;
 }
 
@@ -102,6 +104,26 @@ bool packing_queries_pays(const BlockPattern& pattern, int key_rows, int tile_co
   // Runs a CTA walks, tile_cols / block to a tile (a walk's last tile may be part full: ignored).
   const double packed = double(count_active_tiles(key_major, key_rows, block)) * block / tile_cols;
   return contiguous > 0 && packed <= kPackedTilesAtMost * contiguous;
+}
+
+// Measured on the H200 (forty-third session, docs/attention-log.md, "d = 64: narrow pattern blocks on
+// 128-query tiles"; B4 H32 S4096, backward ms queued, 64-query tiles with their dQ pass / 128-query
+// tiles with their rule's way, atomic here; in brackets the 128-query tiles a CTA walks): blocks of 16,
+// windows of 4 + 1 + 3 blocks (1.9) 0.423-0.446 / 0.635-0.657, 8 + 1 + 7 (2.9) 0.519-0.553 /
+// 0.574-0.614, 16 + 1 + 15 (4.9) 0.748-0.761 / 0.785-0.791, 24 + 1 + 23 (6.9) 0.976 / 0.964; blocks
+// of 32, windows of 2 + 1 + 1 (1.75) 0.448-0.474 / 0.514-0.539, 4 + 1 + 3 (2.75) 0.553-0.568 /
+// 0.513-0.546, 12 + 1 + 11 (6.75) 0.977 / 0.875; random patterns at 0.5 (long walks), blocks of 16
+// 4.207 / 3.442, of 32 4.030-4.077 / 3.178-3.185.
+double min_wide_tiles_a_walk(int block) { return block == 16 ? 6.0 : 2.25; }
+
+bool narrow_query_tiles_pay(const BlockPattern& pattern, int key_rows) {
+  const int block = pattern.block_size();
+  const BlockPattern key_major = pattern.transposed();
+  const std::int64_t key_tiles = (key_major.block_rows() * block + key_rows - 1) / key_rows;
+  const double walks = double(key_tiles) * double(key_major.heads());
+  // A CTA's (key tile's) runs of one active query block each, 128 queries a tile.
+  const double wide_tiles = double(count_active_tiles(key_major, key_rows, block)) * block / 128;
+  return walks > 0 && wide_tiles < min_wide_tiles_a_walk(block) * walks;
 }
 
 }  // namespace sjit::attention

@@ -62,6 +62,15 @@ constexpr double kMinGatheredBlocksPerColumn = 6;
 // contiguous tiles holding an active block, below kPackedTilesAtMost.
 bool packing_queries_pays(const BlockPattern& pattern, int key_rows, int tile_cols);
 
+// Whether the d = 64 dK/dV pass should walk `pattern` (blocks of 16 or 32) on 64-query tiles
+// (codegen::narrow_query_backward_tiling) rather than its default 128-query ones, for CTAs of `key_rows`
+// keys: where a CTA's walk is short, below min_wide_tiles_a_walk tiles of 128 packed queries on
+// average (a sliding window of a few hundred keys), since 128-query tiles cost more at a walk's ends
+// (a larger first load, the last dQ product after the walk) than they save in its middle.
+bool narrow_query_tiles_pay(const BlockPattern& pattern, int key_rows);
+// The crossover measured on the H200 (packed_queries.cpp), by pattern block.
+double min_wide_tiles_a_walk(int block);
+
 // Measured on the H100 (B2 H16 S8192 d = 128): random blocks of 16 at 0.25 (0.90 of the tiles) were
 // 5-9% faster packed, blocks of 32 at 0.5 (0.94) and blocks of 16 at 0.5 (1.0) 0-2% and 5% slower,
 // windows (1.0) 1-3% slower.

@@ -114,15 +114,27 @@ BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart p
   // atomics that made it slower than mma.sync (7.22 ms against 6.60, B4 H32 S4096 dense, H100); with
   // bulk reductions it is faster (4.71 ms against 6.55 dense, 0.79 against 0.94 at density 0.1).
   t.wgmma = hopper_head_dim && (part == BackwardPart::dkdv || part == BackwardPart::dq);
-  // At d = 64 the Hopper dK/dV pass walks 128-query tiles where pattern blocks are that wide (or there
-  // is no pattern): S^T and dP^T are m64n128 products, which read the warpgroup's K and V rows once for
-  // 128 queries instead of twice (without atomic dQ 1-3% faster backward on the H100,
-  // docs/attention-log.md, "Landed: 128-query tiles in the d = 64 dK/dV pass"; with atomic dQ each
-  // warpgroup's dQ product then takes 64 of the queries over all 128 keys, instead of all 64 queries
-  // over its own keys, so each element is added once, not twice).
+  // At d = 64 the Hopper dK/dV pass walks 128-query tiles: S^T and dP^T are m64n128 products, which
+  // read the warpgroup's K and V rows once for 128 queries instead of twice (without atomic dQ 1-3%
+  // faster backward on the H100, docs/attention-log.md, "Landed: 128-query tiles in the d = 64 dK/dV
+  // pass"; with atomic dQ each warpgroup's dQ product then takes 64 of the queries over all 128 keys,
+  // instead of all 64 queries over its own keys, so each element is added once, not twice). Pattern
+  // blocks of 16 and 32 pack 8 or 4 query blocks into a tile (forty-third session, docs/attention-log.md,
+  // "d = 64: narrow pattern blocks on 128-query tiles"). Blocks of 64 keep 64-query tiles: there a
+  // warpgroup's keys are one pattern block, and on 64-query tiles it skips the products of a tile its
+  // block does not see, which 128-query tiles cannot (their walk spills with the second copy), and
+  // they measured 2-14% slower.
   if (part == BackwardPart::dkdv && hopper_kernel && wgmma_dkdv_takes_128_queries(spec) &&
-      (spec.sparsity == Sparsity::dense || spec.block_size >= 128))
+      (spec.sparsity == Sparsity::dense || spec.block_size != 64))
     t.block_cols = 128;
+  return t;
+}
+
+std::optional<BackwardTiling> narrow_query_backward_tiling(const AttentionSpec& spec) {
+  const bool small_blocks = spec.sparsity != Sparsity::dense && (spec.block_size == 16 || spec.block_size == 32);
+  if (!small_blocks || !wgmma_dkdv_takes_128_queries(spec)) return std::nullopt;
+  BackwardTiling t = default_backward_tiling(spec, BackwardPart::dkdv, true);
+  t.block_cols = 64;
   return t;
 }
 

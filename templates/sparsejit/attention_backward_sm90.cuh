@@ -77,6 +77,14 @@ struct BackwardSm90Layout : BackwardWarpRoles {
   static_assert(runs == 1 || (Cfg::sparsity != kDense && Cfg::pattern_block == run_rows),
                 "query runs: one pattern block each");
   using Tile = PackedQueries<run_rows, runs>;
+  // Eight runs a tile with atomic dQ (blocks of 16 on d = 64's 128-query tiles): the copy warp and the
+  // dQ warp each locate eight runs, which spilled 24 bytes in 40 registers; the math warps give them 16
+  // more. (Without atomic dQ the math warps need their 232: 12 bytes spilled at 224.)
+  static constexpr bool eight_runs_atomic = runs > 4 && Cfg::atomic_dq;
+  static constexpr int math_registers = eight_runs_atomic ? 224 : BackwardWarpRoles::math_registers;
+  static constexpr int helper_registers = eight_runs_atomic ? 56 : BackwardWarpRoles::helper_registers;
+  static_assert(math_threads * math_registers + helper_threads * helper_registers == threads * launch_share,
+                "the math and helper warps' registers: all the launch gives the CTA");
   static constexpr int tile_dim = swizzled_tile_cols(Tr::head_dim);  // d = 96: 128
   static constexpr int own_bytes = rows * tile_dim * 2;           // the K and V tiles
   static constexpr int other_bytes = cols * tile_dim * 2;         // one Q or dO slot
@@ -282,7 +290,10 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
   // (below): the warp index is then read from lane 0, so that ptxas knows it is the same in every
   // lane of the warp and does not serialize the wgmma (C7520). Elsewhere the plain index: the code of
   // before (a version that read the shuffled index everywhere measured the dense backward 3-5% slower).
-  constexpr bool may_skip = L::key_groups == 2 && Tr::group_rows <= 64;
+  // 128-query tiles (d = 64) do not branch: with both copies of the walk ptxas spilled 20-36 bytes
+  // at pattern blocks of 16, 32 and 64 (none with one), so a warpgroup whose keys see none of a tile's
+  // queries runs its products over scores its mask sets to -inf (P^T and dS^T zero).
+  constexpr bool may_skip = L::key_groups == 2 && Tr::group_rows <= 64 && C == 64;
   const int warp = may_skip ? __shfl_sync(0xffffffffu, threadIdx.x / 32, 0) : threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (warp >= L::math_warps) {
@@ -438,7 +449,7 @@ __global__ void __launch_bounds__(BackwardSm90Layout<Cfg>::threads, 1)
   for (int j = 0; j < count; ++j) {
     const int slot = j % stages;
     mbarrier_wait(barrier(L::slot_full + slot), (j / stages) & 1);  // tile j's Q, dO and statistics
-    const Tile t = indices.slot_tile[slot];
+    const Tile& t = indices.slot_tile[slot];
     const unsigned q_slot = base + L::q_ring + slot * L::other_bytes;
     const unsigned do_slot = base + L::do_ring + slot * L::other_bytes;
     const float* lse2 = lse2_ring + slot * C;

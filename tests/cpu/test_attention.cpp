@@ -735,7 +735,8 @@ TEST_CASE("the backward gathers the blocks of sparse random patterns of 16 and 3
     spec.causal = causal;
     spec.sparsity = Sparsity::block_sparse;
     spec.block_size = p.block_size();
-    return attention::gathering_queries_pays(spec, p, 128, 64, false);
+    // (The 128-key CTAs' tiles: 128 queries at d = 64.)
+    return attention::gathering_queries_pays(spec, p, 128, head_dim == 64 ? 128 : 64, false);
   };
   // d = 128: blocks of 16 from 0.1 (5.6) down, not at 0.25 (3.6); blocks of 32 from 0.1 (3.4), not at
   // 0.25 (2.7).
@@ -795,6 +796,34 @@ TEST_CASE("the backward gathers sparse random blocks of 64 at d = 64 and 96, and
   CHECK_FALSE(pays(128, window, true));
   // Too few blocks a key block's column for a CTA's fixed costs: 0.02 (about 3).
   CHECK_FALSE(pays(64, patterns::random(64, seq, seq, 0.02, 7), false));
+}
+
+// d = 64's dK/dV pass takes 64-query tiles where a CTA walks fewer 128-query tiles than
+// min_wide_tiles_a_walk (measured on sliding windows: packed_queries.cpp); each case sits on one side.
+TEST_CASE("at d = 64 the backward walks short windows of blocks of 16 and 32 on 64-query tiles, long walks on 128",
+          "[attention][schedule]") {
+  const std::int64_t seq = 4096;
+  auto narrow = [](const BlockPattern& p) { return attention::narrow_query_tiles_pay(p, 128); };
+  // Blocks of 16: a window of B blocks before and A after the diagonal gives a 128-key CTA's 8 blocks
+  // 8 + B + A query blocks, (8 + B + A) / 8 tiles of 128: below 6 up to 16 + 15, not at 24 + 23.
+  CHECK(narrow(patterns::sliding_window(16, seq, seq, 4, 3)));    // 1.9
+  CHECK(narrow(patterns::sliding_window(16, seq, seq, 8, 7)));    // 2.9
+  CHECK(narrow(patterns::sliding_window(16, seq, seq, 16, 15)));  // 4.9
+  CHECK_FALSE(narrow(patterns::sliding_window(16, seq, seq, 24, 23)));  // 6.9
+  // Blocks of 32 (4 a CTA): below 2.25 at 2 + 1, not at 4 + 3 or 12 + 11.
+  CHECK(narrow(patterns::sliding_window(32, seq, seq, 2, 1)));          // 1.75
+  CHECK_FALSE(narrow(patterns::sliding_window(32, seq, seq, 4, 3)));    // 2.75
+  CHECK_FALSE(narrow(patterns::sliding_window(32, seq, seq, 12, 11)));  // 6.75
+  // Random patterns: long walks at these densities (a CTA's keys see most query blocks).
+  for (const int bs : {16, 32}) {
+    CAPTURE(bs);
+    CHECK_FALSE(narrow(patterns::random(bs, seq, seq, 0.5, 3)));
+    CHECK_FALSE(narrow(patterns::random(bs, seq, seq, 0.1, 3)));
+    // A pattern per head counts every head's walks.
+    CHECK(narrow(patterns::sliding_window(bs, seq, seq, 64 / bs, 0, 4)));
+    // Nothing active: no walk is long.
+    CHECK(narrow(patterns::random(bs, seq, seq, 0.0, 3)));
+  }
 }
 
 TEST_CASE("SJIT_BACKWARD_WALK forces a walk where it exists, and a bad value is refused", "[attention][schedule]") {

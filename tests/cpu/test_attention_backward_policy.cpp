@@ -73,7 +73,7 @@ TEST_CASE("on Hopper the dQ pass where rows see few key tiles, and for wide GQA 
 // warpgroup's dQ product then takes half the queries: atomic dQ wins from two key tiles a row (the
 // H200, backward_policy.cpp). On 64-query tiles (narrower pattern blocks) its dQ product splits the
 // keys, and the pass wins at every density.
-TEST_CASE("at d = 64 the dQ pass where rows see one key tile, or where pattern blocks are narrower than 128",
+TEST_CASE("at d = 64 the dQ pass where rows see one key tile, or where the dK/dV tiles are 64 queries",
           "[attention][backward][policy]") {
   for (const Causal c : {Causal::none, Causal::top_left, Causal::bottom_right})
     for (const std::int64_t group : {1, 2, 4, 8}) {
@@ -87,9 +87,19 @@ TEST_CASE("at d = 64 the dQ pass where rows see one key tile, or where pattern b
   for (const int block : {16, 32, 64, 128, 256}) {
     CAPTURE(block);
     blocks.block_size = block;
-    for (const double tiles : {1.0, 3.0, 32.0})
-      CHECK(choose_dq_summation(blocks, true, tiles, 1, "") == (block >= 128 && tiles > 1 ? DqSummation::atomic : DqSummation::pass));
+    // Blocks of 64 run 64-query tiles; the others 128 unless the pattern's walks are short, which the
+    // caller says (dkdv_query_cols).
+    for (const double tiles : {1.0, 3.0, 32.0}) {
+      CAPTURE(tiles);
+      CHECK(choose_dq_summation(blocks, true, tiles, 1, "") ==
+            (block != 64 && tiles > 1 ? DqSummation::atomic : DqSummation::pass));
+      CHECK(choose_dq_summation(blocks, true, tiles, 1, "", {}, {}, false, 0, 4.8e12, 64) == DqSummation::pass);
+      CHECK(choose_dq_summation(blocks, true, tiles, 1, "", {}, {}, false, 0, 4.8e12, 128) ==
+            (tiles > 1 ? DqSummation::atomic : DqSummation::pass));
+    }
   }
+  // Asked for, atomic runs on 64-query tiles too.
+  CHECK(choose_dq_summation(blocks, true, 32, 1, "", DqSummation::atomic, {}, false, 0, 4.8e12, 64) == DqSummation::atomic);
 }
 
 TEST_CASE("SJIT_BACKWARD_DQ forces a way, and a bad value names itself", "[attention][backward][policy]") {

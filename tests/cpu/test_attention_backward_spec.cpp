@@ -149,18 +149,34 @@ TEST_CASE("the Hopper dK/dV and dQ tilings: key text, defaults, refusals", "[att
   CHECK(codegen::default_backward_tiling(spec, BackwardPart::dq, false).block_cols == 64);
   CHECK(codegen::default_backward_tiling(spec, BackwardPart::dkdv, true).block_cols == 64);
   // The d = 64 dK/dV pass walks 128-query tiles on Hopper, with or without atomic dQ, dense or with
-  // pattern blocks of 128; with narrower blocks, or off Hopper, 64.
+  // pattern blocks of 16, 32 or 128 or more; with blocks of 64, or off Hopper, 64. Blocks of 16 and 32
+  // also have 64-query tiles, for patterns whose walks are short; no other spec has.
   AttentionSpec d64 = backward_spec(64, true);
   CHECK(codegen::default_backward_tiling(d64, BackwardPart::dkdv, true).block_cols == 128);
   CHECK(codegen::default_backward_tiling(d64, BackwardPart::dkdv, false).block_cols == 64);
   CHECK(codegen::default_backward_tiling(backward_spec(64, false), BackwardPart::dkdv, true).block_cols == 128);
   CHECK(codegen::default_backward_tiling(backward_spec(64, false), BackwardPart::dkdv, false).block_cols == 64);
   d64.sparsity = Sparsity::block_sparse;
-  for (const int block : {16, 32, 64, 128}) {
+  for (const int block : {16, 32, 64, 128, 256}) {
     d64.block_size = block;
     CAPTURE(block);
-    CHECK(codegen::default_backward_tiling(d64, BackwardPart::dkdv, true).block_cols == (block == 128 ? 128 : 64));
+    const codegen::BackwardTiling wide = codegen::default_backward_tiling(d64, BackwardPart::dkdv, true);
+    CHECK(wide.block_cols == (block == 64 ? 64 : 128));
+    CHECK(codegen::dkdv_query_runs(d64, wide) == (block < 64 ? 128 / block : 1));
+    const std::optional<codegen::BackwardTiling> narrow = codegen::narrow_query_backward_tiling(d64);
+    REQUIRE(narrow.has_value() == (block == 16 || block == 32));
+    if (!narrow) continue;
+    CHECK(codegen::key(*narrow) == "part=dkdv,warps=8,cols=64,stages=2,path=wgmma");
+    CHECK(codegen::dkdv_query_runs(d64, *narrow) == 64 / block);
   }
+  for (const int d : {96, 128, 256}) {
+    AttentionSpec other = backward_spec(d, true);
+    other.sparsity = Sparsity::block_sparse;
+    other.block_size = 16;
+    CAPTURE(d);
+    CHECK_FALSE(codegen::narrow_query_backward_tiling(other).has_value());
+  }
+  CHECK_FALSE(codegen::narrow_query_backward_tiling(backward_spec(64, true)).has_value());  // dense
   CHECK(codegen::parse_backward_tiling("part=dkdv,warps=8,cols=128,stages=2,path=wgmma").block_cols == 128);
   CHECK(codegen::parse_backward_tiling("part=dq,warps=8,cols=64,stages=2,path=wgmma").block_cols == 64);
   CHECK(codegen::default_backward_tiling(spec, BackwardPart::dq, false).warps == 4);
@@ -290,6 +306,12 @@ TEST_CASE("the Hopper dK/dV and dQ kernels compile for sm_90a without spills", "
       "attention:d=128,dtype=f16,sparsity=bsr,block=16,pass=bwd|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
       "attention:d=64,dtype=bf16,causal=tl,sparsity=bsr,block=16,pass=bwd,det=1|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
       "attention:d=96,dtype=bf16,sparsity=bsr,block=32,pass=bwd|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
+      // d = 64's 128-query tiles packed from 8 and 4 runs, one copy of the walk (the helpers take 56
+      // registers where eight runs are located with atomic dQ), and their 64-query tiles for short walks.
+      "attention:d=64,dtype=bf16,sparsity=bsr,block=16,pass=bwd|part=dkdv,warps=8,cols=128,stages=2,path=wgmma",
+      "attention:d=64,dtype=f16,causal=br,sparsity=bsr,block=16,pass=bwd,det=1|part=dkdv,warps=8,cols=128,stages=2,path=wgmma",
+      "attention:d=64,dtype=bf16,causal=tl,sparsity=bsr,block=32,pass=bwd|part=dkdv,warps=8,cols=128,stages=2,path=wgmma",
+      "attention:d=64,dtype=bf16,sparsity=bsr,block=16,pass=bwd|part=dkdv,warps=8,cols=64,stages=2,path=wgmma",
       // Blocks of 64 on the gathered backward: the key-block dK/dV pass and the gathered dQ pass.
       "attention:d=128,dtype=bf16,causal=br,sparsity=bsr,block=64,pass=bwd,det=1|part=dkdv,warps=4,cols=64,stages=2,path=wgmma_gather,block=64",
       "attention:d=96,dtype=f16,causal=tl,sparsity=bsr,block=64,pass=bwd|part=dkdv,warps=4,cols=64,stages=2,path=wgmma_gather,block=64",

@@ -226,21 +226,29 @@ Problem small_block_problem(int variant, int bs, double density, Causal causal) 
 }
 }  // namespace
 
-// Pattern blocks of 16 and 32 on Hopper: each 64-query tile of the dK/dV pass is packed from 4 or 2
-// active query blocks wherever they lie (PackedQueries), from several query heads of a K/V head's
-// group, with a walk's last tile padded by blocks that must add nothing. Sparse patterns make short
-// walks (one or two blocks, fewer than a tile holds); lengths cut the last block short; bottom-right
-// causality with Sq < Sk and Sq > Sk puts each run on its own causal edge.
+// Pattern blocks of 16, 32 and 64 on Hopper: each tile of the dK/dV pass (64 queries; 128 at d = 64)
+// is packed from 2 to 8 active query blocks wherever they lie (PackedQueries; forced, since the
+// gathered pass takes sparse random patterns), from several query heads of a K/V head's group, with a
+// walk's last tile padded by blocks that must add nothing. Sparse patterns make short walks (one or
+// two blocks, fewer than a tile holds); lengths cut the last block short; bottom-right causality with
+// Sq < Sk and Sq > Sk puts each run on its own causal edge. dQ is summed both ways.
 TEST_CASE("the dK/dV pass packs narrow query blocks into its tiles and gives the reference's gradients",
           "[gpu][attention][backward]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
+  const EnvOverride packed("SJIT_BACKWARD_WALK", "packed");
   int variant = 0;
-  for (const int bs : {16, 32})
+  for (const int bs : {16, 32, 64})
     for (const double density : {0.5, 0.1, 0.02})
       for (const Causal causal : {Causal::none, Causal::bottom_right}) {
-        check_problem(small_block_problem(++variant, bs, density, causal), rng);
+        const bool atomic = variant % 4 < 2;
+        const DqMethodOverride dq_way(atomic ? "atomic" : "pass");
+        const Problem c = small_block_problem(++variant, bs, density, causal);
+        // (Blocks of 64 pack only on d = 64's 128-query tiles.)
+        if (bs == 64 && c.spec.head_dim != 64) continue;
+        INFO(c.name() << (atomic ? ", atomic dQ" : ", the dQ pass"));
+        check_problem(c, rng);
       }
   // d = 256's dK/dV pass (64 keys a CTA, warpgroups by role) packs them too.
   for (const int bs : {16, 32}) {
@@ -314,6 +322,37 @@ TEST_CASE("sparse random blocks of 16, 32 and 64 take the gathered backward, win
       expect_gradients_close(c, run.gradients(), run_reference(c, in, pattern));
     }
   }
+}
+
+// At d = 64 the dK/dV pass walks 128-query tiles, but patterns of blocks of 16 and 32 whose walks are
+// short (a narrow window) take its 64-query tiles (attention/packed_queries.h), one Attention meeting
+// both, each way of summing dQ.
+TEST_CASE("at d = 64 short windows of blocks of 16 and 32 walk 64-query tiles, long walks 128-query ones",
+          "[gpu][attention][backward]") {
+  if (!test::on_hopper("the d = 64 dK/dV pass's tiles")) return;
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (const int bs : {16, 32})
+    for (const char* way : {"atomic", "pass"}) {
+      const DqMethodOverride dq_way(way);
+      Problem c{spec_of(64, DType::bf16, Causal::none, Sparsity::block_sparse, bs), 1, 4, 2, 1500, 1500, 0.7};
+      INFO(c.name() << ", dQ " << way);
+      const Inputs in = random_inputs(c, rng);
+      Attention attention(c.spec);
+      const BlockPattern window = patterns::sliding_window(bs, c.seq_q, c.seq_k, 64 / bs, 0);
+      const BlockPattern random = patterns::random(bs, c.seq_q, c.seq_k, c.density, rng());
+      for (const BlockPattern* pattern : {&window, &random}) {
+        GpuRun run(c, in, pattern);
+        const std::string tiling = attention.backward_tiling(run.backward_args());
+        CAPTURE(tiling);
+        CHECK_THAT(tiling, Catch::Contains(pattern == &window ? "cols=64" : "cols=128") && !Catch::Contains("wgmma_gather"));
+        run.forward(attention);
+        run.backward(attention);
+        synchronize();
+        expect_gradients_close(c, run.gradients(), run_reference(c, in, pattern));
+      }
+    }
 }
 
 TEST_CASE("with no active block every gradient is exactly 0 and nothing is NaN", "[gpu][attention][backward]") {

@@ -109,12 +109,12 @@ bool packing_queries_pays(const BlockPattern& pattern, int key_rows, int tile_co
 // Measured on the H200 (forty-third session, docs/attention-log.md, "d = 64: narrow pattern blocks on
 // 128-query tiles"; B4 H32 S4096, backward ms queued, 64-query tiles with their dQ pass / 128-query
 // tiles with their rule's way, atomic here; in brackets the 128-query tiles a CTA walks): blocks of 16,
-// windows of 4 + 1 + 3 blocks (1.9) 0.423-0.446 / 0.635-0.657, 8 + 1 + 7 (2.9) 0.519-0.553 /
-// 0.574-0.614, 16 + 1 + 15 (4.9) 0.748-0.761 / 0.785-0.791, 24 + 1 + 23 (6.9) 0.976 / 0.964; blocks
-// of 32, windows of 2 + 1 + 1 (1.75) 0.448-0.474 / 0.514-0.539, 4 + 1 + 3 (2.75) 0.553-0.568 /
-// 0.513-0.546, 12 + 1 + 11 (6.75) 0.977 / 0.875; random patterns at 0.5 (long walks), blocks of 16
-// 4.207 / 3.442, of 32 4.030-4.077 / 3.178-3.185.
-double min_wide_tiles_a_walk(int block) { return block == 16 ? 6.0 : 2.25; }
+// windows of 4 + 1 + 3 blocks (1.9) 0.423-0.446 / 0.635-0.657, 8 + 1 + 7 (2.9) 0.519-0.553 / 0.550,
+// 12 + 1 + 11 (3.9) 0.641-0.651 / 0.688, 16 + 1 + 15 (4.9) 0.748-0.755 / 0.710, 24 + 1 + 23 (6.9)
+// 0.974 / 0.842; blocks of 32, windows of 2 + 1 + 1 (1.75) 0.448-0.474 / 0.514-0.539, 4 + 1 + 3 (2.75)
+// 0.553-0.568 / 0.513-0.546, 12 + 1 + 11 (6.75) 0.977 / 0.875; random patterns at 0.5 (long walks),
+// blocks of 16 4.230 / 3.448, of 32 4.092 / 3.325.
+double min_wide_tiles_a_walk(int block) { return block == 16 ? 4.5 : 2.25; }
 
 bool narrow_query_tiles_pay(const BlockPattern& pattern, int key_rows) {
   const int block = pattern.block_size();

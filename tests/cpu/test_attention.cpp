@@ -805,10 +805,11 @@ TEST_CASE("at d = 64 the backward walks short windows of blocks of 16 and 32 on 
   const std::int64_t seq = 4096;
   auto narrow = [](const BlockPattern& p) { return attention::narrow_query_tiles_pay(p, 128); };
   // Blocks of 16: a window of B blocks before and A after the diagonal gives a 128-key CTA's 8 blocks
-  // 8 + B + A query blocks, (8 + B + A) / 8 tiles of 128: below 6 up to 16 + 15, not at 24 + 23.
+  // 8 + B + A query blocks, (8 + B + A) / 8 tiles of 128: below 4.5 up to 12 + 11, not from 16 + 15.
   CHECK(narrow(patterns::sliding_window(16, seq, seq, 4, 3)));    // 1.9
   CHECK(narrow(patterns::sliding_window(16, seq, seq, 8, 7)));    // 2.9
-  CHECK(narrow(patterns::sliding_window(16, seq, seq, 16, 15)));  // 4.9
+  CHECK(narrow(patterns::sliding_window(16, seq, seq, 12, 11)));  // 3.9
+  CHECK_FALSE(narrow(patterns::sliding_window(16, seq, seq, 16, 15)));  // 4.9
   CHECK_FALSE(narrow(patterns::sliding_window(16, seq, seq, 24, 23)));  // 6.9
   // Blocks of 32 (4 a CTA): below 2.25 at 2 + 1, not at 4 + 3 or 12 + 11.
   CHECK(narrow(patterns::sliding_window(32, seq, seq, 2, 1)));          // 1.75

@@ -106,8 +106,8 @@ bool packing_queries_pays(const BlockPattern& pattern, int key_rows, int tile_co
   return contiguous > 0 && packed <= kPackedTilesAtMost * contiguous;
 }
 
-// Measured on the H200 (forty-third session, docs/attention-log.md, "d = 64: narrow pattern blocks on
-// 128-query tiles"; B4 H32 S4096, backward ms queued, 64-query tiles with their dQ pass / 128-query
+// Measured on the H200 (forty-third session, docs/attention.md, "d = 64: pattern blocks of 16 and 32
+// on 128-query tiles"; B4 H32 S4096, backward ms queued, 64-query tiles with their dQ pass / 128-query
 // tiles with their rule's way, atomic here; in brackets the 128-query tiles a CTA walks): blocks of 16,
 // windows of 4 + 1 + 3 blocks (1.9) 0.423-0.446 / 0.635-0.657, 8 + 1 + 7 (2.9) 0.519-0.553 / 0.550,
 // 12 + 1 + 11 (3.9) 0.641-0.651 / 0.688, 16 + 1 + 15 (4.9) 0.748-0.755 / 0.710, 24 + 1 + 23 (6.9)

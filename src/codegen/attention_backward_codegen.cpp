@@ -119,11 +119,12 @@ BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart p
   // faster backward on the H100, docs/attention-log.md, "Landed: 128-query tiles in the d = 64 dK/dV
   // pass"; with atomic dQ each warpgroup's dQ product then takes 64 of the queries over all 128 keys,
   // instead of all 64 queries over its own keys, so each element is added once, not twice). Pattern
-  // blocks of 16 and 32 pack 8 or 4 query blocks into a tile (forty-third session, docs/attention-log.md,
-  // "d = 64: narrow pattern blocks on 128-query tiles"). Blocks of 64 keep 64-query tiles: there a
+  // blocks of 16 and 32 pack 8 or 4 query blocks into a tile (forty-third session, docs/attention.md,
+  // "d = 64: pattern blocks of 16 and 32 on 128-query tiles"; narrow_query_backward_tiling below is
+  // their 64-query tiling, for patterns whose walks are short). Blocks of 64 keep 64-query tiles: a
   // warpgroup's keys are one pattern block, and on 64-query tiles it skips the products of a tile its
-  // block does not see, which 128-query tiles cannot (their walk spills with the second copy), and
-  // they measured 2-14% slower.
+  // block does not see, which 128-query tiles cannot (their walk spilled with the second copy); they
+  // measured 2-14% slower.
   if (part == BackwardPart::dkdv && hopper_kernel && wgmma_dkdv_takes_128_queries(spec) &&
       (spec.sparsity == Sparsity::dense || spec.block_size != 64))
     t.block_cols = 128;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/nvrtc_program.h"
@@ -22,5 +23,10 @@ std::vector<runtime::InMemoryHeader> template_headers();
 // XXH3-64 over every template's name and text: part of every cache key, so editing a template
 // invalidates every binary built from the old text.
 std::uint64_t templates_hash();
+
+// 16 hex digits of a SHA-256 over the sources that generate the kernels and choose among them
+// (src/codegen, src/attention, src/spec), taken at build time (defined in a generated source). A change
+// there (a default tiling, a rule) may change what a stored tuning measured, as a template's may.
+std::string_view kernel_choices_fingerprint();
 
 }  // namespace sjit::codegen

@@ -8,6 +8,8 @@
 #include <map>
 #include <mutex>
 
+#include <xxhash.h>
+
 #include "codegen/embedded_templates.h"
 #include "jit/jit.h"
 #include "sparsejit/error.h"
@@ -54,7 +56,13 @@ tune::TuningEntry measured_entry(const std::string& op, const std::string& spec_
 }
 
 std::string current_kernels() {
-  static const std::string kernels = fmt::format("{:016x}", codegen::templates_hash());
+  // The templates and the sources that choose and generate kernels from them (a default tiling, a
+  // rule): either may change what a tuning measured.
+  static const std::string kernels = [] {
+    const std::string both = fmt::format("templates {:016x}\nchoices {}\n", codegen::templates_hash(),
+                                         codegen::kernel_choices_fingerprint());
+    return fmt::format("{:016x}", XXH3_64bits(both.data(), both.size()));
+  }();
   return kernels;
 }
 

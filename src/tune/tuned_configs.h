@@ -21,7 +21,8 @@ tune::TuningEntry measured_entry(const std::string& op, const std::string& spec_
                                  const std::string& winner, double winner_us, const std::string& default_config,
                                  double default_us, int candidates);
 
-// This build's kernels as a tuning entry names them (TuningEntry::kernels).
+// This build's kernels as a tuning entry names them (TuningEntry::kernels): 16 hex digits of XXH3-64 over
+// the templates' hash and the fingerprint of the sources that choose and generate kernels.
 std::string current_kernels();
 
 // The entry for `key` if it was measured with this build's kernels. One measured with other kernels (an

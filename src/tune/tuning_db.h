@@ -39,9 +39,10 @@ struct TuningEntry {
   int candidates = 0;          // how many were timed
   std::string measured_at;     // UTC, ISO 8601
   std::string library_version;
-  // The kernel templates the times were measured with (codegen::templates_hash, 16 hex digits; empty
-  // in entries written before it was kept): lookups pass over an entry of other kernels, whose winner
-  // may no longer be the fastest (tuning::current_entry).
+  // The kernels the times were measured with (tuning::current_kernels: the templates' hash and the
+  // fingerprint of the sources that choose kernels, 16 hex digits; empty in entries written before it
+  // was kept): lookups pass over an entry of other kernels, whose winner may no longer be the fastest
+  // (tuning::current_entry).
   std::string kernels;
 };
 

@@ -1,6 +1,7 @@
 // Attention tuning without a GPU: the shape buckets, the candidate grid, and the hook through which an
 // Attention built with an all-unset config takes the stored winner (docs/tuning.md, "Attention").
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "sparsejit/sparsejit.h"
+#include "codegen/embedded_templates.h"
 #include "support/temp_dir.h"
 #include "tune/attention_tuned_configs.h"
 #include "tune/tuned_configs.h"
@@ -329,6 +331,21 @@ TEST_CASE("a tiling tuned with other kernels is passed over, with one warning, a
   tuning::set_attention_device_for_tests(test_device());  // forget what was looked up
   CHECK(key(Attention(spec).config()) == resolved_key(spec, kStoredWinner));
   CHECK(tuning_entries().front().current_kernels);
+}
+
+// A tuning's times depend on the templates and on the sources that generate kernels from them and
+// choose among them (a default tiling, a rule): an entry names both, so a change to either passes it over.
+TEST_CASE("a tuning entry's kernels name the templates and the sources that choose kernels", "[tune][attention]") {
+  const std::string kernels = tuning::current_kernels();
+  const std::string choices(codegen::kernel_choices_fingerprint());
+  auto hex16 = [](const std::string& s) {
+    return s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+  };
+  CHECK(hex16(kernels));
+  CHECK(hex16(choices));
+  // Not the templates' hash alone: a build whose templates match but whose choices differ is other kernels.
+  CHECK(kernels != fmt::format("{:016x}", codegen::templates_hash()));
+  CHECK(kernels == tuning::current_kernels());  // stable within a process
 }
 
 TEST_CASE("a candidate's output matches the default's within rounding, and a wrong or unwritten one does not",

@@ -145,7 +145,8 @@ struct TunedEntry {
   std::string device, op, spec_key, bucket, winner_config, default_config, measured_at;
   double winner_us = 0, default_us = 0;
   int candidates = 0;
-  // Measured with this build's kernel templates. Launches pass over an entry of other kernels (an
+  // Measured with this build's kernels (its templates, and the sources that generate and choose
+  // kernels: docs/tuning.md). Launches pass over an entry of other kernels (an
   // earlier or later sparsejit, or an import from one): its winner may no longer be the fastest, so
   // it waits to be tuned again.
   bool current_kernels = true;

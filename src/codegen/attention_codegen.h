@@ -70,11 +70,10 @@ BackwardTiling parse_backward_tiling(std::string_view text);
 // runs sm_90a code (the dK/dV pass then takes the wgmma kernel where it is faster: d = 128).
 BackwardTiling default_backward_tiling(const AttentionSpec& spec, BackwardPart part, bool sm90 = false);
 int attention_backward_shared_bytes(const AttentionSpec& spec, const BackwardTiling& tiling);
-// The Hopper dK/dV pass with pattern blocks narrower than its query tiles (16 or 32 queries in 64 or
-// 128, 64 in 128) may
-// fill each tile with block_cols / block_size runs of one active query block each, wherever they lie
-// (PackedQueries in attention_backward.cuh), where the schedule lists such runs (a choice made per
-// pattern: attention/packed_queries.h); elsewhere 1.
+// The Hopper dK/dV pass with pattern blocks narrower than its query tiles (16 or 32 queries in 64;
+// 16 or 32 in 128 at d = 64) may fill each tile with block_cols / block_size runs of one active query
+// block each, wherever they lie (PackedQueries in attention_backward.cuh), where the schedule lists
+// such runs (a choice made per pattern: attention/packed_queries.h); elsewhere 1.
 int dkdv_query_runs(const AttentionSpec& spec, const BackwardTiling& tiling);
 // The d = 64 Hopper dK/dV pass on 64-query tiles, for a spec with pattern blocks of 16 or 32 (whose
 // default tiles are 128 queries): patterns whose CTAs walk few tiles run it (a choice made per pattern:

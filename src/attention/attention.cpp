@@ -406,6 +406,7 @@ struct Attention::State {
     double key_tiles_per_row = 0;
     bool accumulator_spills = false;  // atomic dQ's working set of a K/V group outgrows the L2
     bool atomic = false;
+    bool narrow_queries = false;  // d = 64's 64-query dK/dV tiles (codegen::narrow_query_backward_tiling)
   };
   BackwardPlan plan_backward(const AttentionBackwardArgs& a, const jit::Target& target, const Capture& capture = {}) {
     attention::forced_query_walk();  // refuses a bad SJIT_BACKWARD_WALK on every backward, walk to choose or not
@@ -424,6 +425,7 @@ struct Attention::State {
                             : backward_tilings(backward_spec(atomic), plan.sm90).dkdv;
     };
     plan.kv_tiling = dkdv_tiling(true);
+    plan.narrow_queries = narrow_queries;
     plan.key_tiles = (a.seq_k + plan.kv_tiling.block_rows() - 1) / plan.kv_tiling.block_rows();
     if (patterned) {
       plan.key_schedule =
@@ -445,11 +447,12 @@ struct Attention::State {
     plan.accumulator_spills = attention::accumulator_spills(group, a.seq_q, spec.head_dim, target.device->l2_bytes);
     // How dQ is summed, on the gathered backward or not. A stored tuning (nullopt at once with the
     // autotune policy off; remembered per process otherwise) decides only where nothing before it in
-    // choose_dq_summation does; the gathered backward's, and those of an accumulator beyond the L2,
-    // are stored apart.
+    // choose_dq_summation does; the gathered backward's, those of d = 64's 64-query tiles and those of
+    // an accumulator beyond the L2 are stored apart.
     auto summation = [&](bool gathered) {
-      const std::optional<DqSummation> tuned = tuning::tuned_dq_summation(
-          backward_spec(true), group, plan.key_tiles_per_row, gathered, plan.accumulator_spills);
+      const std::optional<DqSummation> tuned =
+          tuning::tuned_dq_summation(backward_spec(true), group, plan.key_tiles_per_row, gathered,
+                                     plan.accumulator_spills, narrow_queries && !gathered);
       return attention::choose_dq_summation(spec, plan.sm90, plan.key_tiles_per_row, group,
                                             attention::forced_dq_summation(), a.dq_summation, tuned, gathered,
                                             plan.accumulator_spills ? plan.key_tiles : 0,
@@ -469,6 +472,7 @@ struct Attention::State {
     plan.atomic = way == DqSummation::atomic;
     if (gathered) {
       plan.kv_tiling = *codegen::gathered_backward_tiling(backward_spec(plan.atomic), codegen::BackwardPart::dkdv);
+      plan.narrow_queries = false;
       const int block = a.pattern->block_size();
       plan.key_schedule = &schedule(*a.pattern, target, block, block, true, capture);
       plan.key_tiles = plan.key_schedule->q_tiles;
@@ -896,7 +900,7 @@ DqSummation Attention::dq_summation(const AttentionBackwardArgs& in) {
 AttentionInternals::DqChoiceInputs AttentionInternals::backward_dq_choice_inputs(Attention& attention,
                                                                                   const AttentionBackwardArgs& in) {
   const auto plan = attention.state_->plan_of_call(in);
-  return {plan.key_tiles_per_row, plan.kv_tiling.gathered_block > 0, plan.accumulator_spills};
+  return {plan.key_tiles_per_row, plan.kv_tiling.gathered_block > 0, plan.accumulator_spills, plan.narrow_queries};
 }
 
 std::string Attention::backward_tiling(const AttentionBackwardArgs& in) {

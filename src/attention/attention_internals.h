@@ -13,6 +13,7 @@ struct AttentionInternals {
     double key_tiles_per_row = 0;
     bool gathered = false;
     bool accumulator_spills = false;  // atomic dQ's working set outgrows the L2 (backward_policy.h)
+    bool narrow_queries = false;      // d = 64's 64-query dK/dV tiles (attention/packed_queries.h)
   };
   static DqChoiceInputs backward_dq_choice_inputs(Attention& attention, const AttentionBackwardArgs& args);
 };

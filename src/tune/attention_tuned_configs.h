@@ -48,8 +48,12 @@ bool store_attention_result(const AttentionSpec& canonical_spec, const std::stri
 // runs the gathered backward (pattern blocks of 16 and 32, docs/attention.md) has buckets of its own,
 // ",walk=gathered" added: its kernels, and so which way wins, are not the 128-key passes'. So does one
 // whose accumulator spills out of the L2 (attention::accumulator_spills: long sequences, wide groups),
-// ",beyond_l2" added: there the adds cost DRAM traffic, and the pass wins far more often.
-std::string dq_bucket(std::int64_t group, double key_tiles_per_row, bool gathered = false, bool beyond_l2 = false);
+// ",beyond_l2" added: there the adds cost DRAM traffic, and the pass wins far more often. And so does
+// one whose pattern runs d = 64's 64-query dK/dV tiles (`narrow_queries`: blocks of 16 or 32 on short
+// walks, attention/packed_queries.h), ",walk=narrow": on them the pass wins at counts where atomic dQ
+// wins on the 128-query tiles.
+std::string dq_bucket(std::int64_t group, double key_tiles_per_row, bool gathered = false, bool beyond_l2 = false,
+                      bool narrow_queries = false);
 
 // The way tune_dq_summation stored for the current device, the backward spec (canonical, pass=bwd)
 // and the problem's bucket, where the autotune policy is on or force; nullopt when it is off, without
@@ -57,7 +61,7 @@ std::string dq_bucket(std::int64_t group, double key_tiles_per_row, bool gathere
 // once). Looked up once per process for each (database folder, device, spec, bucket).
 std::optional<DqSummation> tuned_dq_summation(const AttentionSpec& backward_spec, std::int64_t group,
                                               double key_tiles_per_row, bool gathered = false,
-                                              bool beyond_l2 = false);
+                                              bool beyond_l2 = false, bool narrow_queries = false);
 
 // Writes a dQ tuning's winner for the current device; false if the folder cannot be written.
 bool store_dq_result(const AttentionSpec& backward_spec, const std::string& bucket, DqSummation winner,

@@ -396,6 +396,10 @@ TEST_CASE("dQ results are bucketed by GQA group and key tiles a query row rounde
   // An accumulator beyond the L2 (long sequences) changes which way wins: apart too.
   CHECK(tuning::dq_bucket(1, 10, false, true) == "group=1,tiles<=16,beyond_l2");
   CHECK(tuning::dq_bucket(4, 0.5, true, true) == "group=4,tiles<=1,walk=gathered,beyond_l2");
+  // d = 64's 64-query dK/dV tiles (short walks of small blocks): other kernels, apart.
+  CHECK(tuning::dq_bucket(1, 3, false, false, true) == "group=1,tiles<=4,walk=narrow");
+  CHECK(tuning::dq_bucket(2, 3, false, true, true) == "group=2,tiles<=4,walk=narrow,beyond_l2");
+  CHECK_THROWS_WITH(tuning::dq_bucket(1, 3, true, false, true), Contains("not both"));
   CHECK_THROWS_WITH(tuning::dq_bucket(0, 6), Contains("group = 0"));
   CHECK_THROWS_WITH(tuning::dq_bucket(1, -1), Contains("key_tiles_per_row = -1"));
   CHECK_THROWS_AS(tuning::dq_bucket(1, std::numeric_limits<double>::quiet_NaN()), InvalidArgument);

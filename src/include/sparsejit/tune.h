@@ -119,6 +119,7 @@ struct DqTuneReport {
   double key_tiles_per_row = 0;  // active key tiles a query row sees, of the 128-key dK/dV pass's tiles
   std::string bucket;            // what the result is stored under: GQA group and key tiles a row, and
                                  // ",walk=gathered" where the pattern runs the gathered backward,
+                                 // ",walk=narrow" where it runs d = 64's 64-query dK/dV tiles,
                                  // ",beyond_l2" where atomic dQ's working set outgrows the L2
   std::string device;
   DqSummation chosen_before = DqSummation::atomic;  // the backward's choice before this tuning

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <future>
 #include <optional>
 #include <string>
@@ -480,7 +481,21 @@ TEST_CASE("attention_kernel_keys adds the wide and gathered tilings of small pat
     if (d == 128)
       for (std::size_t n = 0; n + 2 < keys.size(); ++n) CHECK_THAT(keys[n], !Contains("wgmma_gather"));
   }
-  spec.head_dim = 128;
+  // d = 64 with blocks of 16 and 32: the dK/dV pass's 128-query tiles, and its 64-query ones for
+  // short walks, each way of summing dQ.
+  spec.head_dim = 64;
+  for (const int bs : {16, 32}) {
+    spec.block_size = bs;
+    CAPTURE(bs);
+    const std::vector<std::string> keys = attention_kernel_keys(spec, "sm_90a");
+    const std::string bwd = fmt::format("attention:d=64,dtype=bf16,causal=none,sparsity=bsr,block={},pass=bwd", bs);
+    for (const char* det : {"", ",det=1"})
+      for (const char* cols : {"cols=128", "cols=64"}) {
+        CAPTURE(det, cols);
+        const std::string want = fmt::format("{}{}|part=dkdv,warps=8,{},stages=2,path=wgmma", bwd, det, cols);
+        CHECK(std::count(keys.begin(), keys.end(), want) == 1);
+      }
+  }
   spec.block_size = 32;
   spec.head_dim = 256;  // no persistent kernel at d = 256: the one-item kernel's 128 x 64 tiles; no gathering
   CHECK_THAT(attention_kernel_keys(spec, "sm_90a").back(), Contains("d=256") && EndsWith("bn=64,stages=2,qreg=0,path=wgmma"));

@@ -415,11 +415,13 @@ struct Attention::State {
     // The dK/dV pass's tiling for a way of summing dQ: at d = 64 with pattern blocks of 16 or 32 its
     // 64-query tiles where the pattern's walks are short (attention/packed_queries.h), else the default.
     const bool patterned = spec.sparsity != Sparsity::dense && a.seq_q > 0 && a.seq_k > 0;
-    const bool narrow_queries = patterned && plan.sm90 && codegen::narrow_query_backward_tiling(backward_spec(true)) &&
-                                remembered_choice(narrow_query_choices, a.pattern->digest(), [&] {
-                                  const int key_rows = backward_tilings(backward_spec(true), true).dkdv.block_rows();
-                                  return attention::narrow_query_tiles_pay(*a.pattern, key_rows);
-                                });
+    const std::int64_t group = a.heads_q / std::max<std::int64_t>(a.heads_kv, 1);
+    const bool narrow_queries =
+        patterned && plan.sm90 && codegen::narrow_query_backward_tiling(backward_spec(true)) &&
+        remembered_choice(narrow_query_choices, a.pattern->digest() ^ (std::uint64_t(group) << 40), [&] {
+          const int key_rows = backward_tilings(backward_spec(true), true).dkdv.block_rows();
+          return attention::narrow_query_tiles_pay(*a.pattern, key_rows, group);
+        });
     auto dkdv_tiling = [&](bool atomic) {
       return narrow_queries ? *codegen::narrow_query_backward_tiling(backward_spec(atomic))
                             : backward_tilings(backward_spec(atomic), plan.sm90).dkdv;
@@ -443,7 +445,6 @@ struct Attention::State {
       plan.key_tiles = tiles;
     }
     plan.key_tiles_per_row = active_key_tiles_per_query_row(plan.key_schedule, plan.key_tiles, a.seq_q);
-    const std::int64_t group = a.heads_q / std::max<std::int64_t>(a.heads_kv, 1);
     plan.accumulator_spills = attention::accumulator_spills(group, a.seq_q, spec.head_dim, target.device->l2_bytes);
     // How dQ is summed, on the gathered backward or not. A stored tuning (nullopt at once with the
     // autotune policy off; remembered per process otherwise) decides only where nothing before it in

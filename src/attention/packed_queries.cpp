@@ -116,14 +116,16 @@ bool packing_queries_pays(const BlockPattern& pattern, int key_rows, int tile_co
 // blocks of 16 4.230 / 3.448, of 32 4.092 / 3.325.
 double min_wide_tiles_a_walk(int block) { return block == 16 ? 4.5 : 2.25; }
 
-bool narrow_query_tiles_pay(const BlockPattern& pattern, int key_rows) {
+bool narrow_query_tiles_pay(const BlockPattern& pattern, int key_rows, std::int64_t group) {
   const int block = pattern.block_size();
   const BlockPattern key_major = pattern.transposed();
   const std::int64_t key_tiles = (key_major.block_rows() * block + key_rows - 1) / key_rows;
-  const double walks = double(key_tiles) * double(key_major.heads());
-  // A CTA's (key tile's) runs of one active query block each, 128 queries a tile.
+  // The pattern's (head, key tile) columns; a CTA walks its key tile's column in each of the group's
+  // query heads (one pattern shared by all heads, or one a head).
+  const double columns = double(key_tiles) * double(key_major.heads());
+  // Their runs of one active query block each, 128 queries a tile.
   const double wide_tiles = double(count_active_tiles(key_major, key_rows, block)) * block / 128;
-  return walks > 0 && wide_tiles < min_wide_tiles_a_walk(block) * walks;
+  return columns > 0 && wide_tiles * double(std::max<std::int64_t>(group, 1)) < min_wide_tiles_a_walk(block) * columns;
 }
 
 }  // namespace sjit::attention

@@ -64,10 +64,11 @@ bool packing_queries_pays(const BlockPattern& pattern, int key_rows, int tile_co
 
 // Whether the d = 64 dK/dV pass should walk `pattern` (blocks of 16 or 32) on 64-query tiles
 // (codegen::narrow_query_backward_tiling) rather than its default 128-query ones, for CTAs of `key_rows`
-// keys: where a CTA's walk is short, below min_wide_tiles_a_walk tiles of 128 packed queries on
-// average (a sliding window of a few hundred keys), since 128-query tiles cost more at a walk's ends
-// (a larger first load, the last dQ product after the walk) than they save in its middle.
-bool narrow_query_tiles_pay(const BlockPattern& pattern, int key_rows);
+// keys that walk the query blocks of `group` query heads (a K/V head's): where a CTA's walk is short,
+// below min_wide_tiles_a_walk tiles of 128 packed queries on average (a sliding window of a few
+// hundred keys, one query head a K/V head), since 128-query tiles cost more at a walk's ends (a larger
+// first load, the last dQ product after the walk) than they save in its middle.
+bool narrow_query_tiles_pay(const BlockPattern& pattern, int key_rows, std::int64_t group);
 // The crossover measured on the H200 (packed_queries.cpp), by pattern block.
 double min_wide_tiles_a_walk(int block);
 

@@ -803,7 +803,9 @@ TEST_CASE("the backward gathers sparse random blocks of 64 at d = 64 and 96, and
 TEST_CASE("at d = 64 the backward walks short windows of blocks of 16 and 32 on 64-query tiles, long walks on 128",
           "[attention][schedule]") {
   const std::int64_t seq = 4096;
-  auto narrow = [](const BlockPattern& p) { return attention::narrow_query_tiles_pay(p, 128); };
+  auto narrow = [](const BlockPattern& p, std::int64_t group = 1) {
+    return attention::narrow_query_tiles_pay(p, 128, group);
+  };
   // Blocks of 16: a window of B blocks before and A after the diagonal gives a 128-key CTA's 8 blocks
   // 8 + B + A query blocks, (8 + B + A) / 8 tiles of 128: below 4.5 up to 12 + 11, not from 16 + 15.
   CHECK(narrow(patterns::sliding_window(16, seq, seq, 4, 3)));    // 1.9
@@ -822,6 +824,10 @@ TEST_CASE("at d = 64 the backward walks short windows of blocks of 16 and 32 on 
     CHECK_FALSE(narrow(patterns::random(bs, seq, seq, 0.1, 3)));
     // A pattern per head counts every head's walks.
     CHECK(narrow(patterns::sliding_window(bs, seq, seq, 64 / bs, 0, 4)));
+    // A CTA walks every query head of its K/V head: four heads make a window's walk four times as long.
+    CHECK(narrow(patterns::sliding_window(bs, seq, seq, 128 / bs, 0), 1));
+    CHECK_FALSE(narrow(patterns::sliding_window(bs, seq, seq, 128 / bs, 0), 4));
+    CHECK_FALSE(narrow(patterns::sliding_window(bs, seq, seq, 128 / bs, 0, 8), 4));
     // Nothing active: no walk is long.
     CHECK(narrow(patterns::random(bs, seq, seq, 0.0, 3)));
   }

@@ -325,8 +325,8 @@ TEST_CASE("sparse random blocks of 16, 32 and 64 take the gathered backward, win
 }
 
 // At d = 64 the dK/dV pass walks 128-query tiles, but patterns of blocks of 16 and 32 whose walks are
-// short (a narrow window) take its 64-query tiles (attention/packed_queries.h), one Attention meeting
-// both, each way of summing dQ.
+// short (a narrow window, one query head a K/V head) take its 64-query tiles (attention/packed_queries.h),
+// one Attention meeting both, each way of summing dQ.
 TEST_CASE("at d = 64 short windows of blocks of 16 and 32 walk 64-query tiles, long walks 128-query ones",
           "[gpu][attention][backward]") {
   if (!test::on_hopper("the d = 64 dK/dV pass's tiles")) return;
@@ -336,7 +336,7 @@ TEST_CASE("at d = 64 short windows of blocks of 16 and 32 walk 64-query tiles, l
   for (const int bs : {16, 32})
     for (const char* way : {"atomic", "pass"}) {
       const DqMethodOverride dq_way(way);
-      Problem c{spec_of(64, DType::bf16, Causal::none, Sparsity::block_sparse, bs), 1, 4, 2, 1500, 1500, 0.7};
+      Problem c{spec_of(64, DType::bf16, Causal::none, Sparsity::block_sparse, bs), 1, 4, 4, 1500, 1500, 0.7};
       INFO(c.name() << ", dQ " << way);
       const Inputs in = random_inputs(c, rng);
       Attention attention(c.spec);

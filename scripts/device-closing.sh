@@ -56,6 +56,12 @@ timeout 120 ./build-gpu/sjit bench attention --iters 10 --density 1,0.5,0.25,0.1
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --window 8,7 --config warps=4,mt=1,bn=16,stages=2,qreg=0,path=wgmma
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 32 --window 4,3 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 32 --window 4,3 --config warps=4,mt=1,bn=32,stages=2,qreg=0,path=wgmma
+  # d = 64's dK/dV tiles for blocks of 16 and 32, chosen per pattern: 64 queries for short walks
+  # (the first window of each block), 128 for long ones (the second, and random 0.5).
+  for w in "16 --window 8,7" "16 --window 16,15" "32 --window 2,1" "32 --window 4,3" "16 --density 0.5" "32 --density 0.5"; do
+    # shellcheck disable=SC2086
+    timeout 60 ./build-gpu/sjit bench attention --iters 10 --queued --d 64 --batch 4 --heads 32 --seq 4096 --backward --block $w
+  done
   # GQA, 4 query heads a K/V head: the backward chooses the dQ pass below 20 key tiles a query row.
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --heads-kv 4 --density 1,0.25,0.1 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --heads-kv 4 --block 16 --density 0.25,0.1,0.02 --backward

@@ -144,10 +144,16 @@ int run_attention(const AttentionBenchOptions& o) {
     const StepTimes step = median_step_ms(
         o.warmup, o.iterations, {[&] { attention.forward(args); }, [&] { attention.backward(bargs); }}, o.queued);
     if (pattern == nullptr) dense_step_ms = step.step;
-    // How dQ was summed, and whether the gathered passes ran (pattern blocks of 16 and 32).
-    const bool gathered = attention.backward_tiling(bargs).find("path=wgmma_gather") != std::string::npos;
+    // How dQ was summed, and whether the gathered passes ran (pattern blocks of 16, 32 and 64) or, at
+    // d = 64, the dK/dV pass's 64-query tiles (blocks of 64, and short walks of blocks of 16 and 32;
+    // 128 otherwise).
+    const std::string tiling = attention.backward_tiling(bargs);
+    const bool gathered = tiling.find("path=wgmma_gather") != std::string::npos;
+    const bool narrow_queries = !gathered && o.head_dim == 64 && tiling.find("cols=64,") != std::string::npos &&
+                                tiling.find("path=wgmma") != std::string::npos;
     std::vector<std::string> cells = {fmt::format("{:.3f} ms", bwd_ms),
-                                      fmt::format("{}{}", name(attention.dq_summation(bargs)), gathered ? ", gathered" : ""),
+                                      fmt::format("{}{}", name(attention.dq_summation(bargs)),
+                                                  gathered ? ", gathered" : narrow_queries ? ", 64-query" : ""),
                                       fmt::format("{:.3f} ms", step.step),
                                       fmt::format("{:.3f} / {:.3f}", step.parts[0], step.parts[1]),
                                       fmt::format("{:.0f}", 3.5 * flops / step.step / 1e9),
@@ -231,7 +237,9 @@ int run_attention(const AttentionBenchOptions& o) {
                "training ('in it' splits it). It differs from the two timed apart, which pay the host's launch\n"
                "latency twice and whose ends miss what each leaves to the next (the L2's write-backs, say).\n"
                "dQ: summed atomically or by a pass of its own; 'gathered': the pattern ran the gathered backward\n"
-               "(pattern blocks of 16, 32 and 64, a block a CTA; SJIT_BACKWARD_WALK=tiles forces the 128-key pass).\n");
+               "(pattern blocks of 16, 32 and 64, a block a CTA; SJIT_BACKWARD_WALK=tiles forces the 128-key pass);\n"
+               "'64-query': at d = 64 the dK/dV pass ran 64-query tiles (blocks of 64, and of 16 or 32 on short walks;\n"
+               "128 otherwise).\n");
   return 0;
 }
 

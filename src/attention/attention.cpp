@@ -416,11 +416,11 @@ struct Attention::State {
     // 64-query tiles where the pattern's walks are short (attention/packed_queries.h), else the default.
     const bool patterned = spec.sparsity != Sparsity::dense && a.seq_q > 0 && a.seq_k > 0;
     const std::int64_t group = a.heads_q / std::max<std::int64_t>(a.heads_kv, 1);
+    const std::optional<codegen::BackwardTiling> narrow =
+        patterned && plan.sm90 ? codegen::narrow_query_backward_tiling(backward_spec(true)) : std::nullopt;
     const bool narrow_queries =
-        patterned && plan.sm90 && codegen::narrow_query_backward_tiling(backward_spec(true)) &&
-        remembered_choice(narrow_query_choices, a.pattern->digest() ^ (std::uint64_t(group) << 40), [&] {
-          const int key_rows = backward_tilings(backward_spec(true), true).dkdv.block_rows();
-          return attention::narrow_query_tiles_pay(*a.pattern, key_rows, group);
+        narrow && remembered_choice(narrow_query_choices, a.pattern->digest() ^ (std::uint64_t(group) << 40), [&] {
+          return attention::narrow_query_tiles_pay(*a.pattern, narrow->block_rows(), group);  // (its keys: the default's)
         });
     auto dkdv_tiling = [&](bool atomic) {
       return narrow_queries ? *codegen::narrow_query_backward_tiling(backward_spec(atomic))

@@ -83,7 +83,7 @@ struct BackwardSm90Layout : BackwardWarpRoles {
   static constexpr bool eight_runs_atomic = runs > 4 && Cfg::atomic_dq;
   static constexpr int math_registers = eight_runs_atomic ? 224 : BackwardWarpRoles::math_registers;
   static constexpr int helper_registers = eight_runs_atomic ? 56 : BackwardWarpRoles::helper_registers;
-  static_assert(math_threads * math_registers + helper_threads * helper_registers == threads * launch_share,
+  static_assert(takes_launch_share(math_registers, helper_registers),
                 "the math and helper warps' registers: all the launch gives the CTA");
   static constexpr int tile_dim = swizzled_tile_cols(Tr::head_dim);  // d = 96: 128
   static constexpr int own_bytes = rows * tile_dim * 2;           // the K and V tiles

@@ -14,9 +14,13 @@ struct BackwardWarpRoles {
   // 2 x 128 x 232 + 128 x 40: the 384 x 168 registers the launch gives the CTA (setmaxnreg.inc would
   // wait forever for more).
   static constexpr int launch_share = 65536 / (math_threads + helper_threads) / 8 * 8;
-  static_assert(math_threads * math_registers + helper_threads * helper_registers ==
-                    (math_threads + helper_threads) * launch_share,
-                "the math and helper warps' registers: all the launch gives the CTA");
+  // Whether a split of registers between the math and helper warps is all the launch gives the CTA.
+  static constexpr bool takes_launch_share(int math, int helper) {
+    return math_threads * math + helper_threads * helper == (math_threads + helper_threads) * launch_share;
+  }
 };
+static_assert(BackwardWarpRoles::takes_launch_share(BackwardWarpRoles::math_registers,
+                                                   BackwardWarpRoles::helper_registers),
+              "the math and helper warps' registers: all the launch gives the CTA");
 
 }  // namespace sjit_kernels

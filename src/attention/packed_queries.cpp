@@ -65,9 +65,15 @@ std::string_view forced_query_walk() {
 // 0.885; causal 0.1 0.596 / 0.584; a window of 8 blocks (ratio 1.1) 0.552 / 0.657, at d = 64 0.717 /
 // 0.753. At 0.5 it wins where the 128-key CTAs would sum dQ by their pass (d = 128 with the pass 3.661
 // / 3.400, d = 64 2.370 / 2.183), not at d = 96 (atomic 2.612 / 2.774).
+// d = 64 again once its 128-key CTAs walked 128-query tiles with atomic dQ (forty-fourth session, H200,
+// B4 H32 S4096, two rounds; backward ms, the better of contiguous and packed tiles / gathered, the
+// ratio in brackets): blocks of 16 at 0.25 (3.5) 3.303-3.339 / 2.909-2.932, 0.3 (3.1) 3.396-3.421 /
+// 3.457-3.476, 0.4 (2.4) 3.449 / 4.490; blocks of 32 at 0.3 (2.5) 2.522 / 1.841, 0.4 (2.2) 2.898 /
+// 2.438, 0.5 (1.9) 3.092-3.172 / 2.895-2.991, 0.55 (1.7) 3.193-3.195 / 3.217-3.264, 0.6 (1.6)
+// 3.259-3.266 / 3.542-3.561.
 double min_walk_over_gathered_scores(int head_dim, int block) {
   if (block == 64) return head_dim == 96 ? 1.6 : 1.3;
-  if (head_dim == 64) return block == 16 ? 3.0 : 2.0;
+  if (head_dim == 64) return block == 16 ? 3.3 : 1.8;
   return block == 16 ? 5.0 : 3.0;
 }
 
@@ -95,6 +101,16 @@ bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& patte
   return walk_scores >= min_walk_over_gathered_scores(spec.head_dim, block) * gathered_scores;
 }
 
+// 64-query tiles measured on the H100 (B2 H16 S8192 d = 128): random blocks of 16 at 0.25 (0.90 of the
+// tiles) were 5-9% faster packed, blocks of 32 at 0.5 (0.94) and blocks of 16 at 0.5 (1.0) 0-2% and 5%
+// slower, windows (1.0) 1-3% slower. 128-query tiles (d = 64) on the H200 (forty-fourth session, B4 H32
+// S4096, backward ms packed / contiguous, two rounds): blocks of 16 at 0.25 (0.90) 3.303-3.339 /
+// 3.416-3.440, 0.3 (0.945) 3.396-3.421 / 3.424-3.450, 0.4 (0.984) 3.534 / 3.449, 0.5 (0.996) 3.526 /
+// 3.443; blocks of 32 at 0.5 (0.936) 3.092-3.172 / 3.279-3.384, 0.55 (0.958) 3.193-3.195 / 3.325-3.327,
+// 0.6 (0.976) 3.259-3.266 / 3.326-3.334, 0.7 (0.994) 3.323-3.346 / 3.326-3.350: a packed run costs
+// less against a tile of 128 queries.
+double packed_tiles_at_most(int tile_cols) { return tile_cols >= 128 ? 0.97 : 0.92; }
+
 bool packing_queries_pays(const BlockPattern& pattern, int key_rows, int tile_cols) {
   const int block = pattern.block_size();
   if (block >= tile_cols) return false;
@@ -103,29 +119,42 @@ bool packing_queries_pays(const BlockPattern& pattern, int key_rows, int tile_co
   const double contiguous = double(count_active_tiles(key_major, key_rows, tile_cols));
   // Runs a CTA walks, tile_cols / block to a tile (a walk's last tile may be part full: ignored).
   const double packed = double(count_active_tiles(key_major, key_rows, block)) * block / tile_cols;
-  return contiguous > 0 && packed <= kPackedTilesAtMost * contiguous;
+  return contiguous > 0 && packed <= packed_tiles_at_most(tile_cols) * contiguous;
 }
 
 // Measured on the H200 (forty-third session, docs/attention.md, "d = 64: pattern blocks of 16 and 32
 // on 128-query tiles"; B4 H32 S4096, backward ms queued, 64-query tiles with their dQ pass / 128-query
-// tiles with their rule's way, atomic here; in brackets the 128-query tiles a CTA walks): blocks of 16,
-// windows of 4 + 1 + 3 blocks (1.9) 0.423-0.446 / 0.635-0.657, 8 + 1 + 7 (2.9) 0.519-0.553 / 0.550,
-// 12 + 1 + 11 (3.9) 0.641-0.651 / 0.688, 16 + 1 + 15 (4.9) 0.748-0.755 / 0.710, 24 + 1 + 23 (6.9)
-// 0.974 / 0.842; blocks of 32, windows of 2 + 1 + 1 (1.75) 0.448-0.474 / 0.514-0.539, 4 + 1 + 3 (2.75)
-// 0.553-0.568 / 0.513-0.546, 12 + 1 + 11 (6.75) 0.977 / 0.875; random patterns at 0.5 (long walks),
-// blocks of 16 4.230 / 3.448, of 32 4.092 / 3.325.
-double min_wide_tiles_a_walk(int block) { return block == 16 ? 4.5 : 2.25; }
+// tiles with their rule's way, atomic here; in brackets the 128-query tiles a CTA walks a query head):
+// blocks of 16, windows of 4 + 1 + 3 blocks (1.9) 0.423-0.446 / 0.635-0.657, 8 + 1 + 7 (2.9)
+// 0.519-0.553 / 0.550, 12 + 1 + 11 (3.9) 0.641-0.651 / 0.688, 16 + 1 + 15 (4.9) 0.748-0.755 / 0.710,
+// 24 + 1 + 23 (6.9) 0.974 / 0.842; blocks of 32, windows of 2 + 1 + 1 (1.75) 0.448-0.474 /
+// 0.514-0.539, 4 + 1 + 3 (2.75) 0.553-0.568 / 0.513-0.546, 12 + 1 + 11 (6.75) 0.977 / 0.875; random
+// patterns at 0.5 (long walks), blocks of 16 4.230 / 3.448, of 32 4.092 / 3.325.
+// With several query heads a K/V head (forty-fourth session, same shape, two rounds; the 64-query
+// tiles forced / the 128-query tiles forced, docs/attention-log.md): a CTA's fixed costs and the dQ
+// pass's second S and dP spread over the group's walks, so the crossover falls, but far less than in
+// proportion to the group. Blocks of 16, 2 heads: 6 + 1 + 5 (2.4) 0.513-0.548 / 0.461-0.462, 8 + 1 + 7
+// (2.9) 0.499-0.500 / 0.474-0.475; 4 heads: 4 + 1 + 3 (1.9) 0.349-0.366 / 0.411-0.429, 6 + 1 + 5
+// 0.524-0.526 / 0.421-0.428, 8 + 1 + 7 0.448-0.471 / 0.448-0.453, 12 + 1 + 11 0.585-0.589 /
+// 0.574-0.578; 8 heads: 4 + 1 + 3 0.337-0.348 / 0.416-0.420, 8 + 1 + 7 0.459-0.460 / 0.430-0.437.
+// Blocks of 32, 2 heads: 2 + 1 + 1 (1.75) 0.396-0.398 / 0.434-0.437, 3 + 1 + 2 (2.25) 0.434-0.460 /
+// 0.418-0.422, 4 + 1 + 3 (2.75) 0.484-0.508 / 0.460-0.462; 4 heads: 2 + 1 + 1 0.355-0.372 /
+// 0.359-0.370, 4 + 1 + 3 0.461-0.492 / 0.416-0.418; 8 heads: 2 + 1 + 1 0.369 / 0.351-0.354.
+double min_wide_tiles_a_walk(int block, std::int64_t group) {
+  if (block == 16) return group <= 1 ? 4.5 : 2.2;
+  return group <= 1 ? 2.25 : group == 2 ? 2.0 : 1.7;
+}
 
 bool narrow_query_tiles_pay(const BlockPattern& pattern, int key_rows, std::int64_t group) {
   const int block = pattern.block_size();
   const BlockPattern key_major = pattern.transposed();
   const std::int64_t key_tiles = (key_major.block_rows() * block + key_rows - 1) / key_rows;
-  // The pattern's (head, key tile) columns; a CTA walks its key tile's column in each of the group's
-  // query heads (one pattern shared by all heads, or one a head).
+  // The pattern's (head, key tile) columns (one pattern shared by all heads, or one a head); a CTA
+  // walks its key tile's column in each of the group's query heads.
   const double columns = double(key_tiles) * double(key_major.heads());
   // Their runs of one active query block each, 128 queries a tile.
   const double wide_tiles = double(count_active_tiles(key_major, key_rows, block)) * block / 128;
-  return columns > 0 && wide_tiles * double(std::max<std::int64_t>(group, 1)) < min_wide_tiles_a_walk(block) * columns;
+  return columns > 0 && wide_tiles < min_wide_tiles_a_walk(block, group) * columns;
 }
 
 }  // namespace sjit::attention

@@ -2,8 +2,8 @@
 // runs of one active block each (PackedQueries in templates/sparsejit/attention_backward.cuh) or walks
 // contiguous tiles. Packing visits only the blocks a CTA's keys see, but a packed tile whose runs do
 // not lie end to end moves a run at a time (a copy and a reduction per run instead of per tile), so it
-// pays only where it visits clearly fewer tiles: random blocks of 32 below a density of about 0.45 and
-// of 16 below about 0.27, not a sliding window or a dense-ish pattern, whose blocks fill the
+// pays only where it visits clearly fewer tiles: on 64-query tiles random blocks of 32 below a density
+// of about 0.45 and of 16 below about 0.27, not a sliding window or a dense-ish pattern, whose blocks fill the
 // contiguous tiles already
 // (docs/attention.md, "Small pattern blocks in the backward").
 //
@@ -50,31 +50,31 @@ bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& patte
 // Whether the spec's gathered backward pays only where it sums dQ by its dQ pass: blocks of 64 at
 // d = 128, where with atomic dQ the 128-key CTAs tie it (so its atomic dK/dV kernel never runs unforced).
 bool gathers_only_with_dq_pass(const AttentionSpec& spec);
-// The crossover measured on the H100 (packed_queries.cpp; blocks of 64 on the H200): a gathered score
-// costs more where blocks are narrower (a step reads 64 rows for 16 keys or 32) and less at d = 64,
-// where the 128-key CTAs' dQ pass is slow on small blocks.
+// The crossover measured on the H100 (packed_queries.cpp; blocks of 64, and d = 64 against its
+// 128-query tiles, on the H200): a gathered score costs more where blocks are narrower (a step reads 64
+// rows for 16 keys or 32) and less at d = 64, whose gathered steps are cheaper against the 128-key
+// CTAs' products.
 double min_walk_over_gathered_scores(int head_dim, int block);
 // And the active blocks a key block's column holds on average, after a causal mask, at least.
 constexpr double kMinGatheredBlocksPerColumn = 6;
 
 // Whether a dK/dV pass of `key_rows` keys a CTA and `tile_cols` queries a tile should pack `pattern`'s
 // query blocks (block_size < tile_cols) into its tiles: the tiles packed runs would fill, over the
-// contiguous tiles holding an active block, below kPackedTilesAtMost.
+// contiguous tiles holding an active block, at most packed_tiles_at_most(tile_cols).
 bool packing_queries_pays(const BlockPattern& pattern, int key_rows, int tile_cols);
+// The crossover measured on 64-query tiles (the H100) and 128-query ones (d = 64, the H200):
+// packed_queries.cpp.
+double packed_tiles_at_most(int tile_cols);
 
 // Whether the d = 64 dK/dV pass should walk `pattern` (blocks of 16 or 32) on 64-query tiles
 // (codegen::narrow_query_backward_tiling) rather than its default 128-query ones, for CTAs of `key_rows`
 // keys that walk the query blocks of `group` query heads (a K/V head's): where a CTA's walk is short,
-// below min_wide_tiles_a_walk tiles of 128 packed queries on average (a sliding window of a few
-// hundred keys, one query head a K/V head), since 128-query tiles cost more at a walk's ends (a larger
-// first load, the last dQ product after the walk) than they save in its middle.
+// below min_wide_tiles_a_walk tiles of 128 packed queries a query head on average (a sliding window
+// of a few hundred keys), since 128-query tiles cost more at a walk's ends (a larger first load, the
+// last dQ product after the walk) than they save in its middle.
 bool narrow_query_tiles_pay(const BlockPattern& pattern, int key_rows, std::int64_t group);
-// The crossover measured on the H200 (packed_queries.cpp), by pattern block.
-double min_wide_tiles_a_walk(int block);
-
-// Measured on the H100 (B2 H16 S8192 d = 128): random blocks of 16 at 0.25 (0.90 of the tiles) were
-// 5-9% faster packed, blocks of 32 at 0.5 (0.94) and blocks of 16 at 0.5 (1.0) 0-2% and 5% slower,
-// windows (1.0) 1-3% slower.
-constexpr double kPackedTilesAtMost = 0.92;
+// The crossover measured on the H200 (packed_queries.cpp), by pattern block and query heads a K/V
+// head: lower for groups, whose CTAs spread their fixed costs over several heads' walks.
+double min_wide_tiles_a_walk(int block, std::int64_t group);
 
 }  // namespace sjit::attention

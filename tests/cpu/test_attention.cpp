@@ -717,6 +717,13 @@ TEST_CASE("the backward packs query blocks of random sparse patterns, not of win
   }
   CHECK(pays(patterns::random(16, seq, seq, 0.25, 5)));   // 0.90 of the tiles: measured 5-9% faster
   CHECK_FALSE(pays(patterns::random(32, seq, seq, 0.5, 5)));
+  // 128-query tiles (d = 64): a packed run costs less against a wider tile, up to 0.97 of them.
+  auto pays_wide = [&](const BlockPattern& p) { return attention::packing_queries_pays(p, 128, 128); };
+  CHECK(pays_wide(patterns::random(16, seq, seq, 0.3, 5)));        // 0.945
+  CHECK_FALSE(pays_wide(patterns::random(16, seq, seq, 0.4, 5)));  // 0.98
+  CHECK(pays_wide(patterns::random(32, seq, seq, 0.55, 5)));       // 0.96
+  CHECK_FALSE(pays_wide(patterns::random(32, seq, seq, 0.7, 5)));  // 0.99
+  CHECK_FALSE(pays_wide(patterns::sliding_window(16, seq, seq, 16, 15)));  // 0.975
   // Blocks as wide as the tile, or wider, have nothing to pack.
   CHECK_FALSE(pays(patterns::random(64, seq, seq, 0.1, 5)));
   CHECK_FALSE(pays(patterns::random(128, seq, seq, 0.1, 5)));
@@ -750,11 +757,13 @@ TEST_CASE("the backward gathers the blocks of sparse random patterns of 16 and 3
   CHECK_FALSE(pays(128, patterns::random(32, seq, seq, 0.02, 7)));
   CHECK_FALSE(pays(128, patterns::random(16, seq, seq, 0.02, 7), Causal::top_left));
   CHECK(pays(128, patterns::random(16, seq, seq, 0.1, 7), Causal::top_left));
-  // d = 64, where the 128-key CTAs' dQ pass is slow on small blocks: from 0.25 on, not at 0.5 (2.0, 1.9).
+  // d = 64, whose 128-key CTAs walk 128-query tiles: blocks of 16 at 0.25 (3.6), not at 0.3 (3.1);
+  // blocks of 32 at 0.5 (1.86), not at 0.55 (1.74).
   CHECK(pays(64, patterns::random(16, seq, seq, 0.25, 7)));
+  CHECK_FALSE(pays(64, patterns::random(16, seq, seq, 0.3, 7)));
   CHECK(pays(64, patterns::random(32, seq, seq, 0.25, 7)));
-  CHECK_FALSE(pays(64, patterns::random(16, seq, seq, 0.5, 7)));
-  CHECK_FALSE(pays(64, patterns::random(32, seq, seq, 0.5, 7)));
+  CHECK(pays(64, patterns::random(32, seq, seq, 0.5, 7)));
+  CHECK_FALSE(pays(64, patterns::random(32, seq, seq, 0.55, 7)));
   for (const int bs : {16, 32}) {
     CAPTURE(bs);
     // A window's blocks fill the 128-key CTAs' tiles (1.2).
@@ -817,6 +826,21 @@ TEST_CASE("at d = 64 the backward walks short windows of blocks of 16 and 32 on 
   CHECK(narrow(patterns::sliding_window(32, seq, seq, 2, 1)));          // 1.75
   CHECK_FALSE(narrow(patterns::sliding_window(32, seq, seq, 4, 3)));    // 2.75
   CHECK_FALSE(narrow(patterns::sliding_window(32, seq, seq, 12, 11)));  // 6.75
+  // A CTA walks every query head of its K/V head, so groups spread its fixed costs over longer walks:
+  // the crossover a head falls, measured with 2, 4 and 8 heads. Blocks of 16: 4 + 1 + 3 stays narrow,
+  // 6 + 1 + 5 (2.4) goes wide.
+  for (const std::int64_t group : {2, 4, 8}) {
+    CAPTURE(group);
+    CHECK(narrow(patterns::sliding_window(16, seq, seq, 4, 3), group));
+    CHECK_FALSE(narrow(patterns::sliding_window(16, seq, seq, 6, 5), group));
+    CHECK_FALSE(narrow(patterns::sliding_window(16, seq, seq, 8, 7), group));
+    CHECK_FALSE(narrow(patterns::sliding_window(16, seq, seq, 6, 5, 8), group));  // a pattern a head
+  }
+  // Blocks of 32: 2 + 1 + 1 (1.75) narrow with 2 heads, wide with 4 and 8; 3 + 1 + 2 (2.25) wide with 2.
+  CHECK(narrow(patterns::sliding_window(32, seq, seq, 2, 1), 2));
+  CHECK_FALSE(narrow(patterns::sliding_window(32, seq, seq, 3, 2), 2));
+  CHECK_FALSE(narrow(patterns::sliding_window(32, seq, seq, 2, 1), 4));
+  CHECK_FALSE(narrow(patterns::sliding_window(32, seq, seq, 2, 1), 8));
   // Random patterns: long walks at these densities (a CTA's keys see most query blocks).
   for (const int bs : {16, 32}) {
     CAPTURE(bs);
@@ -824,10 +848,6 @@ TEST_CASE("at d = 64 the backward walks short windows of blocks of 16 and 32 on 
     CHECK_FALSE(narrow(patterns::random(bs, seq, seq, 0.1, 3)));
     // A pattern per head counts every head's walks.
     CHECK(narrow(patterns::sliding_window(bs, seq, seq, 64 / bs, 0, 4)));
-    // A CTA walks every query head of its K/V head: four heads make a window's walk four times as long.
-    CHECK(narrow(patterns::sliding_window(bs, seq, seq, 128 / bs, 0), 1));
-    CHECK_FALSE(narrow(patterns::sliding_window(bs, seq, seq, 128 / bs, 0), 4));
-    CHECK_FALSE(narrow(patterns::sliding_window(bs, seq, seq, 128 / bs, 0, 8), 4));
     // Nothing active: no walk is long.
     CHECK(narrow(patterns::random(bs, seq, seq, 0.0, 3)));
   }

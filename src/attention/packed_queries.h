@@ -3,7 +3,7 @@
 // contiguous tiles. Packing visits only the blocks a CTA's keys see, but a packed tile whose runs do
 // not lie end to end moves a run at a time (a copy and a reduction per run instead of per tile), so it
 // pays only where it visits clearly fewer tiles: on 64-query tiles random blocks of 32 below a density
-// of about 0.45 and of 16 below about 0.27 (on 128-query ones about 0.55 and 0.33), not a sliding window
+// of about 0.45 and of 16 below about 0.27 (on 128-query ones about 0.57 and 0.35), not a sliding window
 // or a dense-ish pattern, whose blocks fill the contiguous tiles already (docs/attention.md, "Small
 // pattern blocks in the backward").
 //

@@ -57,8 +57,11 @@ timeout 120 ./build-gpu/sjit bench attention --iters 10 --density 1,0.5,0.25,0.1
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 32 --window 4,3 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 32 --window 4,3 --config warps=4,mt=1,bn=32,stages=2,qreg=0,path=wgmma
   # d = 64's dK/dV tiles for blocks of 16 and 32, chosen per pattern: 64 queries for short walks
-  # (the first window of each block), 128 for long ones (the second, and random 0.5).
-  for w in "16 --window 8,7" "16 --window 16,15" "32 --window 2,1" "32 --window 4,3" "16 --density 0.5" "32 --density 0.5"; do
+  # (the first window of each block, and 4 + 1 + 3 blocks of 16 with four query heads a K/V head), 128
+  # for long ones (the second, 6 + 1 + 5 with four heads, and random 0.5 and 0.6; blocks of 32 at 0.5
+  # run the gathered backward).
+  for w in "16 --window 8,7" "16 --window 16,15" "32 --window 2,1" "32 --window 4,3" "16 --density 0.5" "32 --density 0.6" \
+    "16 --window 4,3 --heads-kv 8" "16 --window 6,5 --heads-kv 8"; do
     # shellcheck disable=SC2086
     timeout 60 ./build-gpu/sjit bench attention --iters 10 --queued --d 64 --batch 4 --heads 32 --seq 4096 --backward --block $w
   done

@@ -139,9 +139,11 @@ bool packing_queries_pays(const BlockPattern& pattern, int key_rows, int tile_co
 // 0.574-0.578; 8 heads: 4 + 1 + 3 0.337-0.348 / 0.416-0.420, 8 + 1 + 7 0.459-0.460 / 0.430-0.437.
 // Blocks of 32, 2 heads: 2 + 1 + 1 (1.75) 0.396-0.398 / 0.434-0.437, 3 + 1 + 2 (2.25) 0.434-0.460 /
 // 0.418-0.422, 4 + 1 + 3 (2.75) 0.484-0.508 / 0.460-0.462; 4 heads: 2 + 1 + 1 0.355-0.372 /
-// 0.359-0.370, 4 + 1 + 3 0.461-0.492 / 0.416-0.418; 8 heads: 2 + 1 + 1 0.369 / 0.351-0.354.
+// 0.359-0.370, 4 + 1 + 3 0.461-0.492 / 0.416-0.418; 8 heads: 2 + 1 + 1 0.369 / 0.351-0.354. And at
+// the blocks of 16's crossover (a later call): 2 heads 4 + 1 + 3 (1.9) 0.374-0.388 / 0.455-0.476,
+// 5 + 1 + 4 (2.1) 0.482-0.492 / 0.431-0.441; 4 heads 5 + 1 + 4 0.471-0.475 / 0.396-0.399.
 double min_wide_tiles_a_walk(int block, std::int64_t group) {
-  if (block == 16) return group <= 1 ? 4.5 : 2.2;
+  if (block == 16) return group <= 1 ? 4.5 : 2.0;
   return group <= 1 ? 2.25 : group == 2 ? 2.0 : 1.7;
 }
 

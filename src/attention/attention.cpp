@@ -418,10 +418,14 @@ struct Attention::State {
     const std::int64_t group = a.heads_q / std::max<std::int64_t>(a.heads_kv, 1);
     const std::optional<codegen::BackwardTiling> narrow =
         patterned && plan.sm90 ? codegen::narrow_query_backward_tiling(backward_spec(true)) : std::nullopt;
-    const bool narrow_queries =
-        narrow && remembered_choice(narrow_query_choices, a.pattern->digest() ^ (std::uint64_t(group) << 40), [&] {
-          return attention::narrow_query_tiles_pay(*a.pattern, narrow->block_rows(), group);  // (its keys: the default's)
-        });
+    // SJIT_BACKWARD_QUERY_TILES forces them (a bad value is refused on every backward, as the walk's).
+    const std::optional<int> forced_cols = attention::forced_query_tile_cols();
+    auto narrow_pays = [&] {
+      return remembered_choice(narrow_query_choices, a.pattern->digest() ^ (std::uint64_t(group) << 40), [&] {
+        return attention::narrow_query_tiles_pay(*a.pattern, narrow->block_rows(), group);  // (its keys: the default's)
+      });
+    };
+    const bool narrow_queries = narrow && (forced_cols ? *forced_cols == 64 : narrow_pays());
     auto dkdv_tiling = [&](bool atomic) {
       return narrow_queries ? *codegen::narrow_query_backward_tiling(backward_spec(atomic))
                             : backward_tilings(backward_spec(atomic), plan.sm90).dkdv;

@@ -159,4 +159,13 @@ bool narrow_query_tiles_pay(const BlockPattern& pattern, int key_rows, std::int6
   return columns > 0 && wide_tiles < min_wide_tiles_a_walk(block, group) * columns;
 }
 
+std::optional<int> forced_query_tile_cols() {
+  const char* env = std::getenv("SJIT_BACKWARD_QUERY_TILES");
+  const std::string_view forced = env == nullptr ? std::string_view() : std::string_view(env);
+  if (forced.empty() || forced == "auto") return std::nullopt;
+  if (forced == "64") return 64;
+  if (forced == "128") return 128;
+  throw InvalidArgument(fmt::format("SJIT_BACKWARD_QUERY_TILES = '{}': use 64, 128 or auto", forced));
+}
+
 }  // namespace sjit::attention

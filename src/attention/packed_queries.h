@@ -15,6 +15,7 @@
 // CTA would walk the union of its two blocks' query tiles.
 #pragma once
 
+#include <optional>
 #include <string_view>
 
 #include "sparsejit/attention.h"
@@ -76,5 +77,9 @@ bool narrow_query_tiles_pay(const BlockPattern& pattern, int key_rows, std::int6
 // The crossover measured on the H200 (packed_queries.cpp), by pattern block and query heads a K/V
 // head: lower for groups, whose CTAs spread their fixed costs over several heads' walks.
 double min_wide_tiles_a_walk(int block, std::int64_t group);
+// SJIT_BACKWARD_QUERY_TILES's value: 64 or 128 forces d = 64's dK/dV tiles of that many queries where
+// the spec has both (pattern blocks of 16 and 32 on sm_90a), nullopt for "auto" or unset; anything else
+// is refused (InvalidArgument), also where there is nothing to choose, so that a typo never passes.
+std::optional<int> forced_query_tile_cols();
 
 }  // namespace sjit::attention

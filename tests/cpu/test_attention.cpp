@@ -903,6 +903,29 @@ TEST_CASE("SJIT_BACKWARD_WALK forces a walk where it exists, and a bad value is 
                         Catch::Matchers::Contains("tiles, packed, gathered or auto"));
 }
 
+TEST_CASE("SJIT_BACKWARD_QUERY_TILES forces d = 64's dK/dV tiles, and a bad value is refused",
+          "[attention][schedule]") {
+  const char* saved = std::getenv("SJIT_BACKWARD_QUERY_TILES");
+  const std::string saved_value = saved ? saved : "";
+  ::unsetenv("SJIT_BACKWARD_QUERY_TILES");
+  CHECK_FALSE(attention::forced_query_tile_cols().has_value());
+  ::setenv("SJIT_BACKWARD_QUERY_TILES", "auto", 1);
+  CHECK_FALSE(attention::forced_query_tile_cols().has_value());
+  ::setenv("SJIT_BACKWARD_QUERY_TILES", "64", 1);
+  CHECK(attention::forced_query_tile_cols() == 64);
+  ::setenv("SJIT_BACKWARD_QUERY_TILES", "128", 1);
+  CHECK(attention::forced_query_tile_cols() == 128);
+  for (const char* bad : {"96", "narrow", " 64", "64 "}) {
+    CAPTURE(bad);
+    ::setenv("SJIT_BACKWARD_QUERY_TILES", bad, 1);
+    CHECK_THROWS_WITH(attention::forced_query_tile_cols(),
+                      Catch::Matchers::Contains(fmt::format("SJIT_BACKWARD_QUERY_TILES = '{}'", bad)) &&
+                          Catch::Matchers::Contains("use 64, 128 or auto"));
+  }
+  if (saved) ::setenv("SJIT_BACKWARD_QUERY_TILES", saved_value.c_str(), 1);
+  else ::unsetenv("SJIT_BACKWARD_QUERY_TILES");
+}
+
 TEST_CASE("the tile schedule of small hand-made patterns", "[attention][schedule]") {
   SECTION("a 128-block pattern over 64 x 32 tiles: each active block is 2 x 4 whole tiles") {
     // Blocks (0,1) and (1,0) of a 2 x 2 pattern.

@@ -326,7 +326,7 @@ TEST_CASE("sparse random blocks of 16, 32 and 64 take the gathered backward, win
 
 // At d = 64 the dK/dV pass walks 128-query tiles, but patterns of blocks of 16 and 32 whose walks are
 // short (a narrow window, one query head a K/V head) take its 64-query tiles (attention/packed_queries.h),
-// one Attention meeting both, each way of summing dQ.
+// one Attention meeting both, each way of summing dQ; and each forced the other way.
 TEST_CASE("at d = 64 short windows of blocks of 16 and 32 walk 64-query tiles, long walks 128-query ones",
           "[gpu][attention][backward]") {
   if (!test::on_hopper("the d = 64 dK/dV pass's tiles")) return;
@@ -347,6 +347,18 @@ TEST_CASE("at d = 64 short windows of blocks of 16 and 32 walk 64-query tiles, l
         const std::string tiling = attention.backward_tiling(run.backward_args());
         CAPTURE(tiling);
         CHECK_THAT(tiling, Catch::Contains(pattern == &window ? "cols=64" : "cols=128") && !Catch::Contains("wgmma_gather"));
+        run.forward(attention);
+        run.backward(attention);
+        synchronize();
+        expect_gradients_close(c, run.gradients(), run_reference(c, in, pattern));
+      }
+      // SJIT_BACKWARD_QUERY_TILES turns both choices around.
+      for (const BlockPattern* pattern : {&window, &random}) {
+        const EnvOverride forced("SJIT_BACKWARD_QUERY_TILES", pattern == &window ? "128" : "64");
+        GpuRun run(c, in, pattern);
+        const std::string tiling = attention.backward_tiling(run.backward_args());
+        CAPTURE(tiling);
+        CHECK_THAT(tiling, Catch::Contains(pattern == &window ? "cols=128" : "cols=64"));
         run.forward(attention);
         run.backward(attention);
         synchronize();

@@ -427,8 +427,8 @@ struct Attention::State {
     };
     const bool narrow_queries = narrow && (forced_cols ? *forced_cols == 64 : narrow_pays());
     auto dkdv_tiling = [&](bool atomic) {
-      return narrow_queries ? *codegen::narrow_query_backward_tiling(backward_spec(atomic))
-                            : backward_tilings(backward_spec(atomic), plan.sm90).dkdv;
+      if (!narrow_queries) return backward_tilings(backward_spec(atomic), plan.sm90).dkdv;
+      return atomic ? *narrow : *codegen::narrow_query_backward_tiling(backward_spec(false));
     };
     plan.kv_tiling = dkdv_tiling(true);
     plan.narrow_queries = narrow_queries;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -32,7 +33,7 @@ QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& patte
   }
   if (may_gather && gathering_queries_pays(spec, pattern, key_rows, tile_cols, gathered_sums_by_pass))
     return QueryWalk::gathered;
-  return narrow && packing_queries_pays(pattern, key_rows, tile_cols) ? QueryWalk::packed : QueryWalk::tiles;
+  return narrow && packing_queries_pays(spec.head_dim, pattern, key_rows, tile_cols) ? QueryWalk::packed : QueryWalk::tiles;
 }
 
 std::string_view forced_query_walk() {
@@ -109,17 +110,45 @@ bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& patte
 // 3.443; blocks of 32 at 0.5 (0.936) 3.092-3.172 / 3.279-3.384, 0.55 (0.958) 3.193-3.195 / 3.325-3.327,
 // 0.6 (0.976) 3.259-3.266 / 3.326-3.334, 0.7 (0.994) 3.323-3.346 / 3.326-3.350: a packed run costs
 // less against a tile of 128 queries.
-double packed_tiles_at_most(int tile_cols) { return tile_cols >= 128 ? 0.97 : 0.92; }
+// The short walks of windows on 64-query tiles (forty-fifth session, H200, forced onto each walk, two
+// rounds; in brackets the whole packed tiles over the contiguous ones): at d = 128 (B2 H16 S8192)
+// blocks of 16, 5 + 1 + 4 (1.0) 0.470 / 0.406-0.449, 6 + 1 + 5 (0.84) 0.493-0.498 / 0.411-0.444;
+// blocks of 32, 2 + 1 + 1 (1.0) 0.414 / 0.372-0.400, 3 + 1 + 2 (1.0) 0.460 / 0.444-0.449, 4 + 1 + 3
+// (1.0) 0.431-0.438 / 0.410-0.431. At d = 64 (B4 H32 S4096) blocks of 16, 5 + 1 + 4 (1.0) 0.557-0.568 /
+// 0.513-0.514, 6 + 1 + 5 (0.84) 0.595-0.596 / 0.579-0.585, with four heads a K/V head 0.527-0.528 /
+// 0.505-0.509; blocks of 32, 2 + 1 + 1 (1.0) 0.476-0.484 / 0.451-0.457, four heads 0.373-0.374 /
+// 0.367-0.370, 3 + 1 + 2 (1.0) 0.529-0.534 / 0.504-0.505; and random patterns there, blocks of 16 at
+// 0.1 (0.61) 3.468-3.475 / 3.773-3.857, 0.15 (0.73) 3.999-4.007 / 4.095-4.203, 0.2 (0.84) 4.375-4.390
+// / 4.221-4.285; blocks of 32 at 0.1 (0.63) 1.759-1.785 / 1.894-2.014, 0.2 (0.73) 2.757-2.793 /
+// 2.987-3.015, 0.3 (0.81) 3.378-3.418 / 3.614-3.627. So a 64-query walk counts the tiles it would
+// really walk, each CTA's last one whole: a window's packed runs fill as many tiles as its contiguous
+// ones (their share was 0.85-0.92 counted in queries, which packed them), and at d = 64 blocks of 16
+// pack below 0.8. Left open: blocks of 16 at d = 128 packed 6 + 1 + 5 (0.84) 11-21% slower (with the
+// dQ pass, where its contiguous tiles summed dQ atomically), where random ones at 0.25 (0.90) gain.
+// On 128-query tiles (d = 64, atomic dQ) the same windows gain packed though they walk as many tiles
+// (blocks of 16, four heads a K/V head: 5 + 1 + 4 0.393-0.396 / 0.450-0.452, 6 + 1 + 5 0.418-0.423 /
+// 0.452-0.453), so there the measure stays the packed queries over 128 (a packed tile sums dQ for its
+// runs' queries only: one reason it might).
+double packed_tiles_at_most(int head_dim, int block, int tile_cols) {
+  if (tile_cols >= 128) return 0.97;
+  return head_dim == 64 && block == 16 ? 0.8 : 0.92;
+}
 
-bool packing_queries_pays(const BlockPattern& pattern, int key_rows, int tile_cols) {
+bool packing_queries_pays(int head_dim, const BlockPattern& pattern, int key_rows, int tile_cols) {
   const int block = pattern.block_size();
   if (block >= tile_cols) return false;
-  // The dK/dV pass walks the transposed pattern: its rows are keys.
+  // The dK/dV pass walks the transposed pattern: its rows are keys, an item a CTA's.
   const BlockPattern key_major = pattern.transposed();
   const double contiguous = double(count_active_tiles(key_major, key_rows, tile_cols));
-  // Runs a CTA walks, tile_cols / block to a tile (a walk's last tile may be part full: ignored).
-  const double packed = double(count_active_tiles(key_major, key_rows, block)) * block / tile_cols;
-  return contiguous > 0 && packed <= packed_tiles_at_most(tile_cols) * contiguous;
+  if (contiguous == 0) return false;
+  // The runs of one active block each a CTA walks, tile_cols / block to a tile: on 128-query tiles in
+  // queries (see above), on 64-query ones in whole tiles.
+  const std::vector<std::int32_t> runs = active_tiles_each_item(key_major, key_rows, block);
+  const int runs_a_tile = tile_cols / block;
+  double packed = 0;
+  for (const std::int32_t n : runs)
+    packed += tile_cols >= 128 ? double(n) / runs_a_tile : double((n + runs_a_tile - 1) / runs_a_tile);
+  return packed <= packed_tiles_at_most(head_dim, block, tile_cols) * contiguous;
 }
 
 // Measured on the H200 (forty-third session, docs/attention.md, "d = 64: pattern blocks of 16 and 32

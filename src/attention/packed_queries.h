@@ -3,9 +3,9 @@
 // contiguous tiles. Packing visits only the blocks a CTA's keys see, but a packed tile whose runs do
 // not lie end to end moves a run at a time (a copy and a reduction per run instead of per tile), so it
 // pays only where it visits clearly fewer tiles: on 64-query tiles random blocks of 32 below a density
-// of about 0.45 and of 16 below about 0.27 (on 128-query ones about 0.57 and 0.35), not a sliding window
-// or a dense-ish pattern, whose blocks fill the contiguous tiles already (docs/attention.md, "Small
-// pattern blocks in the backward").
+// of about 0.45 and of 16 below about 0.27 (0.18 at d = 64; on 128-query ones about 0.57 and 0.35), not
+// a sliding window or a dense-ish pattern, whose blocks fill the contiguous tiles already
+// (docs/attention.md, "Small pattern blocks in the backward" and "Packing counts whole tiles").
 //
 // Or, on the gathered-query pass (path=wgmma_gather, attention_backward_sm90_gather.cuh): a CTA a key
 // block, its query blocks gathered 64 queries a step, so that it computes only the blocks the pattern
@@ -61,11 +61,13 @@ constexpr double kMinGatheredBlocksPerColumn = 6;
 
 // Whether a dK/dV pass of `key_rows` keys a CTA and `tile_cols` queries a tile should pack `pattern`'s
 // query blocks (block_size < tile_cols) into its tiles: the tiles packed runs would fill, over the
-// contiguous tiles holding an active block, at most packed_tiles_at_most(tile_cols).
-bool packing_queries_pays(const BlockPattern& pattern, int key_rows, int tile_cols);
-// The crossover measured on 64-query tiles (the H100) and 128-query ones (d = 64, the H200):
-// packed_queries.cpp.
-double packed_tiles_at_most(int tile_cols);
+// contiguous tiles holding an active block, at most packed_tiles_at_most. On 64-query tiles the packed
+// tiles are whole, a CTA's last one counted full (a sliding window's runs fill as many tiles as its
+// contiguous ones); on 128-query tiles they are the packed queries over 128 (see packed_queries.cpp).
+bool packing_queries_pays(int head_dim, const BlockPattern& pattern, int key_rows, int tile_cols);
+// The crossover measured on 64-query tiles (the H100 at d = 128, the H200 at d = 64 for blocks of 16)
+// and 128-query ones (d = 64, the H200): packed_queries.cpp.
+double packed_tiles_at_most(int head_dim, int block, int tile_cols);
 
 // Whether the d = 64 dK/dV pass should walk `pattern` (blocks of 16 or 32) on 64-query tiles
 // (codegen::narrow_query_backward_tiling) rather than its default 128-query ones, for CTAs of `key_rows`

@@ -84,12 +84,12 @@ TileSchedule build_tile_schedule(const BlockPattern& pattern, int block_m, int b
   return s;
 }
 
-std::int64_t count_active_tiles(const BlockPattern& pattern, int block_m, int block_n) {
+std::vector<std::int32_t> active_tiles_each_item(const BlockPattern& pattern, int block_m, int block_n) {
   const std::int64_t bs = pattern.block_size(), rows = pattern.block_rows(), cols = pattern.block_cols();
   const std::int64_t q_tiles = (rows * bs + block_m - 1) / block_m, key_tiles = (cols * bs + block_n - 1) / block_n;
+  std::vector<std::int32_t> tiles(std::size_t(pattern.heads() * q_tiles), 0);
   // The last query tile that counted each key tile: a tile is counted once an item.
   std::vector<std::int64_t> counted_by(std::size_t(key_tiles), -1);
-  std::int64_t tiles = 0;
   for (int head = 0; head < pattern.heads(); ++head)
     for (std::int64_t q_tile = 0; q_tile < q_tiles; ++q_tile) {
       const std::int64_t item = std::int64_t(head) * q_tiles + q_tile;
@@ -97,9 +97,14 @@ std::int64_t count_active_tiles(const BlockPattern& pattern, int block_m, int bl
       for (std::int64_t r = q_tile * block_m / bs; r <= last_row; ++r)
         for (const std::int32_t c : pattern.row(head, r))
           for (std::int64_t t = c * bs / block_n; t <= ((c + 1) * bs - 1) / block_n && t < key_tiles; ++t)
-            if (counted_by[std::size_t(t)] != item) counted_by[std::size_t(t)] = item, ++tiles;
+            if (counted_by[std::size_t(t)] != item) counted_by[std::size_t(t)] = item, ++tiles[std::size_t(item)];
     }
   return tiles;
+}
+
+std::int64_t count_active_tiles(const BlockPattern& pattern, int block_m, int block_n) {
+  const std::vector<std::int32_t> each = active_tiles_each_item(pattern, block_m, block_n);
+  return std::accumulate(each.begin(), each.end(), std::int64_t(0));
 }
 
 int uniform_item_tiles(const TileSchedule& schedule) {

@@ -35,5 +35,7 @@ int uniform_item_tiles(const TileSchedule& schedule);
 // build_tile_schedule(pattern, block_m, block_n).tiles() without building the schedule: the (pattern
 // head, query tile, key tile) triples holding an active block. O(active blocks + tiles).
 std::int64_t count_active_tiles(const BlockPattern& pattern, int block_m, int block_n);
+// Those triples item by item: [pattern heads * query tiles], item = head * query tiles + query tile.
+std::vector<std::int32_t> active_tiles_each_item(const BlockPattern& pattern, int block_m, int block_n);
 
 }  // namespace sjit::attention

@@ -704,7 +704,7 @@ TEST_CASE("blocks of 16: the gathered-key tiling, and which patterns take it", "
 TEST_CASE("the backward packs query blocks of random sparse patterns, not of windows or dense-ish ones",
           "[attention][schedule]") {
   const std::int64_t seq = 4096;
-  auto pays = [&](const BlockPattern& p) { return attention::packing_queries_pays(p, 128, 64); };
+  auto pays = [&](const BlockPattern& p) { return attention::packing_queries_pays(128, p, 128, 64); };
   for (const int bs : {16, 32}) {
     CAPTURE(bs);
     // A 64-query tile holds 64 / bs query blocks; a CTA's 128 keys see a random one with probability
@@ -718,7 +718,7 @@ TEST_CASE("the backward packs query blocks of random sparse patterns, not of win
   CHECK(pays(patterns::random(16, seq, seq, 0.25, 5)));   // 0.90 of the tiles: measured 5-9% faster
   CHECK_FALSE(pays(patterns::random(32, seq, seq, 0.5, 5)));
   // 128-query tiles (d = 64): a packed run costs less against a wider tile, up to 0.97 of them.
-  auto pays_wide = [&](const BlockPattern& p) { return attention::packing_queries_pays(p, 128, 128); };
+  auto pays_wide = [&](const BlockPattern& p) { return attention::packing_queries_pays(64, p, 128, 128); };
   CHECK(pays_wide(patterns::random(16, seq, seq, 0.3, 5)));        // 0.945
   CHECK_FALSE(pays_wide(patterns::random(16, seq, seq, 0.4, 5)));  // 0.98
   CHECK(pays_wide(patterns::random(32, seq, seq, 0.55, 5)));       // 0.96
@@ -729,6 +729,45 @@ TEST_CASE("the backward packs query blocks of random sparse patterns, not of win
   CHECK_FALSE(pays(patterns::random(128, seq, seq, 0.1, 5)));
   // Nothing active: no tile either way.
   CHECK_FALSE(pays(patterns::random(32, seq, seq, 0.0, 5)));
+}
+
+// A 64-query walk counts the tiles a CTA would walk packed, its last one whole: windows whose queries
+// would pack to 0.85-0.92 of the contiguous tiles fill as many whole tiles, and were measured slower
+// packed at d = 64 and 128 (packed_queries.cpp). In brackets: queries packed over 64 / whole tiles,
+// over the contiguous tiles.
+TEST_CASE("the backward packs a 64-query walk only where it saves whole tiles", "[attention][schedule]") {
+  // One key tile of 128 keys (8 blocks of 16) that sees 5 query blocks: 80 queries fill two 64-query
+  // tiles packed, as many as the contiguous ones they lie in (blocks 0 and 4-7), so packing pays
+  // nothing; 4 blocks spread over 3 tiles pack into one.
+  auto one_column = [](const std::vector<int>& query_blocks) {
+    std::vector<std::uint8_t> mask(16 * 16, 0);  // 16 query blocks by 16 key blocks; key block 0 only
+    for (const int q : query_blocks) mask[std::size_t(q) * 16] = 1;
+    return BlockPattern::from_block_mask(16, 1, 16, 16, mask);
+  };
+  CHECK_FALSE(attention::packing_queries_pays(128, one_column({0, 4, 5, 6, 7}), 128, 64));
+  CHECK(attention::packing_queries_pays(128, one_column({0, 4, 8, 9}), 128, 64));
+  const std::int64_t seq = 4096;
+  for (const int head_dim : {64, 128}) {
+    CAPTURE(head_dim);
+    auto pays = [&](const BlockPattern& p) { return attention::packing_queries_pays(head_dim, p, 128, 64); };
+    CHECK_FALSE(pays(patterns::sliding_window(16, seq, seq, 5, 4)));  // 0.85 / 1.0
+    CHECK_FALSE(pays(patterns::sliding_window(32, seq, seq, 2, 1)));  // 0.88 / 1.0
+    CHECK_FALSE(pays(patterns::sliding_window(32, seq, seq, 3, 2)));  // 0.90 / 1.0
+    CHECK_FALSE(pays(patterns::sliding_window(32, seq, seq, 4, 3)));  // 0.92 / 1.0
+    CHECK(pays(patterns::random(32, seq, seq, 0.3, 7)));              // 0.81
+  }
+  // At d = 64 blocks of 16 pack below 0.8 (0.2 measured 3% slower packed, 0.15 2-5% faster); at d = 128
+  // up to 0.92 (0.25 measured 5-9% faster).
+  auto pays_at = [&](int head_dim, const BlockPattern& p) { return attention::packing_queries_pays(head_dim, p, 128, 64); };
+  CHECK(pays_at(64, patterns::random(16, seq, seq, 0.15, 7)));        // 0.73
+  CHECK_FALSE(pays_at(64, patterns::random(16, seq, seq, 0.2, 7)));   // 0.84
+  CHECK_FALSE(pays_at(64, patterns::sliding_window(16, seq, seq, 6, 5)));  // 0.84
+  CHECK(pays_at(128, patterns::random(16, seq, seq, 0.2, 7)));
+  CHECK(pays_at(128, patterns::random(16, seq, seq, 0.25, 7)));       // 0.91
+  // On 128-query tiles the measure stays in queries: those windows of blocks of 16 pack there (measured
+  // 7-13% faster with four heads a K/V head).
+  CHECK(attention::packing_queries_pays(64, patterns::sliding_window(16, seq, seq, 5, 4), 128, 128));  // 0.71
+  CHECK(attention::packing_queries_pays(64, patterns::sliding_window(16, seq, seq, 6, 5), 128, 128));  // 0.79
 }
 
 // The thresholds are the measured crossovers (packed_queries.cpp); each case sits on one side of one

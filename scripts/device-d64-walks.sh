@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the lent GPU machine: the open questions of d = 64's dK/dV walks for pattern blocks of 16
-# (docs/attention.md, "What is left": a rule on tile counts, packing on 64-query tiles). Runs the GPU
+# (docs/attention.md, "Packing counts whole tiles", which has its forty-fifth session run). Runs the GPU
 # tests of the d = 64 tile choice first (SJIT_BACKWARD_QUERY_TILES included), then each window on
 # 64-query tiles packed (the rule's walk there) and contiguous (SJIT_BACKWARD_WALK=tiles), and on
 # 128-query tiles, with 1, 2 and 4 query heads a K/V head. Logs in $OUT. Usage there (carrying .deps):

@@ -123,8 +123,9 @@ bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& patte
 // 2.987-3.015, 0.3 (0.81) 3.378-3.418 / 3.614-3.627. So a 64-query walk counts the tiles it would
 // really walk, each CTA's last one whole: a window's packed runs fill as many tiles as its contiguous
 // ones (their share was 0.85-0.92 counted in queries, which packed them), and at d = 64 blocks of 16
-// pack below 0.8. Left open: blocks of 16 at d = 128 packed 6 + 1 + 5 (0.84) 11-21% slower (with the
-// dQ pass, where its contiguous tiles summed dQ atomically), where random ones at 0.25 (0.90) gain.
+// pack below 0.8. Blocks of 16 at d = 128 still pack 6 + 1 + 5 (0.84), 11-21% slower, but for the way
+// dQ is summed then (the pass; packed with atomic dQ 0.412-0.413 ms, as fast as contiguous): the dQ
+// rule counts a row's key tiles on the packed schedule (docs/attention.md, "Packing counts whole tiles").
 // On 128-query tiles (d = 64, atomic dQ) the same windows gain packed though they walk as many tiles
 // (blocks of 16, four heads a K/V head: 5 + 1 + 4 0.393-0.396 / 0.450-0.452, 6 + 1 + 5 0.418-0.423 /
 // 0.452-0.453), so there the measure stays the packed queries over 128 (a packed tile sums dQ for its

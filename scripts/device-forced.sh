@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154  # (lines and ways: the sourcing script's)
 # Sourced by device-*.sh scripts that time the backward with its choices forced: bench_forced runs
 # `sjit bench attention --queued --backward --iters 10` for each entry of `lines` ("ENV=VALUE ...|bench
 # flags": environment for that line, then its flags) under each entry of `ways` (more environment,

@@ -145,13 +145,15 @@ int run_attention(const AttentionBenchOptions& o) {
     const StepTimes step = median_step_ms(
         o.warmup, o.iterations, {[&] { attention.forward(args); }, [&] { attention.backward(bargs); }}, o.queued);
     if (pattern == nullptr) dense_step_ms = step.step;
-    // How dQ was summed, and whether the gathered passes ran (pattern blocks of 16, 32 and 64) or, at
-    // d = 64, the dK/dV pass's 64-query tiles (blocks of 64, and short walks of blocks of 16 and 32;
-    // 128 otherwise).
+    // How dQ was summed, and how the dK/dV pass walked the queries: gathered (pattern blocks of 16, 32
+    // and 64), packed, or on contiguous tiles; and at d = 64 whether on its 64-query tiles (blocks of
+    // 64, and short walks of blocks of 16 and 32; 128 otherwise).
     const std::string tiling = attention.backward_tiling(bargs);
-    const bool gathered = tiling.find("path=wgmma_gather") != std::string::npos;
-    const bool narrow_queries = !gathered && o.head_dim == 64 && tiling.find("cols=64,") != std::string::npos &&
+    const BackwardWalk walk = attention.backward_walk(bargs);
+    const bool narrow_queries = walk != BackwardWalk::gathered && o.head_dim == 64 &&
+                                tiling.find("cols=64,") != std::string::npos &&
                                 tiling.find("path=wgmma") != std::string::npos;
+    const std::string walk_note = walk == BackwardWalk::tiles ? "" : fmt::format(", {}", name(walk));
     // The backward against the dense one at the same moment (a, b, a, b, ..., as the forward's 'vs
     // dense'): the 'bwd' column, timed apart, sees a later and warmer GPU than the dense row's.
     double bwd_vs_dense = 1;
@@ -164,8 +166,8 @@ int run_attention(const AttentionBenchOptions& o) {
       bwd_vs_dense = dense_now_ms / ms;
     }
     std::vector<std::string> cells = {fmt::format("{:.3f} ms", bwd_ms),
-                                      fmt::format("{}{}", name(attention.dq_summation(bargs)),
-                                                  gathered ? ", gathered" : narrow_queries ? ", 64-query" : ""),
+                                      fmt::format("{}{}{}", name(attention.dq_summation(bargs)),
+                                                  narrow_queries ? ", 64-query" : "", walk_note),
                                       fmt::format("{:.3f} ms", step.step),
                                       fmt::format("{:.3f} / {:.3f}", step.parts[0], step.parts[1]),
                                       fmt::format("{:.0f}", 3.5 * flops / step.step / 1e9),
@@ -250,7 +252,9 @@ int run_attention(const AttentionBenchOptions& o) {
                "training ('in it' splits it). It differs from the two timed apart, which pay the host's launch\n"
                "latency twice and whose ends miss what each leaves to the next (the L2's write-backs, say).\n"
                "dQ: summed atomically or by a pass of its own; 'gathered': the pattern ran the gathered backward\n"
-               "(pattern blocks of 16, 32 and 64, a block a CTA; SJIT_BACKWARD_WALK=tiles forces the 128-key pass);\n"
+               "(pattern blocks of 16, 32 and 64, a block a CTA); 'packed': the 128-key pass filled its query tiles\n"
+               "from the blocks its keys see (blocks narrower than the tiles); neither: contiguous query tiles\n"
+               "(SJIT_BACKWARD_WALK=tiles|packed|gathered forces one, where it exists);\n"
                "'64-query': at d = 64 the dK/dV pass ran 64-query tiles (blocks of 64, and of 16 or 32 on short walks;\n"
                "128 otherwise).\n"
                "'bwd vs dense': the dense backward's time over the row's, the two timed alternately (a, b, a, b, ..);\n"

@@ -912,7 +912,19 @@ std::string Attention::backward_tiling(const AttentionBackwardArgs& in) {
   return codegen::key(state_->plan_of_call(in).kv_tiling);
 }
 
+BackwardWalk Attention::backward_walk(const AttentionBackwardArgs& in) {
+  const auto plan = state_->plan_of_call(in);
+  if (plan.kv_tiling.gathered_block > 0) return BackwardWalk::gathered;
+  // A packed walk's key-major schedule lists runs of one pattern block, not the pass's tiles.
+  const bool packed = plan.key_schedule && plan.key_schedule->block_n < plan.kv_tiling.block_cols;
+  return packed ? BackwardWalk::packed : BackwardWalk::tiles;
+}
+
 std::string_view name(DqSummation s) { return s == DqSummation::atomic ? "atomic" : "pass"; }
+
+std::string_view name(BackwardWalk w) {
+  return w == BackwardWalk::gathered ? "gathered" : w == BackwardWalk::packed ? "packed" : "tiles";
+}
 
 std::string_view name(LastRound mode) {
   return mode == LastRound::whole ? "whole" : mode == LastRound::split ? "split" : "auto";

@@ -24,8 +24,8 @@
 namespace sjit::attention {
 
 // How the Hopper dK/dV pass walks a pattern's query blocks of 16 or 32: contiguous tiles, packed tiles
-// (both 128 keys a CTA), or gathered (a key block a CTA).
-enum class QueryWalk { tiles, packed, gathered };
+// (both 128 keys a CTA), or gathered (a key block a CTA). The public BackwardWalk, which reports it.
+using QueryWalk = BackwardWalk;
 
 // The walk for `pattern` on a 128-key pass of `key_rows` keys and `tile_cols` queries a tile, where the
 // spec has a gathered-query pass (`gathers`), which would sum dQ by its dQ pass (`gathered_sums_by_pass`)

@@ -909,6 +909,11 @@ TEST_CASE("SJIT_BACKWARD_WALK forces a walk where it exists, and a bad value is 
   CHECK(walk(sparse, true, "tiles") == QueryWalk::tiles);
   CHECK(walk(sparse, true, "packed") == QueryWalk::packed);
   CHECK(walk(sparse, false, "gathered") == QueryWalk::packed);  // no gathered pass for the spec
+  // The names Attention::backward_walk's answers go by are the values that force them.
+  for (const BackwardWalk w : {BackwardWalk::tiles, BackwardWalk::packed, BackwardWalk::gathered}) {
+    CAPTURE(name(w));
+    CHECK(walk(sparse, true, name(w)) == w);
+  }
   const BlockPattern window = patterns::sliding_window(16, 4096, 4096, 16, 0);
   CHECK(walk(window, true, "") == QueryWalk::tiles);
   CHECK(walk(window, true, "gathered") == QueryWalk::gathered);

@@ -316,6 +316,9 @@ TEST_CASE("sparse random blocks of 16, 32 and 64 take the gathered backward, win
       const std::string tiling = attention.backward_tiling(run.backward_args());
       CAPTURE(tiling);
       CHECK((tiling.find("path=wgmma_gather") != std::string::npos) == (pattern == &random));
+      // (The window's blocks fill the contiguous tiles its CTAs walk: nothing to pack.)
+      CHECK(attention.backward_walk(run.backward_args()) ==
+            (pattern == &random ? BackwardWalk::gathered : BackwardWalk::tiles));
       run.forward(attention);
       run.backward(attention);
       synchronize();
@@ -342,26 +345,30 @@ TEST_CASE("at d = 64 short windows of blocks of 16 and 32 walk 64-query tiles, l
       Attention attention(c.spec);
       const BlockPattern window = patterns::sliding_window(bs, c.seq_q, c.seq_k, 64 / bs, 0);
       const BlockPattern random = patterns::random(bs, c.seq_q, c.seq_k, c.density, rng());
-      // Runs `pattern`, which must run the dK/dV pass on tiles of `cols` queries, not the gathered one.
-      auto check = [&](const BlockPattern* pattern, const char* cols) {
+      // Runs `pattern`, which must run the dK/dV pass on tiles of `cols` queries, not the gathered one,
+      // and walk them as `walk` says.
+      auto check = [&](const BlockPattern* pattern, const char* cols, BackwardWalk walk) {
         GpuRun run(c, in, pattern);
         const std::string tiling = attention.backward_tiling(run.backward_args());
         CAPTURE(tiling);
         CHECK_THAT(tiling, Catch::Contains(cols) && !Catch::Contains("wgmma_gather"));
+        CHECK(attention.backward_walk(run.backward_args()) == walk);
         run.forward(attention);
         run.backward(attention);
         synchronize();
         expect_gradients_close(c, run.gradients(), run_reference(c, in, pattern));
       };
-      check(&window, "cols=64");
-      check(&random, "cols=128");
+      // The window's CTAs see 12 blocks of 16 or 6 of 32: whole 64-query tiles, which packing would not
+      // save, or 1.5 tiles of 128 queries, which it does (attention/packed_queries.h).
+      check(&window, "cols=64", BackwardWalk::tiles);
+      check(&random, "cols=128", BackwardWalk::tiles);
       // SJIT_BACKWARD_QUERY_TILES turns both choices around.
       {
         const EnvOverride forced("SJIT_BACKWARD_QUERY_TILES", "128");
-        check(&window, "cols=128");
+        check(&window, "cols=128", BackwardWalk::packed);
       }
       const EnvOverride forced("SJIT_BACKWARD_QUERY_TILES", "64");
-      check(&random, "cols=64");
+      check(&random, "cols=64", BackwardWalk::tiles);
     }
 }
 

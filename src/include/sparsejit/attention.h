@@ -106,6 +106,15 @@ struct AttentionForwardArgs {
 enum class DqSummation { atomic, pass };
 std::string_view name(DqSummation s);  // "atomic" | "pass"
 
+// How a block-sparse backward's dK/dV pass walks the query blocks its keys see (docs/attention.md,
+// "Small pattern blocks in the backward"): tiles, the contiguous query tiles holding an active block
+// (dense specs, blocks as wide as the tiles, and wherever packing would not pay); packed, tiles filled
+// from runs of one active block each, wherever they lie (pattern blocks narrower than the tiles);
+// gathered, a pattern block of keys a CTA with its query blocks gathered (sparse random blocks of 16,
+// 32 and 64 on Hopper). SJIT_BACKWARD_WALK=tiles|packed|gathered forces one, for measuring.
+enum class BackwardWalk { tiles, packed, gathered };
+std::string_view name(BackwardWalk w);  // "tiles" | "packed" | "gathered"
+
 struct AttentionBackwardArgs {
   const void* q = nullptr;    // the forward's inputs
   const void* k = nullptr;
@@ -176,6 +185,9 @@ class Attention {
   // in the backward: the gathered passes"), the 128-key pass's elsewhere (the dense kernels' where
   // every block is active).
   std::string backward_tiling(const AttentionBackwardArgs& args);
+  // How that dK/dV pass walks the pattern's query blocks (the same checks and schedule as
+  // dq_summation): BackwardWalk::tiles without a pattern, or where every block is active.
+  BackwardWalk backward_walk(const AttentionBackwardArgs& args);
 
   const AttentionSpec& spec() const;
   AttentionConfig config() const;  // after resolve()

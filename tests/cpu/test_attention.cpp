@@ -481,9 +481,12 @@ void check_schedule(const BlockPattern& p, int block_m, int block_n) {
   REQUIRE(s.tile_mask.size() == s.tile_index.size());
   REQUIRE(s.tiles() == std::int64_t(s.tile_index.size()));
   CHECK(attention::count_active_tiles(p, block_m, block_n) == s.tiles());
+  const std::vector<std::int32_t> each_item = attention::active_tiles_each_item(p, block_m, block_n);
+  REQUIRE(each_item.size() == std::size_t(items));
   for (std::int64_t item = 0; item < items; ++item) {
     const std::int32_t begin = s.item_tile_begin[item], end = s.item_tile_begin[item + 1];
     REQUIRE(begin <= end);
+    CHECK(each_item[std::size_t(item)] == end - begin);
     for (std::int32_t t = begin; t < end; ++t) {
       REQUIRE(s.tile_index[t] >= 0);
       REQUIRE(s.tile_index[t] < key_tiles);

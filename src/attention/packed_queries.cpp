@@ -128,8 +128,8 @@ bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& patte
 // rule counts a row's key tiles on the packed schedule (docs/attention.md, "Packing counts whole tiles").
 // On 128-query tiles (d = 64, atomic dQ) the same windows gain packed though they walk as many tiles
 // (blocks of 16, four heads a K/V head: 5 + 1 + 4 0.393-0.396 / 0.450-0.452, 6 + 1 + 5 0.418-0.423 /
-// 0.452-0.453), so there the measure stays the packed queries over 128 (a packed tile sums dQ for its
-// runs' queries only: one reason it might).
+// 0.452-0.453), so there the measure stays the packed queries over 128 (a part-full packed tile adds
+// dQ for its runs' rows only, where a contiguous edge tile adds all of them).
 double packed_tiles_at_most(int head_dim, int block, int tile_cols) {
   if (tile_cols >= 128) return 0.97;
   return head_dim == 64 && block == 16 ? 0.8 : 0.92;

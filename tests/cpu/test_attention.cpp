@@ -1222,8 +1222,9 @@ TEST_CASE("Attention::forward refuses bad arguments before any GPU work, naming 
   }
 }
 
-// The backward, prepare_backward and dq_summation check their arguments as the forward does, before
-// any GPU work: the same fake tensors plus dO, lse and the three gradients, each 1 MiB apart.
+// The backward, prepare_backward and what they would run (dq_summation, backward_tiling, backward_walk)
+// check their arguments as the forward does, before any GPU work: the same fake tensors plus dO, lse
+// and the three gradients, each 1 MiB apart.
 TEST_CASE("Attention::backward, prepare_backward and dq_summation refuse bad arguments, naming the argument",
           "[attention][args]") {
   auto backward_args = [] {
@@ -1240,6 +1241,8 @@ TEST_CASE("Attention::backward, prepare_backward and dq_summation refuse bad arg
     CHECK_THROWS_AS(att.backward(b), InvalidArgument);
     CHECK_THROWS_WITH(att.backward(b), Contains(text));
     CHECK_THROWS_WITH(att.dq_summation(b), Contains(text));
+    CHECK_THROWS_WITH(att.backward_tiling(b), Contains(text));
+    CHECK_THROWS_WITH(att.backward_walk(b), Contains(text));
     CHECK_THROWS_WITH(att.prepare_backward(b), Contains(text));
   };
   Attention dense(make_spec(64, DType::f16, Causal::none, Sparsity::dense, 0));
@@ -1263,6 +1266,7 @@ TEST_CASE("Attention::backward, prepare_backward and dq_summation refuse bad arg
   b.pattern = &wrong_shape;
   CHECK_THROWS_AS(sparse.backward(b), InvalidArgument);
   CHECK_THROWS_AS(sparse.dq_summation(b), InvalidArgument);
+  CHECK_THROWS_AS(sparse.backward_walk(b), InvalidArgument);
   CHECK_THROWS_AS(sparse.prepare_backward(b), InvalidArgument);
 }
 

@@ -5,7 +5,7 @@
 # 128 at 1.6 to 2.6 tiles a row (0.025 to 0.04), where the threshold of 2.5 tiles (set from 2 tiles
 # 0.361 / 0.370 ms and 3 tiles 0.437 / 0.476, atomic / pass) is unmeasured between. Then the windows of
 # blocks of 16 and 32 that pack (3 tiles a row contiguous) with 2 and 4 heads a K/V head, below their
-# thresholds of 4 and 8. Each line atomic, then by the pass, then as the rule chooses. First the GPU
+# thresholds of 4 and 8. Each line atomic, then by the pass. First the GPU
 # tests of the packed walks' choices. ONLY=REGEX, ROUNDS (default 2); logs in $OUT. Usage there
 # (carrying .deps):
 #   bash scripts/device-dq-rule.sh
@@ -26,5 +26,5 @@ lines=(
   "|--block 16 --window 6,5 --heads-kv 4"
   "|--block 32 --window 3,3 --heads-kv 4"
 )
-ways=("SJIT_BACKWARD_DQ=atomic" "SJIT_BACKWARD_DQ=pass" "SJIT_BACKWARD_DQ=auto")
+ways=("SJIT_BACKWARD_DQ=atomic" "SJIT_BACKWARD_DQ=pass")
 bench_forced | tee "$OUT/dq-rule.log"

@@ -209,7 +209,7 @@ struct Attention::State {
   // on 64-query tiles (codegen::narrow_query_backward_tiling).
   std::list<std::pair<std::uint64_t, attention::QueryWalk>> walk_choices;
   std::list<std::pair<std::uint64_t, bool>> narrow_query_choices;
-  std::list<std::pair<std::uint64_t, double>> contiguous_tile_counts;
+  std::list<std::pair<std::uint64_t, attention::ContiguousWalks>> contiguous_walks_seen;
   // The answer kept in `choices` for `pattern`, or decide()'s, then kept: deciding reads the whole
   // pattern (counting tiles), so it is done once a pattern.
   // `key` names the pattern (its digest, with whatever else the choice depends on).
@@ -405,31 +405,36 @@ struct Attention::State {
     std::int64_t key_tiles = 0;
     const DeviceSchedule* key_schedule = nullptr;  // null when dense
     double key_tiles_per_row = 0;  // on the schedule walked: packed, the exact count
-    // The count the dQ rule (and a stored tuning) goes by: on the gathered backward the exact one, else
-    // the count on the pass's tiles as if it walked them contiguous (key_tiles_per_row_contiguous).
+    // What the dQ rule (and a stored tuning) went by: on the gathered backward the exact count, else
+    // dq_rule_count's.
     double dq_rule_tiles_per_row = 0;
+    bool banded = false;
     bool accumulator_spills = false;  // atomic dQ's working set of a K/V group outgrows the L2
     bool atomic = false;
     bool narrow_queries = false;  // d = 64's 64-query dK/dV tiles (codegen::narrow_query_backward_tiling)
   };
-  // The key tiles a query row of `a` sees on the tiles of `plan`'s dK/dV pass, counted as if it walked
-  // them contiguous where it packs its queries (one pattern block a run). The dQ rule goes by this
-  // count: the dQ pass walks its own tiles contiguous, so its second S and dP a tile are paid on them,
-  // while packing cuts the atomic pass's products and reductions. Counted on the packed schedule,
-  // short windows of blocks of 16 at d = 128 (2.35 tiles a row against 2.97) and causal random blocks
-  // of 16 at 0.02 with four query heads a K/V head (9.4 against 28) fell below the thresholds and took
-  // the pass, 10-21% and 35-40% slower than atomic dQ (docs/attention.md, "The dQ rule counts
-  // contiguous tiles").
-  double key_tiles_per_row_contiguous(const AttentionBackwardArgs& a, const BackwardPlan& plan) {
-    const DeviceSchedule* walked = plan.key_schedule;
+  // What the dQ rule goes by beyond the group (attention::choose_dq_summation): the key tiles a query
+  // row of `a` sees on the tiles of `plan`'s dK/dV pass, counted as if it walked them contiguous where it
+  // packs its queries, and whether those walks make a band (attention::contiguous_walks). The dQ pass
+  // walks its own tiles contiguous, so its second S and dP a tile are paid on them, while packing cuts
+  // the atomic pass's products and reductions: counted on the packed schedule, windows of blocks of 16
+  // at d = 128 (2.35 tiles a row packed, 2.97 contiguous) and causal random blocks of 16 at 0.02 with
+  // four query heads a K/V head (9.4 against 28) fell below the thresholds and took the pass, 10-21%
+  // and 35-40% slower than atomic dQ (docs/attention.md, "The dQ rule counts contiguous tiles").
+  struct DqRuleCount {
+    double tiles_per_row = 0;
+    bool banded = false;
+  };
+  DqRuleCount dq_rule_count(const AttentionBackwardArgs& a, const BackwardPlan& plan) {
+    if (!plan.key_schedule) return {plan.key_tiles_per_row, false};  // dense
     const codegen::BackwardTiling& t = plan.kv_tiling;
-    if (!walked || walked->block_n >= t.block_cols) return plan.key_tiles_per_row;  // not packed
     const std::uint64_t key =
         a.pattern->digest() ^ (std::uint64_t(t.block_rows()) << 32) ^ (std::uint64_t(t.block_cols) << 48);
-    const double tiles = remembered_choice(contiguous_tile_counts, key, [&] {
-      return double(attention::count_active_tiles(a.pattern->transposed(), t.block_rows(), t.block_cols));
+    const attention::ContiguousWalks walks = remembered_choice(contiguous_walks_seen, key, [&] {
+      return attention::contiguous_walks(*a.pattern, t.block_rows(), t.block_cols);
     });
-    return tiles * t.block_cols / walked->pattern_heads / double(std::max<std::int64_t>(a.seq_q, 1));
+    const double rows = double(walks.tiles) * t.block_cols / plan.key_schedule->pattern_heads;
+    return {rows / double(std::max<std::int64_t>(a.seq_q, 1)), walks.banded};
   }
   BackwardPlan plan_backward(const AttentionBackwardArgs& a, const jit::Target& target, const Capture& capture = {}) {
     attention::forced_query_walk();  // refuses a bad SJIT_BACKWARD_WALK on every backward, walk to choose or not
@@ -472,21 +477,22 @@ struct Attention::State {
       plan.key_tiles = tiles;
     }
     plan.key_tiles_per_row = active_key_tiles_per_query_row(plan.key_schedule, plan.key_tiles, a.seq_q);
-    const double contiguous_tiles_per_row = key_tiles_per_row_contiguous(a, plan);
+    const DqRuleCount contiguous = dq_rule_count(a, plan);
     plan.accumulator_spills = attention::accumulator_spills(group, a.seq_q, spec.head_dim, target.device->l2_bytes);
     // How dQ is summed, on the gathered backward or not. A stored tuning (nullopt at once with the
     // autotune policy off; remembered per process otherwise) decides only where nothing before it in
     // choose_dq_summation does; the gathered backward's, those of d = 64's 64-query tiles and those of
     // an accumulator beyond the L2 are stored apart.
     auto summation = [&](bool gathered) {
-      const double tiles_per_row = gathered ? plan.key_tiles_per_row : contiguous_tiles_per_row;
+      const double tiles_per_row = gathered ? plan.key_tiles_per_row : contiguous.tiles_per_row;
+      const bool banded = !gathered && contiguous.banded;
       const std::optional<DqSummation> tuned =
           tuning::tuned_dq_summation(backward_spec(true), group, tiles_per_row, gathered,
-                                     plan.accumulator_spills, narrow_queries && !gathered);
+                                     plan.accumulator_spills, narrow_queries && !gathered, banded);
       return attention::choose_dq_summation(spec, plan.sm90, tiles_per_row, group,
                                             attention::forced_dq_summation(), a.dq_summation, tuned, gathered,
                                             plan.accumulator_spills ? plan.key_tiles : 0,
-                                            target.device->memory_bandwidth, plan.kv_tiling.block_cols);
+                                            target.device->memory_bandwidth, plan.kv_tiling.block_cols, banded);
     };
     // Blocks of 16, 32 or 64 that the gathered backward takes (a block a CTA in both passes), which sums
     // dQ by a rule of its own (for blocks of 64 at d = 128 also a reason to take it or not).
@@ -500,7 +506,8 @@ struct Attention::State {
     if (!gathered && narrow_keys && way == DqSummation::pass && attention::gathers_only_with_dq_pass(spec))
       gathered = query_walk(*a.pattern, plan.kv_tiling, true) == attention::QueryWalk::gathered;
     plan.atomic = way == DqSummation::atomic;
-    plan.dq_rule_tiles_per_row = gathered ? plan.key_tiles_per_row : contiguous_tiles_per_row;
+    plan.dq_rule_tiles_per_row = gathered ? plan.key_tiles_per_row : contiguous.tiles_per_row;
+    plan.banded = !gathered && contiguous.banded;
     if (gathered) {
       plan.kv_tiling = *codegen::gathered_backward_tiling(backward_spec(plan.atomic), codegen::BackwardPart::dkdv);
       plan.narrow_queries = false;
@@ -931,7 +938,8 @@ DqSummation Attention::dq_summation(const AttentionBackwardArgs& in) {
 AttentionInternals::DqChoiceInputs AttentionInternals::backward_dq_choice_inputs(Attention& attention,
                                                                                   const AttentionBackwardArgs& in) {
   const auto plan = attention.state_->plan_of_call(in);
-  return {plan.dq_rule_tiles_per_row, plan.kv_tiling.gathered_block > 0, plan.accumulator_spills, plan.narrow_queries};
+  return {plan.dq_rule_tiles_per_row, plan.kv_tiling.gathered_block > 0, plan.accumulator_spills, plan.narrow_queries,
+          plan.banded};
 }
 
 std::string Attention::backward_tiling(const AttentionBackwardArgs& in) {

@@ -7,13 +7,14 @@ namespace sjit {
 
 struct AttentionInternals {
   // What the backward of args chooses its way of summing dQ by: the mean number of active key tiles
-  // (of the 128-key dK/dV pass's tiling) a query row sees, and whether the pattern runs the gathered
-  // backward. Checks args as backward does; launches nothing.
+  // (of the 128-key dK/dV pass's tiling, counted contiguous) a query row sees, and whether the pattern
+  // runs the gathered backward. Checks args as backward does; launches nothing.
   struct DqChoiceInputs {
     double key_tiles_per_row = 0;
     bool gathered = false;
     bool accumulator_spills = false;  // atomic dQ's working set outgrows the L2 (backward_policy.h)
     bool narrow_queries = false;      // d = 64's 64-query dK/dV tiles (attention/packed_queries.h)
+    bool banded = false;              // its dK/dV walks make a band (attention::contiguous_walks)
   };
   static DqChoiceInputs backward_dq_choice_inputs(Attention& attention, const AttentionBackwardArgs& args);
 };

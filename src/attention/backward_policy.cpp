@@ -72,10 +72,24 @@ bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, st
 //     0.21; causal dense 2.04-2.05 / 1.82-1.83, 0.1 0.38 / 0.38-0.39; at B4 H32 S4096 (3 key tiles a
 //     row at 0.1) 0.1 0.72 in earlier closing runs / 0.60. Its 128-query tiles (forty-second session)
 //     changed that: see dq_pass_thresholds.
+// Bands (forty-sixth session, H200, B2 H16 S8192 d = 128, backward ms queued, two rounds, atomic /
+// pass; tiles a row counted contiguous, attention::contiguous_walks): a sliding window's key tiles add
+// to the rows their neighbours add to, in the L2, and atomic dQ wins from fewer tiles a row than for
+// random blocks, whatever the group. One query head a K/V head: windows of 2 tiles a row tie (blocks
+// of 128, 1 + 1 + 0, 0.391-0.415 / 0.373-0.410; blocks of 32 and 16, 0.386-0.409 / 0.371-0.412),
+// 2.5 tiles atomic (blocks of 64, 2 + 1 + 1, 0.389-0.403 / 0.395-0.441; blocks of 16, 5 + 1 + 4,
+// 0.403-0.406 / 0.449-0.457), 3 tiles atomic (blocks of 16 and 32, packed, 0.400-0.428 /
+// 0.440-0.506); random blocks of 128 at 2 tiles 0.364-0.369 / 0.394-0.399. Two heads: a window of 3 tiles (blocks of 128) 0.418-0.419 / 0.449-0.451, packed ones
+// 0.361-0.379 / 0.430-0.450; random blocks at 3 tiles 0.441 / 0.447-0.450. Four heads: a window of
+// 3 tiles 0.396-0.411 / 0.387-0.426, of 6 tiles 0.630 / 0.701-0.703, packed windows of 3 tiles
+// 0.361-0.364 / 0.405-0.430; random blocks at 3 tiles 0.474-0.477 / 0.440-0.444, 6 tiles 0.710-0.719 /
+// 0.719-0.724 (where the four-head threshold of 8 still takes the pass). So a band takes the pass
+// below 2 tiles a row whatever the group (DqPassThresholds::band; on the H100 too, unmeasured there;
+// at d = 64 as its other thresholds, 1.5).
 DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group,
                                 std::string_view forced, std::optional<DqSummation> asked,
                                 std::optional<DqSummation> tuned, bool gathered, std::int64_t spilled_key_tiles,
-                                double memory_bandwidth, int dkdv_query_cols) {
+                                double memory_bandwidth, int dkdv_query_cols, bool banded) {
   if (!forced.empty() && forced != "auto" && forced != "atomic" && forced != "pass")
     throw InvalidArgument(fmt::format("SJIT_BACKWARD_DQ = '{}': use atomic, pass or auto (or leave it unset)", forced));
   const bool may_be_atomic = codegen::atomic_dq(spec);  // not where determinism is asked for, nor at d = 256
@@ -117,9 +131,13 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
   if (key_tiles_per_row < below.beyond_l2_share * double(spilled_key_tiles))
     return DqSummation::pass;  // the accumulator spills
   // Key tiles a row at S = 8192 are 64 x density: on the H100 24 at 0.375, where four heads a group
-  // tie, and about 10 between 0.1 and 0.25, where two heads a group do.
+  // tie, and about 10 between 0.1 and 0.25, where two heads a group do. A band's adds stay in the L2
+  // whatever the group (above).
   const double four_heads = spec.causal == Causal::none ? below.four_heads : below.four_heads_causal;
-  const double threshold = group >= 4 ? four_heads : group >= 2 ? below.two_heads : below.one_head;
+  const double threshold = banded       ? below.band
+                           : group >= 4 ? four_heads
+                           : group >= 2 ? below.two_heads
+                                        : below.one_head;
   return key_tiles_per_row < threshold ? DqSummation::pass : DqSummation::atomic;
 }
 
@@ -127,8 +145,9 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
 // session, B2 H16 S8192 D128, backward ms, atomic / pass) its faster DRAM makes atomic dQ's reductions
 // cheaper, and the crossovers of the GQA groups move down: two heads a K/V head 3 tiles 0.450 / 0.454,
 // 6 tiles 0.650 / 0.728, 10 tiles 0.979 / 1.120, 16 tiles 1.493 / 1.655; four heads 6 tiles 0.735 /
-// 0.714, 16 tiles 1.539 / 1.685, 24 tiles 2.167 / 2.487, 32 tiles 2.874 / 3.210. One head holds the
-// H100's: 1 tile 0.338 / 0.299, 2 tiles 0.361 / 0.370 (a tie), 3 tiles 0.437 / 0.476; and d = 64 the
+// 0.714, 16 tiles 1.539 / 1.685, 24 tiles 2.167 / 2.487, 32 tiles 2.874 / 3.210. One head: 1 tile
+// 0.338 / 0.299, 2 tiles 0.361 / 0.370 (a tie; in the forty-sixth session 0.364-0.369 / 0.394-0.399,
+// so the pass below 2 since), 3 tiles 0.437 / 0.476; and d = 64 the
 // pass everywhere: dense 3.869 / 3.162, 16 tiles 1.047 / 0.912, 6 tiles 0.471 / 0.427, 1 tile 0.243 /
 // 0.189. Causal top-left, whose rows see about half the tiles counted: four heads 6 tiles 0.504 /
 // 0.468, 16 tiles 1.067 / 0.999, so they keep the H100's 20; two heads 3 tiles 0.384 / 0.372, 6 tiles
@@ -147,11 +166,13 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
 // attention --backward` measures a device's own.
 DqPassThresholds dq_pass_thresholds(double memory_bandwidth, int head_dim) {
   if (head_dim == 64)
-    return {.four_heads = 1.5, .four_heads_causal = 1.5, .two_heads = 1.5, .one_head = 1.5,
+    return {.four_heads = 1.5, .four_heads_causal = 1.5, .two_heads = 1.5, .one_head = 1.5, .band = 1.5,
             .beyond_l2_share = memory_bandwidth >= 4e12 ? 0.01 : 0.3};
   if (memory_bandwidth >= 4e12)
-    return {.four_heads = 8, .four_heads_causal = 20, .two_heads = 4, .one_head = 2.5, .beyond_l2_share = 0.02};
-  return {.four_heads = 20, .four_heads_causal = 20, .two_heads = 8, .one_head = 2.5, .beyond_l2_share = 0.3};
+    return {.four_heads = 8, .four_heads_causal = 20, .two_heads = 4, .one_head = 2, .band = 2,
+            .beyond_l2_share = 0.02};
+  return {.four_heads = 20, .four_heads_causal = 20, .two_heads = 8, .one_head = 2.5, .band = 2,
+          .beyond_l2_share = 0.3};
 }
 
 std::string_view forced_dq_summation() {

@@ -26,10 +26,11 @@ bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, st
 // 3.35 TB/s): the faster the DRAM, the cheaper atomic dQ's reductions, and the fewer the tiles where
 // the pass wins. In mean active key tiles a query row (counted before the causal cut), below which
 // the pass is taken, by query heads a K/V head (four or more, with causal masking apart; two or
-// three; one); and where the accumulator spills out of the L2, the share of the sequence's key tiles
-// below which it is taken whatever the group.
+// three; one; and where the dK/dV walks make a band, whatever the group: attention::contiguous_walks);
+// and where the accumulator spills out of the L2, the share of the sequence's key tiles below which it
+// is taken whatever the group.
 struct DqPassThresholds {
-  double four_heads, four_heads_causal, two_heads, one_head;
+  double four_heads, four_heads_causal, two_heads, one_head, band;
   double beyond_l2_share;
 };
 DqPassThresholds dq_pass_thresholds(double memory_bandwidth, int head_dim = 128);
@@ -39,7 +40,8 @@ DqPassThresholds dq_pass_thresholds(double memory_bandwidth, int head_dim = 128)
 // `spilled_key_tiles`: where accumulator_spills, the sequence's key tiles (of the 128-key dK/dV pass),
 // else 0; `memory_bandwidth`: the device's (DeviceInfo::memory_bandwidth, 0 if unknown);
 // `dkdv_query_cols`: the queries a tile of the dK/dV pass the pattern runs (0: the spec's default
-// tiling's; at d = 64 on 64-query tiles the rule takes the pass).
+// tiling's; at d = 64 on 64-query tiles the rule takes the pass); `banded`: the dK/dV pass's walks make
+// a band (attention::contiguous_walks), which has a threshold of its own whatever the group.
 // The first that applies decides:
 //   - `asked` (AttentionBackwardArgs::dq_summation): the way asked for; atomic where the spec needs the
 //     pass (deterministic, or d = 256) is refused (InvalidArgument);
@@ -55,7 +57,7 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
                                 std::string_view forced, std::optional<DqSummation> asked = std::nullopt,
                                 std::optional<DqSummation> tuned = std::nullopt, bool gathered = false,
                                 std::int64_t spilled_key_tiles = 0, double memory_bandwidth = 0,
-                                int dkdv_query_cols = 0);
+                                int dkdv_query_cols = 0, bool banded = false);
 
 // SJIT_BACKWARD_DQ's value, or "" when unset.
 std::string_view forced_dq_summation();

@@ -189,6 +189,25 @@ bool narrow_query_tiles_pay(const BlockPattern& pattern, int key_rows, std::int6
   return columns > 0 && wide_tiles < min_wide_tiles_a_walk(block, group) * columns;
 }
 
+ContiguousWalks contiguous_walks(const BlockPattern& pattern, int key_rows, int tile_cols) {
+  const TileSchedule s = build_tile_schedule(pattern.transposed(), key_rows, tile_cols);
+  ContiguousWalks walks{.tiles = s.tiles(), .banded = s.tiles() > 0};
+  for (int head = 0; head < s.pattern_heads && walks.banded; ++head) {
+    std::int32_t last_first = -1, last_end = -1;  // the last walk's run [first, end), none yet
+    for (int key_tile = 0; key_tile < s.q_tiles && walks.banded; ++key_tile) {
+      const int item = head * s.q_tiles + key_tile;
+      const std::int32_t begin = s.item_tile_begin[item], end = s.item_tile_begin[item + 1];
+      if (begin == end) continue;  // (a key tile no query sees: the band goes on past it)
+      const std::int32_t first = s.tile_index[begin], after = s.tile_index[end - 1] + 1;
+      const bool one_run = after - first == end - begin;
+      const bool meets_last = last_end < 0 || (first <= last_end && last_first <= after);
+      walks.banded = one_run && meets_last;
+      last_first = first, last_end = after;
+    }
+  }
+  return walks;
+}
+
 std::optional<int> forced_query_tile_cols() {
   const char* env = std::getenv("SJIT_BACKWARD_QUERY_TILES");
   const std::string_view forced = env == nullptr ? std::string_view() : std::string_view(env);

@@ -36,6 +36,17 @@ using QueryWalk = BackwardWalk;
 //   - gathering_queries_pays, then packing_queries_pays.
 QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols,
                             bool gathers, bool gathered_sums_by_pass, std::string_view forced);
+// The 128-key dK/dV pass's walks of `pattern` on contiguous tiles of `key_rows` keys by `tile_cols`
+// queries (the tiles the dQ pass's rule counts, packed or not: backward_policy.h): how many tiles they
+// hold, and whether they make a band, each CTA's walk one run of adjacent query tiles that meets the
+// run of the CTA of the next key tile (a sliding window, local blocks). In a band the CTAs that run
+// together add atomic dQ to the same rows, in the L2, and atomic dQ wins from fewer key tiles a row.
+struct ContiguousWalks {
+  std::int64_t tiles = 0;
+  bool banded = false;
+};
+ContiguousWalks contiguous_walks(const BlockPattern& pattern, int key_rows, int tile_cols);
+
 // SJIT_BACKWARD_WALK's value, or "" when unset; any value but tiles, packed, gathered or auto is refused
 // (InvalidArgument), also where no walk is to be chosen (blocks of 128), so that a typo never passes
 // unnoticed.

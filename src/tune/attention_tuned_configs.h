@@ -51,9 +51,11 @@ bool store_attention_result(const AttentionSpec& canonical_spec, const std::stri
 // ",beyond_l2" added: there the adds cost DRAM traffic, and the pass wins far more often. And so does
 // one whose pattern runs d = 64's 64-query dK/dV tiles (`narrow_queries`: blocks of 16 or 32 on short
 // walks, attention/packed_queries.h), ",walk=narrow": on them the pass wins at counts where atomic dQ
-// wins on the 128-query tiles.
+// wins on the 128-query tiles. And one whose dK/dV walks make a band (`banded`: a sliding window,
+// attention::contiguous_walks), ",banded": its adds stay in the L2, and atomic dQ wins at counts where
+// the pass wins for random blocks. (Tiles a row are counted as the rule counts them: contiguous.)
 std::string dq_bucket(std::int64_t group, double key_tiles_per_row, bool gathered = false, bool beyond_l2 = false,
-                      bool narrow_queries = false);
+                      bool narrow_queries = false, bool banded = false);
 
 // The way tune_dq_summation stored for the current device, the backward spec (canonical, pass=bwd)
 // and the problem's bucket, where the autotune policy is on or force; nullopt when it is off, without
@@ -61,7 +63,8 @@ std::string dq_bucket(std::int64_t group, double key_tiles_per_row, bool gathere
 // once). Looked up once per process for each (database folder, device, spec, bucket).
 std::optional<DqSummation> tuned_dq_summation(const AttentionSpec& backward_spec, std::int64_t group,
                                               double key_tiles_per_row, bool gathered = false,
-                                              bool beyond_l2 = false, bool narrow_queries = false);
+                                              bool beyond_l2 = false, bool narrow_queries = false,
+                                              bool banded = false);
 
 // Writes a dQ tuning's winner for the current device; false if the folder cannot be written.
 bool store_dq_result(const AttentionSpec& backward_spec, const std::string& bucket, DqSummation winner,

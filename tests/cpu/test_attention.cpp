@@ -773,6 +773,52 @@ TEST_CASE("the backward packs a 64-query walk only where it saves whole tiles", 
   CHECK(attention::packing_queries_pays(64, patterns::sliding_window(16, seq, seq, 6, 5), 128, 128));  // 0.79
 }
 
+// The dQ rule's count (attention::contiguous_walks): the contiguous tiles of the key-major walks, packed
+// or not, and whether they make a band, each key tile's query tiles one run meeting the next one's.
+TEST_CASE("contiguous walks count the tiles a packed walk lies in, and windows make a band, random blocks not",
+          "[attention][schedule]") {
+  const std::int64_t seq = 4096;
+  for (const int block : {16, 32, 64, 128}) {
+    CAPTURE(block);
+    for (const auto& [before, after] : {std::pair{0, 0}, {1, 0}, {5, 4}, {6, 5}, {12, 0}}) {
+      CAPTURE(before, after);
+      const BlockPattern window = patterns::sliding_window(block, seq, seq, before, after, 2);
+      const attention::ContiguousWalks walks = attention::contiguous_walks(window, 128, 64);
+      CHECK(walks.banded);
+      CHECK(walks.tiles == attention::count_active_tiles(window.transposed(), 128, 64));
+    }
+    // A causal pattern's key tiles see every query from the diagonal on: a band too.
+    CHECK(attention::contiguous_walks(patterns::causal(block, seq, seq), 128, 64).banded);
+    // (Random rows of one block are the diagonal, a band; blocks of 16 at 0.5 fill every tile, and walk
+    // as a dense pattern, also a band.)
+    for (const double density : {0.05, 0.1}) {
+      CAPTURE(density);
+      const BlockPattern random = patterns::random(block, seq, seq, density, 11);
+      const attention::ContiguousWalks walks = attention::contiguous_walks(random, 128, 64);
+      CHECK_FALSE(walks.banded);
+      CHECK(walks.tiles == attention::count_active_tiles(random.transposed(), 128, 64));
+    }
+  }
+  // A window of blocks of 16 lies in more contiguous tiles than its packed runs fill: 6 + 1 + 5 blocks
+  // are 192 queries a key block, 2.35 tiles of 64 a row packed at S = 8192, 2.97 contiguous.
+  const BlockPattern window = patterns::sliding_window(16, 8192, 8192, 6, 5);
+  const double packed = double(attention::count_active_tiles(window.transposed(), 128, 16)) * 16 / 8192;
+  const double contiguous = double(attention::contiguous_walks(window, 128, 64).tiles) * 64 / 8192;
+  CHECK(packed == Approx(2.35).margin(0.01));
+  CHECK(contiguous == Approx(2.97).margin(0.01));
+  // Each key tile's walk one run, but far from its neighbour's (key block c sees query block 15 - c:
+  // the anti-diagonal's runs meet only in the middle), or two runs: no band.
+  std::vector<std::uint8_t> anti(32 * 32, 0), split(32 * 32, 0);
+  for (int c = 0; c < 32; ++c) anti[std::size_t((c * 7) % 32) * 32 + c] = 1;
+  for (int c = 0; c < 32; ++c) split[std::size_t(c) * 32 + c] = split[std::size_t((c + 16) % 32) * 32 + c] = 1;
+  CHECK_FALSE(attention::contiguous_walks(BlockPattern::from_block_mask(128, 1, 32, 32, anti), 128, 64).banded);
+  CHECK_FALSE(attention::contiguous_walks(BlockPattern::from_block_mask(128, 1, 32, 32, split), 128, 64).banded);
+  // The empty pattern walks nothing, and is no band.
+  const attention::ContiguousWalks none = attention::contiguous_walks(patterns::random(64, seq, seq, 0.0, 1), 128, 64);
+  CHECK(none.tiles == 0);
+  CHECK_FALSE(none.banded);
+}
+
 // The thresholds are the measured crossovers (packed_queries.cpp); each case sits on one side of one
 // (the ratio of the 128-key CTAs' scores to the gathered steps' is in the comment).
 TEST_CASE("the backward gathers the blocks of sparse random patterns of 16 and 32, not of windows or dense-ish ones",

@@ -327,28 +327,43 @@ TEST_CASE("sparse random blocks of 16, 32 and 64 take the gathered backward, win
   }
 }
 
-// Where the dK/dV pass packs its queries, the dQ rule still counts a row's key tiles on contiguous
-// tiles (attention.cpp, key_tiles_per_row_contiguous): causal random blocks of 16 at 0.02 with four
-// query heads a K/V head (28 tiles a row contiguous, 9.4 packed: either side of the threshold of 20)
-// and a window of 6 + 1 + 5 blocks of 16 (3.0 a row contiguous, 2.3 packed) sum dQ atomically, 35-40%
-// and 10-20% faster than by the pass on the H200 (docs/attention.md, "The dQ rule counts contiguous
-// tiles"). Checked at S = 8192, where those counts hold; the gradients of a packed walk with atomic dQ
-// at a shorter length.
-TEST_CASE("packed walks choose how to sum dQ by their contiguous tiles and give the reference's gradients",
+// The dQ rule counts a row's key tiles on contiguous tiles where the dK/dV pass packs its queries, and
+// gives bands (windows) a threshold of their own (attention::contiguous_walks, backward_policy.cpp): at
+// S = 8192, d = 128, where the H200 measured each (docs/attention.md, "The dQ rule counts contiguous
+// tiles, and bands"), these sum dQ atomically, 7-40% faster than by the pass; then the gradients of a
+// packed window with atomic dQ, two query heads a K/V head, at a shorter length.
+TEST_CASE("packed walks and bands choose how to sum dQ by their contiguous tiles, and give the reference's gradients",
           "[gpu][attention][backward]") {
   if (!test::on_hopper("the packed dK/dV walk")) return;
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (const bool window : {false, true}) {
-    INFO((window ? "window 6 + 1 + 5, one query head a K/V head" : "causal random blocks, four heads a K/V head"));
-    const Problem c{spec_of(128, DType::bf16, window ? Causal::none : Causal::top_left, Sparsity::block_sparse, 16),
-                    1, window ? 1 : 4, 1, 8192, 8192, 0.02};
-    const BlockPattern pattern = window ? patterns::sliding_window(16, c.seq_q, c.seq_k, 6, 5)
-                                        : patterns::random(16, c.seq_q, c.seq_k, c.density, rng());
+  struct Case {
+    const char* what;
+    int block;
+    Causal causal;
+    std::int64_t heads_q;  // over one K/V head
+    std::optional<std::pair<int, int>> window;  // else random blocks at 0.02
+    BackwardWalk walk;
+  };
+  const Case cases[] = {
+      // 28 tiles a row contiguous, 9.4 packed, the threshold 20; measured 35-40% faster atomic.
+      {"causal random blocks of 16, four heads", 16, Causal::top_left, 4, std::nullopt, BackwardWalk::packed},
+      // 3.0 tiles a row contiguous, 2.35 packed; 10-20% faster atomic.
+      {"a window of 6 + 1 + 5 blocks of 16, one head", 16, Causal::none, 1, std::pair{6, 5}, BackwardWalk::packed},
+      // A band of 6 tiles a row, where random blocks with four heads take the pass; 11% faster atomic.
+      {"a window of 3 + 1 + 2 blocks of 128, four heads", 128, Causal::none, 4, std::pair{3, 2}, BackwardWalk::tiles},
+  };
+  for (const Case& k : cases) {
+    INFO(k.what);
+    const Problem c{spec_of(128, DType::bf16, k.causal, Sparsity::block_sparse, k.block), 1, k.heads_q, 1, 8192, 8192,
+                    0.02};
+    const BlockPattern pattern = k.window ? patterns::sliding_window(k.block, c.seq_q, c.seq_k, k.window->first,
+                                                                     k.window->second)
+                                          : patterns::random(k.block, c.seq_q, c.seq_k, c.density, rng());
     Attention attention(c.spec);
     GpuRun run(c, random_inputs(c, rng), &pattern);
-    CHECK(attention.backward_walk(run.backward_args()) == BackwardWalk::packed);
+    CHECK(attention.backward_walk(run.backward_args()) == k.walk);
     CHECK(attention.dq_summation(run.backward_args()) == DqSummation::atomic);
   }
   Problem c{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 16), 1, 2, 1, 1500, 1500, 0};

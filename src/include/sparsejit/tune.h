@@ -117,9 +117,11 @@ struct DqTuneReport {
   AttentionTuneShape shape;      // pattern: null (the pattern timed is described by density)
   double density = 1;            // of the pattern timed (1 for dense)
   double key_tiles_per_row = 0;  // active key tiles a query row sees, of the 128-key dK/dV pass's tiles
+                                 // (counted contiguous where that pass packs its queries)
   std::string bucket;            // what the result is stored under: GQA group and key tiles a row, and
                                  // ",walk=gathered" where the pattern runs the gathered backward,
                                  // ",walk=narrow" where it runs d = 64's 64-query dK/dV tiles,
+                                 // ",banded" where its dK/dV walks make a band (a sliding window),
                                  // ",beyond_l2" where atomic dQ's working set outgrows the L2
   std::string device;
   DqSummation chosen_before = DqSummation::atomic;  // the backward's choice before this tuning

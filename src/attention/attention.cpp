@@ -420,7 +420,8 @@ struct Attention::State {
   // the atomic pass's products and reductions: counted on the packed schedule, windows of blocks of 16
   // at d = 128 (2.35 tiles a row packed, 2.97 contiguous) and causal random blocks of 16 at 0.02 with
   // four query heads a K/V head (9.4 against 28) fell below the thresholds and took the pass, 10-21%
-  // and 35-40% slower than atomic dQ (docs/attention.md, "The dQ rule counts contiguous tiles").
+  // and 35-40% slower than atomic dQ (docs/attention.md, "The dQ rule counts contiguous tiles, and
+  // bands").
   struct DqRuleCount {
     double tiles_per_row = 0;
     bool banded = false;

@@ -79,8 +79,9 @@ bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, st
 // of 128, 1 + 1 + 0, 0.391-0.415 / 0.373-0.410; blocks of 32 and 16, 0.386-0.409 / 0.371-0.412),
 // 2.5 tiles atomic (blocks of 64, 2 + 1 + 1, 0.389-0.403 / 0.395-0.441; blocks of 16, 5 + 1 + 4,
 // 0.403-0.406 / 0.449-0.457), 3 tiles atomic (blocks of 16 and 32, packed, 0.400-0.428 /
-// 0.440-0.506); random blocks of 128 at 2 tiles 0.364-0.369 / 0.394-0.399. Two heads: a window of 3 tiles (blocks of 128) 0.418-0.419 / 0.449-0.451, packed ones
-// 0.361-0.379 / 0.430-0.450; random blocks at 3 tiles 0.441 / 0.447-0.450. Four heads: a window of
+// 0.440-0.506); random blocks of 128 at 2 tiles 0.364-0.369 / 0.394-0.399. Two heads: a window of 3
+// tiles (blocks of 128) 0.418-0.419 / 0.449-0.451, packed ones 0.361-0.379 / 0.430-0.450; random
+// blocks at 3 tiles 0.441 / 0.447-0.450. Four heads: a window of
 // 3 tiles 0.396-0.411 / 0.387-0.426, of 6 tiles 0.630 / 0.701-0.703, packed windows of 3 tiles
 // 0.361-0.364 / 0.405-0.430; random blocks at 3 tiles 0.474-0.477 / 0.440-0.444, 6 tiles 0.710-0.719 /
 // 0.719-0.724 (where the four-head threshold of 8 still takes the pass). So a band takes the pass

@@ -190,22 +190,24 @@ bool narrow_query_tiles_pay(const BlockPattern& pattern, int key_rows, std::int6
 }
 
 ContiguousWalks contiguous_walks(const BlockPattern& pattern, int key_rows, int tile_cols) {
-  const TileSchedule s = build_tile_schedule(pattern.transposed(), key_rows, tile_cols);
-  ContiguousWalks walks{.tiles = s.tiles(), .banded = s.tiles() > 0};
-  for (int head = 0; head < s.pattern_heads && walks.banded; ++head) {
-    std::int32_t last_first = -1, last_end = -1;  // the last walk's run [first, end), none yet
-    for (int key_tile = 0; key_tile < s.q_tiles && walks.banded; ++key_tile) {
-      const int item = head * s.q_tiles + key_tile;
-      const std::int32_t begin = s.item_tile_begin[item], end = s.item_tile_begin[item + 1];
-      if (begin == end) continue;  // (a key tile no query sees: the band goes on past it)
-      const std::int32_t first = s.tile_index[begin], after = s.tile_index[end - 1] + 1;
-      const bool one_run = after - first == end - begin;
-      const bool meets_last = last_end < 0 || (first <= last_end && last_first <= after);
-      walks.banded = one_run && meets_last;
-      last_first = first, last_end = after;
-    }
+  const BlockPattern key_major = pattern.transposed();
+  const std::vector<ItemTiles> walks = active_tile_spans_each_item(key_major, key_rows, tile_cols);
+  const std::size_t key_tiles = walks.size() / std::size_t(std::max(key_major.heads(), 1));
+  ContiguousWalks out;
+  bool broken = false;
+  const ItemTiles* last = nullptr;  // the last walk with tiles in this head
+  for (std::size_t item = 0; item < walks.size(); ++item) {
+    if (item % key_tiles == 0) last = nullptr;
+    const ItemTiles& walk = walks[item];
+    out.tiles += walk.count;
+    if (walk.count == 0) continue;  // (a key tile no query sees: the band goes on past it)
+    const bool one_run = walk.last - walk.first + 1 == walk.count;
+    const bool meets_last = !last || (walk.first <= last->last + 1 && last->first <= walk.last + 1);
+    broken = broken || !one_run || !meets_last;
+    last = &walk;
   }
-  return walks;
+  out.banded = out.tiles > 0 && !broken;
+  return out;
 }
 
 std::optional<int> forced_query_tile_cols() {

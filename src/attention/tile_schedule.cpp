@@ -84,21 +84,34 @@ TileSchedule build_tile_schedule(const BlockPattern& pattern, int block_m, int b
   return s;
 }
 
-std::vector<std::int32_t> active_tiles_each_item(const BlockPattern& pattern, int block_m, int block_n) {
+std::vector<ItemTiles> active_tile_spans_each_item(const BlockPattern& pattern, int block_m, int block_n) {
   const std::int64_t bs = pattern.block_size(), rows = pattern.block_rows(), cols = pattern.block_cols();
   const std::int64_t q_tiles = (rows * bs + block_m - 1) / block_m, key_tiles = (cols * bs + block_n - 1) / block_n;
-  std::vector<std::int32_t> tiles(std::size_t(pattern.heads() * q_tiles), 0);
+  std::vector<ItemTiles> items(std::size_t(pattern.heads() * q_tiles));
   // The last query tile that counted each key tile: a tile is counted once an item.
   std::vector<std::int64_t> counted_by(std::size_t(key_tiles), -1);
   for (int head = 0; head < pattern.heads(); ++head)
     for (std::int64_t q_tile = 0; q_tile < q_tiles; ++q_tile) {
       const std::int64_t item = std::int64_t(head) * q_tiles + q_tile;
+      ItemTiles& it = items[std::size_t(item)];
       const std::int64_t last_row = std::min(rows - 1, (q_tile * block_m + block_m - 1) / bs);
       for (std::int64_t r = q_tile * block_m / bs; r <= last_row; ++r)
         for (const std::int32_t c : pattern.row(head, r))
           for (std::int64_t t = c * bs / block_n; t <= ((c + 1) * bs - 1) / block_n && t < key_tiles; ++t)
-            if (counted_by[std::size_t(t)] != item) counted_by[std::size_t(t)] = item, ++tiles[std::size_t(item)];
+            if (counted_by[std::size_t(t)] != item) {
+              counted_by[std::size_t(t)] = item;
+              it.first = it.count == 0 ? std::int32_t(t) : std::min(it.first, std::int32_t(t));
+              it.last = it.count == 0 ? std::int32_t(t) : std::max(it.last, std::int32_t(t));
+              ++it.count;
+            }
     }
+  return items;
+}
+
+std::vector<std::int32_t> active_tiles_each_item(const BlockPattern& pattern, int block_m, int block_n) {
+  const std::vector<ItemTiles> items = active_tile_spans_each_item(pattern, block_m, block_n);
+  std::vector<std::int32_t> tiles(items.size());
+  std::transform(items.begin(), items.end(), tiles.begin(), [](const ItemTiles& it) { return it.count; });
   return tiles;
 }
 

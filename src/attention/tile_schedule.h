@@ -37,5 +37,10 @@ int uniform_item_tiles(const TileSchedule& schedule);
 std::int64_t count_active_tiles(const BlockPattern& pattern, int block_m, int block_n);
 // Those triples item by item: [pattern heads * query tiles], item = head * query tiles + query tile.
 std::vector<std::int32_t> active_tiles_each_item(const BlockPattern& pattern, int block_m, int block_n);
+// And with the first and last key tile of each item (both 0 where it has none).
+struct ItemTiles {
+  std::int32_t count = 0, first = 0, last = 0;
+};
+std::vector<ItemTiles> active_tile_spans_each_item(const BlockPattern& pattern, int block_m, int block_n);
 
 }  // namespace sjit::attention

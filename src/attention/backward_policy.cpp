@@ -86,7 +86,10 @@ bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, st
 // 0.361-0.364 / 0.405-0.430; random blocks at 3 tiles 0.474-0.477 / 0.440-0.444, 6 tiles 0.710-0.719 /
 // 0.719-0.724 (where the four-head threshold of 8 still takes the pass). So a band takes the pass
 // below 2 tiles a row whatever the group (DqPassThresholds::band; on the H100 too, unmeasured there;
-// at d = 64 as its other thresholds, 1.5).
+// at d = 64 as its other thresholds, 1.5). Beyond the L2 too (B1 H4 S65536, one head, 512 key tiles,
+// where the H200's share of 2% took the pass below 10 tiles): windows of 4 + 1 + 3 blocks of 128 (8
+// tiles a row) 0.806 / 0.871 and 0.921 / 0.998, 2 + 1 + 1 (4 tiles) 0.574 / 0.615; so a band's
+// accumulator, whose rows its running CTAs share, is not taken to spill (on the H100 unmeasured).
 DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group,
                                 std::string_view forced, std::optional<DqSummation> asked,
                                 std::optional<DqSummation> tuned, bool gathered, std::int64_t spilled_key_tiles,
@@ -129,8 +132,10 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
                                              : codegen::default_backward_tiling(spec, codegen::BackwardPart::dkdv, true).block_cols;
   if (spec.head_dim == 64 && query_cols != 128) return DqSummation::pass;
   const DqPassThresholds below = dq_pass_thresholds(memory_bandwidth, spec.head_dim);
-  if (key_tiles_per_row < below.beyond_l2_share * double(spilled_key_tiles))
-    return DqSummation::pass;  // the accumulator spills
+  // The accumulator spills: a random pattern's adds land on rows all over the group's and miss the L2;
+  // a band's stay in the rows its running CTAs share (above), and its rule is the short sequences'.
+  if (!banded && key_tiles_per_row < below.beyond_l2_share * double(spilled_key_tiles))
+    return DqSummation::pass;
   // Key tiles a row at S = 8192 are 64 x density: on the H100 24 at 0.375, where four heads a group
   // tie, and about 10 between 0.1 and 0.25, where two heads a group do. A band's adds stay in the L2
   // whatever the group (above).

@@ -41,7 +41,8 @@ DqPassThresholds dq_pass_thresholds(double memory_bandwidth, int head_dim = 128)
 // else 0; `memory_bandwidth`: the device's (DeviceInfo::memory_bandwidth, 0 if unknown);
 // `dkdv_query_cols`: the queries a tile of the dK/dV pass the pattern runs (0: the spec's default
 // tiling's; at d = 64 on 64-query tiles the rule takes the pass); `banded`: the dK/dV pass's walks make
-// a band (attention::contiguous_walks), which has a threshold of its own whatever the group.
+// a band (attention::contiguous_walks), which has a threshold of its own whatever the group, and whose
+// accumulator is not taken to spill (its running CTAs add to the same rows).
 // The first that applies decides:
 //   - `asked` (AttentionBackwardArgs::dq_summation): the way asked for; atomic where the spec needs the
 //     pass (deterministic, or d = 256) is refused (InvalidArgument);

@@ -105,8 +105,9 @@ TEST_CASE("at d = 64 the dQ pass where rows see one key tile, or where the dK/dV
 
 // A band (a sliding window: attention::contiguous_walks) adds to rows its neighbouring CTAs add to, in
 // the L2: atomic dQ from 2 key tiles a row whatever the group, where random blocks with four query heads
-// a K/V head take the pass up to 8 (the H200) or 20 (the H100).
-TEST_CASE("a band sums dQ atomically from two key tiles a row whatever the group", "[attention][backward][policy]") {
+// a K/V head take the pass up to 8 (the H200) or 20 (the H100), and whatever the sequence's length.
+TEST_CASE("a band sums dQ atomically from two key tiles a row whatever the group and the length",
+          "[attention][backward][policy]") {
   constexpr double h100 = 3.35e12, h200 = 4.8e12;
   auto way = [](int d, Causal causal, double tiles, std::int64_t group, double bandwidth, bool banded) {
     return choose_dq_summation(spec_of(d, causal), true, tiles, group, "", std::nullopt, std::nullopt, false, 0,
@@ -123,6 +124,18 @@ TEST_CASE("a band sums dQ atomically from two key tiles a row whatever the group
         // Not a band: four heads or more take the pass at 3 tiles (random blocks measured 7% faster so).
         if (group >= 4) CHECK(way(128, c, 3, group, bandwidth, false) == DqSummation::pass);
       }
+  // Beyond the L2 (512 key tiles, an accumulator that outgrows it) a band's adds still stay in the L2:
+  // atomic at 4 tiles a row, where random blocks take the pass on either card.
+  for (const double bandwidth : {h100, h200}) {
+    CAPTURE(bandwidth);
+    auto spilled = [&](double tiles, bool banded) {
+      return choose_dq_summation(spec_of(128), true, tiles, 1, "", std::nullopt, std::nullopt, false, 512, bandwidth,
+                                 0, banded);
+    };
+    CHECK(spilled(4, true) == DqSummation::atomic);
+    CHECK(spilled(4, false) == DqSummation::pass);
+    CHECK(spilled(1.5, true) == DqSummation::pass);
+  }
   // At d = 64 (128-query tiles) as its other thresholds: the pass at one tile a row only.
   CHECK(way(64, Causal::none, 1, 4, h200, true) == DqSummation::pass);
   CHECK(way(64, Causal::none, 2, 4, h200, true) == DqSummation::atomic);

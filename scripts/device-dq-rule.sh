@@ -4,7 +4,8 @@
 # 2, 2.5 and 3 key tiles (blocks of 128, 64, 32 and 16; those of 16 and 32 with 3 tiles pack) with one,
 # two and four query heads a K/V head; a window of 6 tiles with four; random blocks of 128 at 2 and 3
 # tiles a row (--density 0.03 and 0.05) with one, two and four; causal random blocks of 16 at 0.02 with
-# four (packed: 9.4 tiles a row, 28 contiguous). Each line with dQ atomic, then by the pass (WAYS: other
+# four (packed: 9.4 tiles a row, 28 contiguous); and windows beyond the L2 (B1 H4 S65536, their label
+# without the shape). Each line with dQ atomic, then by the pass (WAYS: other
 # settings, e.g. WAYS=SJIT_BACKWARD_DQ=auto for the rule's own choice). First the GPU tests of those
 # choices (TESTS=0 leaves them out). ONLY=REGEX, ROUNDS (default 2); logs in $OUT. Usage there
 # (carrying .deps):
@@ -36,6 +37,8 @@ lines=(
   "|--block 32 --window 3,3 --heads-kv 4"
   "|--block 128 --density 0.05,0.1 --heads-kv 4"
   "|--block 16 --causal tl --heads-kv 4 --density 0.02"
+  "|--batch 1 --heads 4 --seq 65536 --block 128 --window 4,3"
+  "|--batch 1 --heads 4 --seq 65536 --block 128 --window 2,1"
 )
 read -ra ways <<<"${WAYS:-SJIT_BACKWARD_DQ=atomic SJIT_BACKWARD_DQ=pass}"
 bench_forced | tee "$OUT/dq-rule.log"

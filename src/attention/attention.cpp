@@ -90,11 +90,15 @@ void require_full_register_share(const jit::LoadedKernel& kernel, int threads) {
 }
 
 // The mean number of active key tiles (of the dK/dV pass's rows) a query row sees: the active (key
-// tile, query row) pairs over the query rows, before the causal cut. Dense counts every key tile.
+// tile, query row) pairs over the query rows, before the causal cut; from `tiles` of `tile_queries`
+// queries over the pattern's heads, or on a key-major schedule (dense: every key tile).
+double key_tiles_per_query_row(std::int64_t tiles, int tile_queries, int pattern_heads, std::int64_t seq_q) {
+  const double active_rows = double(tiles) * tile_queries / pattern_heads;
+  return active_rows / double(std::max<std::int64_t>(seq_q, 1));
+}
 double active_key_tiles_per_query_row(const DeviceSchedule* key_schedule, std::int64_t key_tiles, std::int64_t seq_q) {
   if (!key_schedule) return double(key_tiles);
-  const double active_rows = double(key_schedule->tiles) * key_schedule->block_n / key_schedule->pattern_heads;
-  return active_rows / double(std::max<std::int64_t>(seq_q, 1));
+  return key_tiles_per_query_row(key_schedule->tiles, key_schedule->block_n, key_schedule->pattern_heads, seq_q);
 }
 
 // The keys of a key tile of the dQ pass's schedule (and of its K and V copies): its tiles', or on the
@@ -399,16 +403,20 @@ struct Attention::State {
   // What the backward of `a` (checked, not a full pattern) runs on `target`: the dK/dV pass's tiling
   // and key-major schedule, which with atomic dQ's tiling says how many tiles a query row sees, and
   // from that, how dQ is summed; then the tiling and schedule of the way chosen (the same keys a CTA).
+  // What the dQ rule goes by beyond the group (dq_rule_count, below).
+  struct DqRuleCount {
+    double tiles_per_row = 0;
+    bool banded = false;
+  };
   struct BackwardPlan {
     bool sm90 = false;
     codegen::BackwardTiling kv_tiling;
     std::int64_t key_tiles = 0;
     const DeviceSchedule* key_schedule = nullptr;  // null when dense
     double key_tiles_per_row = 0;  // on the schedule walked: packed, the exact count
-    // What the dQ rule (and a stored tuning) went by: on the gathered backward the exact count, else
-    // dq_rule_count's.
-    double dq_rule_tiles_per_row = 0;
-    bool banded = false;
+    // What the dQ rule (and a stored tuning) went by: on the gathered backward the exact count and no
+    // band, else dq_rule_count's.
+    DqRuleCount dq_rule;
     bool accumulator_spills = false;  // atomic dQ's working set of a K/V group outgrows the L2
     bool atomic = false;
     bool narrow_queries = false;  // d = 64's 64-query dK/dV tiles (codegen::narrow_query_backward_tiling)
@@ -422,10 +430,6 @@ struct Attention::State {
   // four query heads a K/V head (9.4 against 28) fell below the thresholds and took the pass, 10-21%
   // and 35-40% slower than atomic dQ (docs/attention.md, "The dQ rule counts contiguous tiles, and
   // bands").
-  struct DqRuleCount {
-    double tiles_per_row = 0;
-    bool banded = false;
-  };
   DqRuleCount dq_rule_count(const AttentionBackwardArgs& a, const BackwardPlan& plan) {
     if (!plan.key_schedule) return {plan.key_tiles_per_row, false};  // dense
     const codegen::BackwardTiling& t = plan.kv_tiling;
@@ -434,8 +438,8 @@ struct Attention::State {
     const attention::ContiguousWalks walks = remembered_choice(contiguous_walks_seen, key, [&] {
       return attention::contiguous_walks(*a.pattern, t.block_rows(), t.block_cols);
     });
-    const double rows = double(walks.tiles) * t.block_cols / plan.key_schedule->pattern_heads;
-    return {rows / double(std::max<std::int64_t>(a.seq_q, 1)), walks.banded};
+    return {key_tiles_per_query_row(walks.tiles, t.block_cols, plan.key_schedule->pattern_heads, a.seq_q),
+            walks.banded};
   }
   BackwardPlan plan_backward(const AttentionBackwardArgs& a, const jit::Target& target, const Capture& capture = {}) {
     attention::forced_query_walk();  // refuses a bad SJIT_BACKWARD_WALK on every backward, walk to choose or not
@@ -479,21 +483,24 @@ struct Attention::State {
     }
     plan.key_tiles_per_row = active_key_tiles_per_query_row(plan.key_schedule, plan.key_tiles, a.seq_q);
     const DqRuleCount contiguous = dq_rule_count(a, plan);
+    auto rule_count = [&](bool gathered) { return gathered ? DqRuleCount{plan.key_tiles_per_row, false} : contiguous; };
     plan.accumulator_spills = attention::accumulator_spills(group, a.seq_q, spec.head_dim, target.device->l2_bytes);
     // How dQ is summed, on the gathered backward or not. A stored tuning (nullopt at once with the
     // autotune policy off; remembered per process otherwise) decides only where nothing before it in
     // choose_dq_summation does; the gathered backward's, those of d = 64's 64-query tiles and those of
     // an accumulator beyond the L2 are stored apart.
     auto summation = [&](bool gathered) {
-      const double tiles_per_row = gathered ? plan.key_tiles_per_row : contiguous.tiles_per_row;
-      const bool banded = !gathered && contiguous.banded;
+      const DqRuleCount count = rule_count(gathered);
       const std::optional<DqSummation> tuned =
-          tuning::tuned_dq_summation(backward_spec(true), group, tiles_per_row, gathered,
-                                     plan.accumulator_spills, narrow_queries && !gathered, banded);
-      return attention::choose_dq_summation(spec, plan.sm90, tiles_per_row, group,
+          tuning::tuned_dq_summation(backward_spec(true), group, count.tiles_per_row,
+                                     {.gathered = gathered,
+                                      .beyond_l2 = plan.accumulator_spills,
+                                      .narrow_queries = narrow_queries && !gathered,
+                                      .banded = count.banded});
+      return attention::choose_dq_summation(spec, plan.sm90, count.tiles_per_row, group,
                                             attention::forced_dq_summation(), a.dq_summation, tuned, gathered,
                                             plan.accumulator_spills ? plan.key_tiles : 0,
-                                            target.device->memory_bandwidth, plan.kv_tiling.block_cols, banded);
+                                            target.device->memory_bandwidth, plan.kv_tiling.block_cols, count.banded);
     };
     // Blocks of 16, 32 or 64 that the gathered backward takes (a block a CTA in both passes), which sums
     // dQ by a rule of its own (for blocks of 64 at d = 128 also a reason to take it or not).
@@ -507,8 +514,7 @@ struct Attention::State {
     if (!gathered && narrow_keys && way == DqSummation::pass && attention::gathers_only_with_dq_pass(spec))
       gathered = query_walk(*a.pattern, plan.kv_tiling, true) == attention::QueryWalk::gathered;
     plan.atomic = way == DqSummation::atomic;
-    plan.dq_rule_tiles_per_row = gathered ? plan.key_tiles_per_row : contiguous.tiles_per_row;
-    plan.banded = !gathered && contiguous.banded;
+    plan.dq_rule = rule_count(gathered);
     if (gathered) {
       plan.kv_tiling = *codegen::gathered_backward_tiling(backward_spec(plan.atomic), codegen::BackwardPart::dkdv);
       plan.narrow_queries = false;
@@ -939,8 +945,8 @@ DqSummation Attention::dq_summation(const AttentionBackwardArgs& in) {
 AttentionInternals::DqChoiceInputs AttentionInternals::backward_dq_choice_inputs(Attention& attention,
                                                                                   const AttentionBackwardArgs& in) {
   const auto plan = attention.state_->plan_of_call(in);
-  return {plan.dq_rule_tiles_per_row, plan.kv_tiling.gathered_block > 0, plan.accumulator_spills, plan.narrow_queries,
-          plan.banded};
+  return {plan.dq_rule.tiles_per_row, plan.kv_tiling.gathered_block > 0, plan.accumulator_spills,
+          plan.narrow_queries, plan.dq_rule.banded};
 }
 
 std::string Attention::backward_tiling(const AttentionBackwardArgs& in) {

@@ -159,28 +159,27 @@ bool store_attention_result(const AttentionSpec& spec, const std::string& bucket
   return stored;
 }
 
-std::string dq_bucket(std::int64_t group, double key_tiles_per_row, bool gathered, bool beyond_l2,
-                      bool narrow_queries, bool banded) {
+std::string dq_bucket(std::int64_t group, double key_tiles_per_row, DqBucketKind kind) {
   if (group < 1 || !(key_tiles_per_row >= 0) || key_tiles_per_row > double(std::int64_t(1) << 40))
     throw InvalidArgument(fmt::format("dq_bucket: group = {} must be at least 1 and key_tiles_per_row = {} in "
                                       "[0, 2^40]", group, key_tiles_per_row));
-  if (gathered && narrow_queries)
+  if (kind.gathered && kind.narrow_queries)
     throw InvalidArgument("dq_bucket: a pattern runs the gathered backward or the 64-query tiles, not both");
-  if (gathered && banded)
+  if (kind.gathered && kind.banded)
     throw InvalidArgument("dq_bucket: the gathered backward's walks are not counted as a band");
   const auto tiles = static_cast<std::uint64_t>(std::ceil(key_tiles_per_row));
   return fmt::format("group={},tiles<={}{}{}{}", group, std::bit_ceil(std::max<std::uint64_t>(tiles, 1)),
-                     gathered ? ",walk=gathered" : narrow_queries ? ",walk=narrow" : "", banded ? ",banded" : "",
-                     beyond_l2 ? ",beyond_l2" : "");
+                     kind.gathered ? ",walk=gathered" : kind.narrow_queries ? ",walk=narrow" : "",
+                     kind.banded ? ",banded" : "", kind.beyond_l2 ? ",beyond_l2" : "");
 }
 
 std::optional<DqSummation> tuned_dq_summation(const AttentionSpec& spec, std::int64_t group, double key_tiles_per_row,
-                                              bool gathered, bool beyond_l2, bool narrow_queries, bool banded) {
+                                              DqBucketKind kind) {
   if (autotune_policy() == AutotunePolicy::off) return std::nullopt;  // a stored way is opted into, as tilings are
   const std::optional<tune::DeviceModel> device = hook_device();
   if (!device) return std::nullopt;
   const tune::TuningDb db = database();
-  const std::string bucket = dq_bucket(group, key_tiles_per_row, gathered, beyond_l2, narrow_queries, banded);
+  const std::string bucket = dq_bucket(group, key_tiles_per_row, kind);
   const std::string memo = remembered_key(db, *device, spec) + "|" + bucket;
   return remembered_lookup(remembered().dq_by_key, memo, [&]() -> std::optional<DqSummation> {
     const auto entry = current_entry(db, {*device, "attention_dq", key(spec), bucket});

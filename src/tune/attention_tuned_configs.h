@@ -54,17 +54,20 @@ bool store_attention_result(const AttentionSpec& canonical_spec, const std::stri
 // wins on the 128-query tiles. And one whose dK/dV walks make a band (`banded`: a sliding window,
 // attention::contiguous_walks), ",banded": its adds stay in the L2, and atomic dQ wins at counts where
 // the pass wins for random blocks. (Tiles a row are counted as the rule counts them: contiguous.)
-std::string dq_bucket(std::int64_t group, double key_tiles_per_row, bool gathered = false, bool beyond_l2 = false,
-                      bool narrow_queries = false, bool banded = false);
+struct DqBucketKind {
+  bool gathered = false;        // ",walk=gathered"
+  bool beyond_l2 = false;       // ",beyond_l2"
+  bool narrow_queries = false;  // ",walk=narrow"
+  bool banded = false;          // ",banded"
+};
+std::string dq_bucket(std::int64_t group, double key_tiles_per_row, DqBucketKind kind = {});
 
 // The way tune_dq_summation stored for the current device, the backward spec (canonical, pass=bwd)
 // and the problem's bucket, where the autotune policy is on or force; nullopt when it is off, without
 // a device, when nothing is stored for that very bucket, or when the stored text is not a way (reported
 // once). Looked up once per process for each (database folder, device, spec, bucket).
 std::optional<DqSummation> tuned_dq_summation(const AttentionSpec& backward_spec, std::int64_t group,
-                                              double key_tiles_per_row, bool gathered = false,
-                                              bool beyond_l2 = false, bool narrow_queries = false,
-                                              bool banded = false);
+                                              double key_tiles_per_row, DqBucketKind kind = {});
 
 // Writes a dQ tuning's winner for the current device; false if the folder cannot be written.
 bool store_dq_result(const AttentionSpec& backward_spec, const std::string& bucket, DqSummation winner,

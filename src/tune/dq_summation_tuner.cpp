@@ -46,8 +46,11 @@ DqTuneReport tune_dq_summation(const AttentionSpec& spec_in, const AttentionTune
   args.pattern = in.pattern;
   const AttentionInternals::DqChoiceInputs inputs = AttentionInternals::backward_dq_choice_inputs(attention, args);
   report.key_tiles_per_row = inputs.key_tiles_per_row;
-  report.bucket = tuning::dq_bucket(shape.heads_q / shape.heads_kv, report.key_tiles_per_row, inputs.gathered,
-                                    inputs.accumulator_spills, inputs.narrow_queries, inputs.banded);
+  report.bucket = tuning::dq_bucket(shape.heads_q / shape.heads_kv, report.key_tiles_per_row,
+                                    {.gathered = inputs.gathered,
+                                     .beyond_l2 = inputs.accumulator_spills,
+                                     .narrow_queries = inputs.narrow_queries,
+                                     .banded = inputs.banded});
   report.chosen_before = attention.dq_summation(args);
 
   // Each way once into poisoned gradients (0xFF is NaN, which compare_rows never matches: an element

@@ -140,9 +140,9 @@ TEST_CASE("a band sums dQ atomically from two key tiles a row whatever the group
   CHECK(way(64, Causal::none, 1, 4, h200, true) == DqSummation::pass);
   CHECK(way(64, Causal::none, 2, 4, h200, true) == DqSummation::atomic);
   // A band's stored tuning has a bucket of its own.
-  CHECK(tuning::dq_bucket(4, 3, false, false, false, true) == "group=4,tiles<=4,banded");
+  CHECK(tuning::dq_bucket(4, 3, {.banded = true}) == "group=4,tiles<=4,banded");
   CHECK(tuning::dq_bucket(4, 3) == "group=4,tiles<=4");
-  CHECK_THROWS_WITH(tuning::dq_bucket(4, 3, true, false, false, true), Contains("band"));
+  CHECK_THROWS_WITH(tuning::dq_bucket(4, 3, {.gathered = true, .banded = true}), Contains("band"));
 }
 
 TEST_CASE("SJIT_BACKWARD_DQ forces a way, and a bad value names itself", "[attention][backward][policy]") {

@@ -391,15 +391,15 @@ TEST_CASE("dQ results are bucketed by GQA group and key tiles a query row rounde
   CHECK(tuning::dq_bucket(4, 0.5) == "group=4,tiles<=1");
   CHECK(tuning::dq_bucket(8, 0) == "group=8,tiles<=1");
   CHECK(tuning::dq_bucket(2, 64) == "group=2,tiles<=64");
-  CHECK(tuning::dq_bucket(1, 6.0, true) == "group=1,tiles<=8,walk=gathered");  // other kernels: apart
-  CHECK(tuning::dq_bucket(4, 0.5, true) == "group=4,tiles<=1,walk=gathered");
+  CHECK(tuning::dq_bucket(1, 6.0, {.gathered = true}) == "group=1,tiles<=8,walk=gathered");  // other kernels: apart
+  CHECK(tuning::dq_bucket(4, 0.5, {.gathered = true}) == "group=4,tiles<=1,walk=gathered");
   // An accumulator beyond the L2 (long sequences) changes which way wins: apart too.
-  CHECK(tuning::dq_bucket(1, 10, false, true) == "group=1,tiles<=16,beyond_l2");
-  CHECK(tuning::dq_bucket(4, 0.5, true, true) == "group=4,tiles<=1,walk=gathered,beyond_l2");
+  CHECK(tuning::dq_bucket(1, 10, {.beyond_l2 = true}) == "group=1,tiles<=16,beyond_l2");
+  CHECK(tuning::dq_bucket(4, 0.5, {.gathered = true, .beyond_l2 = true}) == "group=4,tiles<=1,walk=gathered,beyond_l2");
   // d = 64's 64-query dK/dV tiles (short walks of small blocks): other kernels, apart.
-  CHECK(tuning::dq_bucket(1, 3, false, false, true) == "group=1,tiles<=4,walk=narrow");
-  CHECK(tuning::dq_bucket(2, 3, false, true, true) == "group=2,tiles<=4,walk=narrow,beyond_l2");
-  CHECK_THROWS_WITH(tuning::dq_bucket(1, 3, true, false, true), Contains("not both"));
+  CHECK(tuning::dq_bucket(1, 3, {.narrow_queries = true}) == "group=1,tiles<=4,walk=narrow");
+  CHECK(tuning::dq_bucket(2, 3, {.beyond_l2 = true, .narrow_queries = true}) == "group=2,tiles<=4,walk=narrow,beyond_l2");
+  CHECK_THROWS_WITH(tuning::dq_bucket(1, 3, {.gathered = true, .narrow_queries = true}), Contains("not both"));
   CHECK_THROWS_WITH(tuning::dq_bucket(0, 6), Contains("group = 0"));
   CHECK_THROWS_WITH(tuning::dq_bucket(1, -1), Contains("key_tiles_per_row = -1"));
   CHECK_THROWS_AS(tuning::dq_bucket(1, std::numeric_limits<double>::quiet_NaN()), InvalidArgument);
@@ -439,13 +439,13 @@ TEST_CASE("a stored way of summing dQ is used for its own bucket only, and only 
     CHECK_FALSE(tuning::tuned_dq_summation(spec, 2, 6).has_value());
     CHECK_FALSE(tuning::tuned_dq_summation(spec, 1, 2).has_value());
     // The gathered backward's ways are stored apart: neither serves the other's problems.
-    CHECK_FALSE(tuning::tuned_dq_summation(spec, 1, 6, true).has_value());
+    CHECK_FALSE(tuning::tuned_dq_summation(spec, 1, 6, {.gathered = true}).has_value());
     tuning::set_attention_device_for_tests(test_device());  // forget what was looked up
     store_way(hook, "group=1,tiles<=8,walk=gathered", "atomic");
-    REQUIRE(tuning::tuned_dq_summation(spec, 1, 6, true).has_value());
-    CHECK(*tuning::tuned_dq_summation(spec, 1, 6, true) == DqSummation::atomic);
+    REQUIRE(tuning::tuned_dq_summation(spec, 1, 6, {.gathered = true}).has_value());
+    CHECK(*tuning::tuned_dq_summation(spec, 1, 6, {.gathered = true}) == DqSummation::atomic);
     CHECK(*tuning::tuned_dq_summation(spec, 1, 6) == DqSummation::pass);
-    CHECK_FALSE(tuning::tuned_dq_summation(spec, 4, 7.5, true).has_value());
+    CHECK_FALSE(tuning::tuned_dq_summation(spec, 4, 7.5, {.gathered = true}).has_value());
     AttentionSpec other = spec;
     other.head_dim = 64;
     CHECK_FALSE(tuning::tuned_dq_summation(canonical(other), 1, 6).has_value());

@@ -61,6 +61,15 @@ void expect_gradients_close(const Problem& c, const Gradients& got, const refere
   expect_close(c, "dv", got.dv, want.dv);
 }
 
+// Runs `run`'s forward and backward on `attention` and checks its gradients against the float64 reference.
+void expect_backward_matches_reference(const Problem& c, Attention& attention, GpuRun& run, const Inputs& in,
+                                       const BlockPattern* pattern) {
+  run.forward(attention);
+  run.backward(attention);
+  synchronize();
+  expect_gradients_close(c, run.gradients(), run_reference(c, in, pattern));
+}
+
 void check_problem(const Problem& c, std::mt19937_64& rng, const AttentionConfig& config = {}) {
   INFO(c.name() << " config path " << name(config.path));
   const Inputs in = random_inputs(c, rng);
@@ -288,10 +297,7 @@ TEST_CASE("the gathered backward gives the reference's gradients", "[gpu][attent
         if (pattern.nnz() < pattern.heads() * pattern.block_rows() * pattern.block_cols())
           REQUIRE_THAT(attention.backward_tiling(run.backward_args()),
                        Catch::Contains(fmt::format("path=wgmma_gather,block={}", bs)));
-        run.forward(attention);
-        run.backward(attention);
-        synchronize();
-        expect_gradients_close(c, run.gradients(), run_reference(c, in, &pattern));
+        expect_backward_matches_reference(c, attention, run, in, &pattern);
       }
 }
 
@@ -319,10 +325,7 @@ TEST_CASE("sparse random blocks of 16, 32 and 64 take the gathered backward, win
       // (The window's blocks fill the contiguous tiles its CTAs walk: nothing to pack.)
       CHECK(attention.backward_walk(run.backward_args()) ==
             (pattern == &random ? BackwardWalk::gathered : BackwardWalk::tiles));
-      run.forward(attention);
-      run.backward(attention);
-      synchronize();
-      expect_gradients_close(c, run.gradients(), run_reference(c, in, pattern));
+      expect_backward_matches_reference(c, attention, run, in, pattern);
     }
   }
 }
@@ -373,10 +376,7 @@ TEST_CASE("packed walks and bands choose how to sum dQ by their contiguous tiles
   GpuRun run(c, in, &window);
   REQUIRE(attention.backward_walk(run.backward_args()) == BackwardWalk::packed);
   REQUIRE(attention.dq_summation(run.backward_args()) == DqSummation::atomic);
-  run.forward(attention);
-  run.backward(attention);
-  synchronize();
-  expect_gradients_close(c, run.gradients(), run_reference(c, in, &window));
+  expect_backward_matches_reference(c, attention, run, in, &window);
 }
 
 // At d = 64 the dK/dV pass walks 128-query tiles, but patterns of blocks of 16 and 32 whose walks are
@@ -407,10 +407,7 @@ TEST_CASE("at d = 64 short windows of blocks of 16 and 32 walk 64-query tiles, l
         CAPTURE(tiling);
         CHECK_THAT(tiling, Catch::Contains(cols) && !Catch::Contains("wgmma_gather"));
         CHECK(attention.backward_walk(run.backward_args()) == walk);
-        run.forward(attention);
-        run.backward(attention);
-        synchronize();
-        expect_gradients_close(c, run.gradients(), run_reference(c, in, pattern));
+        expect_backward_matches_reference(c, attention, run, in, pattern);
       };
       // The window's CTAs see 12 blocks of 16 or 6 of 32: whole 64-query tiles, which packing would not
       // save, or 1.5 tiles of 128 queries, which it does (attention/packed_queries.h).

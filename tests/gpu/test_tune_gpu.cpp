@@ -174,7 +174,7 @@ void check_dq_tuning(const AttentionSpec& spec, const AttentionTuneShape& shape,
   CHECK(report.key_tiles_per_row > 2);
   CHECK(report.key_tiles_per_row < 0.75 * double(shape.seq_k / 128));
   const std::int64_t group = shape.heads_q / shape.heads_kv;
-  CHECK(report.bucket == tuning::dq_bucket(group, report.key_tiles_per_row, gathered));
+  CHECK(report.bucket == tuning::dq_bucket(group, report.key_tiles_per_row, {.gathered = gathered}));
   CHECK((report.bucket.find("walk=gathered") != std::string::npos) == gathered);
   REQUIRE(report.stored);
   const auto entries = tuning_entries();

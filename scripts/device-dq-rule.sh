@@ -7,8 +7,8 @@
 # four (packed: 9.4 tiles a row, 28 contiguous); and windows beyond the L2 (B1 H4 S65536, their label
 # without the shape). Each line with dQ atomic, then by the pass (WAYS: other
 # settings, e.g. WAYS=SJIT_BACKWARD_DQ=auto for the rule's own choice). First the GPU tests of those
-# choices (TESTS=0 leaves them out). ONLY=REGEX, ROUNDS (default 2); logs in $OUT. Usage there
-# (carrying .deps):
+# choices (TESTS=0 leaves them out). ONLY=REGEX, ROUNDS (default 2), D (the head dim, default 128:
+# D=96 times the same lines at d = 96); logs in $OUT. Usage there (carrying .deps):
 #   bash scripts/device-dq-rule.sh
 set -uo pipefail
 source scripts/device-build.sh
@@ -18,27 +18,28 @@ if [[ "${TESTS:-1}" != 0 ]]; then
   grep -E "tests passed|Failed|FAILED" "$OUT/tests.log"
 fi
 source scripts/device-forced.sh
+d="--d ${D:-128}"
 lines=(
-  "|--block 128 --window 1,0"
-  "|--block 64 --window 2,1"
-  "|--block 32 --window 2,1"
-  "|--block 16 --window 4,3"
-  "|--block 16 --window 5,4"
-  "|--block 16 --window 6,5"
-  "|--block 32 --window 3,3"
-  "|--block 128 --density 0.03,0.05"
-  "|--block 128 --window 1,1 --heads-kv 8"
-  "|--block 16 --window 6,5 --heads-kv 8"
-  "|--block 32 --window 3,3 --heads-kv 8"
-  "|--block 128 --density 0.05 --heads-kv 8"
-  "|--block 128 --window 1,1 --heads-kv 4"
-  "|--block 128 --window 3,2 --heads-kv 4"
-  "|--block 16 --window 6,5 --heads-kv 4"
-  "|--block 32 --window 3,3 --heads-kv 4"
-  "|--block 128 --density 0.05,0.1 --heads-kv 4"
-  "|--block 16 --causal tl --heads-kv 4 --density 0.02"
-  "|--batch 1 --heads 4 --seq 65536 --block 128 --window 4,3"
-  "|--batch 1 --heads 4 --seq 65536 --block 128 --window 2,1"
+  "|$d --block 128 --window 1,0"
+  "|$d --block 64 --window 2,1"
+  "|$d --block 32 --window 2,1"
+  "|$d --block 16 --window 4,3"
+  "|$d --block 16 --window 5,4"
+  "|$d --block 16 --window 6,5"
+  "|$d --block 32 --window 3,3"
+  "|$d --block 128 --density 0.03,0.05"
+  "|$d --block 128 --window 1,1 --heads-kv 8"
+  "|$d --block 16 --window 6,5 --heads-kv 8"
+  "|$d --block 32 --window 3,3 --heads-kv 8"
+  "|$d --block 128 --density 0.05 --heads-kv 8"
+  "|$d --block 128 --window 1,1 --heads-kv 4"
+  "|$d --block 128 --window 3,2 --heads-kv 4"
+  "|$d --block 16 --window 6,5 --heads-kv 4"
+  "|$d --block 32 --window 3,3 --heads-kv 4"
+  "|$d --block 128 --density 0.05,0.1 --heads-kv 4"
+  "|$d --block 16 --causal tl --heads-kv 4 --density 0.02"
+  "|$d --batch 1 --heads 4 --seq 65536 --block 128 --window 4,3"
+  "|$d --batch 1 --heads 4 --seq 65536 --block 128 --window 2,1"
 )
 read -ra ways <<<"${WAYS:-SJIT_BACKWARD_DQ=atomic SJIT_BACKWARD_DQ=pass}"
 bench_forced | tee "$OUT/dq-rule.log"

@@ -275,28 +275,30 @@ struct Attention::State {
   // How the 128-key dK/dV pass of tiling `t` would walk `pattern`'s queries, or whether the gathered
   // pass takes it instead (attention/packed_queries.h). (Both ways of summing dQ walk the same tiles
   // where blocks are narrower than them: 128 keys x 64 queries, 128 at d = 64.)
+  // `group`: the call's query heads a K/V head (packing a band pays from fewer heads with more);
   // `gathered_sums_by_pass`: whether the gathered pass, if taken, would sum dQ by its dQ pass.
-  attention::QueryWalk query_walk(const BlockPattern& pattern, const codegen::BackwardTiling& t,
+  attention::QueryWalk query_walk(const BlockPattern& pattern, const codegen::BackwardTiling& t, std::int64_t group,
                                   bool gathered_sums_by_pass) {
     // Blocks narrower than the tiles may pack or gather, blocks of 64 on 128-key CTAs may gather.
     const bool narrow_keys = t.wgmma && pattern.block_size() < t.block_rows();
     if (codegen::dkdv_query_runs(spec, t) == 1 && !narrow_keys) return attention::QueryWalk::tiles;
     // (Only specs that gather only with the dQ pass depend on it: one remembered choice for the others.)
     const bool by_pass = gathered_sums_by_pass && attention::gathers_only_with_dq_pass(spec);
-    const std::uint64_t key = pattern.digest() ^ std::uint64_t(by_pass) ^ (std::uint64_t(t.block_cols) << 32);
+    const std::uint64_t key = pattern.digest() ^ std::uint64_t(by_pass) ^ (std::uint64_t(t.block_cols) << 32) ^
+                              (std::uint64_t(group) << 40);
     return remembered_choice(walk_choices, key, [&] {
       const bool gathers = codegen::gathered_backward_tiling(spec, codegen::BackwardPart::dkdv).has_value();
-      return attention::choose_query_walk(spec, pattern, t.block_rows(), t.block_cols, gathers, by_pass,
+      return attention::choose_query_walk(spec, pattern, t.block_rows(), t.block_cols, group, gathers, by_pass,
                                           attention::forced_query_walk());
     });
   }
   // The query rows of the key-major schedule the 128-key dK/dV pass of tiling `t` walks for `pattern`:
   // one pattern block where it packs them into its tiles, else its tiles'. (Where the gathered pass
   // takes the pattern, this schedule still says how many tiles a row sees: packed, the exact count.)
-  int key_schedule_cols(const BlockPattern& pattern, const codegen::BackwardTiling& t) {
+  int key_schedule_cols(const BlockPattern& pattern, const codegen::BackwardTiling& t, std::int64_t group) {
     if (pattern.block_size() >= t.block_cols) return t.block_cols;  // (gathered or not: a block a tile)
     // (How the gathered pass would sum dQ matters to blocks of 64 only.)
-    const attention::QueryWalk walk = query_walk(pattern, t, false);
+    const attention::QueryWalk walk = query_walk(pattern, t, group, false);
     return walk == attention::QueryWalk::tiles ? t.block_cols : pattern.block_size();
   }
   // Device schedules of the patterns seen last, most recent first. A pattern is named by its digest
@@ -468,7 +470,7 @@ struct Attention::State {
     plan.key_tiles = (a.seq_k + plan.kv_tiling.block_rows() - 1) / plan.kv_tiling.block_rows();
     if (patterned) {
       plan.key_schedule =
-          &schedule(*a.pattern, target, plan.kv_tiling.block_rows(), key_schedule_cols(*a.pattern, plan.kv_tiling),
+          &schedule(*a.pattern, target, plan.kv_tiling.block_rows(), key_schedule_cols(*a.pattern, plan.kv_tiling, group),
                     true, capture);
       // The kernels rank a group's CTAs by the schedule's key tiles (key_tile_owner). The pattern's
       // shape (checked against the lengths) gives it ceil(Sk / block_rows) of them, or one more where
@@ -506,13 +508,13 @@ struct Attention::State {
     // dQ by a rule of its own (for blocks of 64 at d = 128 also a reason to take it or not).
     const bool narrow_keys = plan.key_schedule && a.pattern->block_size() < plan.kv_tiling.block_rows();
     const DqSummation if_gathered = narrow_keys ? summation(true) : DqSummation::atomic;
-    bool gathered = narrow_keys && query_walk(*a.pattern, plan.kv_tiling, if_gathered == DqSummation::pass) ==
+    bool gathered = narrow_keys && query_walk(*a.pattern, plan.kv_tiling, group, if_gathered == DqSummation::pass) ==
                                        attention::QueryWalk::gathered;
     const DqSummation way = gathered ? if_gathered : summation(false);
     // Where the 128-key passes' way is the dQ pass (asked, tuned or their rule), blocks of 64 at d = 128
     // gather after all: the gathered dQ pass is the faster pass there.
     if (!gathered && narrow_keys && way == DqSummation::pass && attention::gathers_only_with_dq_pass(spec))
-      gathered = query_walk(*a.pattern, plan.kv_tiling, true) == attention::QueryWalk::gathered;
+      gathered = query_walk(*a.pattern, plan.kv_tiling, group, true) == attention::QueryWalk::gathered;
     plan.atomic = way == DqSummation::atomic;
     plan.dq_rule = rule_count(gathered);
     if (gathered) {
@@ -531,7 +533,7 @@ struct Attention::State {
         throw Error("attention backward: internal: the dK/dV tilings of both ways of summing dQ differ in keys");
       if (plan.key_schedule && pass_tiling != plan.kv_tiling)
         plan.key_schedule = &schedule(*a.pattern, target, pass_tiling.block_rows(),
-                                      key_schedule_cols(*a.pattern, pass_tiling), true, capture);
+                                      key_schedule_cols(*a.pattern, pass_tiling, group), true, capture);
       plan.kv_tiling = pass_tiling;
     }
     return plan;

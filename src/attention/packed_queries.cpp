@@ -19,7 +19,7 @@ namespace {
 }  // namespace
 
 QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols,
-                            bool gathers, bool gathered_sums_by_pass, std::string_view forced) {
+                            std::int64_t group, bool gathers, bool gathered_sums_by_pass, std::string_view forced) {
   // Packing needs blocks narrower than the tiles; gathering, blocks narrower than a CTA's keys (blocks
   // of 64: a 128-key CTA walks the union of its two blocks' query tiles).
   const bool narrow = pattern.block_size() < tile_cols;
@@ -33,7 +33,8 @@ QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& patte
   }
   if (may_gather && gathering_queries_pays(spec, pattern, key_rows, tile_cols, gathered_sums_by_pass))
     return QueryWalk::gathered;
-  return narrow && packing_queries_pays(spec.head_dim, pattern, key_rows, tile_cols) ? QueryWalk::packed : QueryWalk::tiles;
+  return narrow && packing_queries_pays(spec.head_dim, pattern, key_rows, tile_cols, group) ? QueryWalk::packed
+                                                                                           : QueryWalk::tiles;
 }
 
 std::string_view forced_query_walk() {
@@ -130,12 +131,32 @@ bool gathering_queries_pays(const AttentionSpec& spec, const BlockPattern& patte
 // (blocks of 16, four heads a K/V head: 5 + 1 + 4 0.393-0.396 / 0.450-0.452, 6 + 1 + 5 0.418-0.423 /
 // 0.452-0.453), so there the measure stays the packed queries over 128 (a part-full packed tile adds
 // dQ for its runs' rows only, where a contiguous edge tile adds all of them).
-double packed_tiles_at_most(int head_dim, int block, int tile_cols) {
-  if (tile_cols >= 128) return 0.97;
+// Windows on 128-query tiles by query heads a K/V head (forty-seventh session, H200, d = 64 B4 H32
+// S4096, forced onto 128-query tiles, two rounds; backward ms contiguous / packed, the packed queries'
+// share in brackets): one head, blocks of 32, 6 + 1 + 5 (0.76) 0.711-0.712 / 0.640-0.641, 4 + 1 + 3
+// (0.92) 0.508-0.541 / 0.542-0.555, 8 + 1 + 7 (0.95) 0.711-0.716 / 0.729-0.740, 12 + 1 + 11 (0.97)
+// 0.883-0.885 / 0.891-0.900; blocks of 16, 12 + 1 + 11 (0.78) 0.724-0.736 / 0.695, 4 + 1 + 3 (0.63) and
+// 5 + 1 + 4 (0.71) 6% slower packed (those two take 64-query tiles unforced). Two heads: blocks of 16,
+// 5 + 1 + 4 (0.71) 0.478-0.486 / 0.447-0.456, 6 + 1 + 5 (0.79) 0.485-0.494 / 0.454-0.463, 12 + 1 + 11
+// (0.78) 0.645-0.662 / 0.590-0.591, 8 + 1 + 7 (0.96) 0.477-0.481 / 0.508-0.509; blocks of 32, 3 + 1 +
+// 2 (0.75) 0.456-0.465 / 0.423-0.427, 4 + 1 + 3 (0.92) 0.459-0.462 / 0.468-0.470, 8 + 1 + 7 (0.95)
+// 0.636-0.637 / 0.641. Four heads: blocks of 16, 4 + 1 + 3 (0.63) 0.456-0.462 / 0.429-0.430, 5 + 1 + 4
+// 0.463-0.465 / 0.401-0.403, 6 + 1 + 5 0.455-0.458 / 0.427-0.428, 12 + 1 + 11 (0.78) 0.642-0.643 /
+// 0.576-0.581, 8 + 1 + 7 (0.96) 0.448-0.455 / 0.485-0.491; blocks of 32, 2 + 1 + 1 (0.59) 0.438-0.443
+// / 0.373-0.375, 6 + 1 + 5 (0.76) 0.624-0.627 / 0.510-0.514, 4 + 1 + 3 (0.92) 0.433-0.440 / 0.417,
+// 8 + 1 + 7 (0.95) 0.622-0.628 / 0.607-0.608, 12 + 1 + 11 (0.97) 0.787-0.795 / 0.778-0.784. So a band
+// packs below 0.85 with one or two heads a K/V head and below 0.94 with four or more (where blocks of
+// 32 at 0.95-0.97 lose 1-3% contiguous, and blocks of 16 at 0.96 gain 8%). Random patterns keep 0.97
+// whatever the group: with four heads blocks of 16 at 0.25 / 0.3 / 0.4 3.312-3.371 / 3.301-3.302,
+// 3.314-3.316 / 3.368-3.399, 3.343-3.368 / 3.469-3.490, blocks of 32 at 0.5 / 0.6 / 0.7 3.222 /
+// 2.988-2.990, 3.254-3.315 / 3.180-3.226, 3.263-3.314 / 3.212-3.278, as with one.
+double packed_tiles_at_most(int head_dim, int block, int tile_cols, std::int64_t group, bool banded) {
+  if (tile_cols >= 128) return !banded ? 0.97 : group >= 4 ? 0.94 : 0.85;
   return head_dim == 64 && block == 16 ? 0.8 : 0.92;
 }
 
-bool packing_queries_pays(int head_dim, const BlockPattern& pattern, int key_rows, int tile_cols) {
+bool packing_queries_pays(int head_dim, const BlockPattern& pattern, int key_rows, int tile_cols,
+                          std::int64_t group) {
   const int block = pattern.block_size();
   if (block >= tile_cols) return false;
   // The dK/dV pass walks the transposed pattern: its rows are keys, an item a CTA's.
@@ -149,7 +170,11 @@ bool packing_queries_pays(int head_dim, const BlockPattern& pattern, int key_row
   double packed = 0;
   for (const std::int32_t n : runs)
     packed += tile_cols >= 128 ? double(n) / runs_a_tile : double((n + runs_a_tile - 1) / runs_a_tile);
-  return packed <= packed_tiles_at_most(head_dim, block, tile_cols) * contiguous;
+  // On 128-query tiles a band of runs (each CTA's runs end to end, meeting the next CTA's: a window),
+  // which packing only trims at its walks' ends, pays below a lower share than a random pattern's
+  // runs, the lower the fewer query heads a K/V head (above).
+  const bool banded = tile_cols >= 128 && contiguous_walks(pattern, key_rows, block).banded;
+  return packed <= packed_tiles_at_most(head_dim, block, tile_cols, group, banded) * contiguous;
 }
 
 // Measured on the H200 (forty-third session, docs/attention.md, "d = 64: pattern blocks of 16 and 32

@@ -27,15 +27,16 @@ namespace sjit::attention {
 // (both 128 keys a CTA), or gathered (a key block a CTA). The public BackwardWalk, which reports it.
 using QueryWalk = BackwardWalk;
 
-// The walk for `pattern` on a 128-key pass of `key_rows` keys and `tile_cols` queries a tile, where the
-// spec has a gathered-query pass (`gathers`), which would sum dQ by its dQ pass (`gathered_sums_by_pass`)
-// or atomically. The first that applies decides:
+// The walk for `pattern` on a 128-key pass of `key_rows` keys and `tile_cols` queries a tile, whose
+// CTAs walk the query blocks of `group` query heads (a K/V head's), where the spec has a gathered-query
+// pass (`gathers`), which would sum dQ by its dQ pass (`gathered_sums_by_pass`) or atomically. The
+// first that applies decides:
 //   - `forced`, SJIT_BACKWARD_WALK's value: "tiles", "packed" or "gathered" forces that walk where it
 //     exists for the spec (packed: blocks narrower than the tiles; gathered: `gathers` and blocks
 //     narrower than key_rows); "" or "auto" does not; anything else is refused (InvalidArgument);
 //   - gathering_queries_pays, then packing_queries_pays.
 QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols,
-                            bool gathers, bool gathered_sums_by_pass, std::string_view forced);
+                            std::int64_t group, bool gathers, bool gathered_sums_by_pass, std::string_view forced);
 // The 128-key dK/dV pass's walks of `pattern` on contiguous tiles of `key_rows` keys by `tile_cols`
 // queries (the tiles the dQ pass's rule counts, packed or not: backward_policy.h): how many tiles they
 // hold, and whether they make a band, each CTA's walk one run of adjacent query tiles that meets the
@@ -74,11 +75,14 @@ constexpr double kMinGatheredBlocksPerColumn = 6;
 // query blocks (block_size < tile_cols) into its tiles: the tiles packed runs would fill, over the
 // contiguous tiles holding an active block, at most packed_tiles_at_most. On 64-query tiles the packed
 // tiles are whole, a CTA's last one counted full (a sliding window's runs fill as many tiles as its
-// contiguous ones); on 128-query tiles they are the packed queries over 128 (see packed_queries.cpp).
-bool packing_queries_pays(int head_dim, const BlockPattern& pattern, int key_rows, int tile_cols);
+// contiguous ones); on 128-query tiles they are the packed queries over 128 (see packed_queries.cpp),
+// and a band (contiguous_walks) packs below a share that grows with `group`, the query heads a K/V
+// head (the CTAs walk each one's blocks).
+bool packing_queries_pays(int head_dim, const BlockPattern& pattern, int key_rows, int tile_cols,
+                          std::int64_t group = 1);
 // The crossover measured on 64-query tiles (the H100 at d = 128, the H200 at d = 64 for blocks of 16)
-// and 128-query ones (d = 64, the H200): packed_queries.cpp.
-double packed_tiles_at_most(int head_dim, int block, int tile_cols);
+// and 128-query ones (d = 64, the H200; for bands by `group`): packed_queries.cpp.
+double packed_tiles_at_most(int head_dim, int block, int tile_cols, std::int64_t group = 1, bool banded = false);
 
 // Whether the d = 64 dK/dV pass should walk `pattern` (blocks of 16 or 32) on 64-query tiles
 // (codegen::narrow_query_backward_tiling) rather than its default 128-query ones, for CTAs of `key_rows`

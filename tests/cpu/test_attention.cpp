@@ -773,6 +773,37 @@ TEST_CASE("the backward packs a 64-query walk only where it saves whole tiles", 
   CHECK(attention::packing_queries_pays(64, patterns::sliding_window(16, seq, seq, 6, 5), 128, 128));  // 0.79
 }
 
+// On 128-query tiles a window's runs lie end to end, and packing only trims its walks' ends: it paid
+// below 0.85 of the queries with one or two query heads a K/V head and below 0.94 with four or more,
+// where random patterns, whose runs skip holes, pay up to 0.97 whatever the group (packed_queries.cpp).
+TEST_CASE("on 128-query tiles a window packs below a share that grows with the query heads a K/V head",
+          "[attention][schedule]") {
+  const std::int64_t seq = 4096;
+  auto pays = [&](const BlockPattern& p, std::int64_t group) {
+    return attention::packing_queries_pays(64, p, 128, 128, group);
+  };
+  const BlockPattern b32_6 = patterns::sliding_window(32, seq, seq, 6, 5);    // 0.76: 10-18% faster packed
+  const BlockPattern b32_4 = patterns::sliding_window(32, seq, seq, 4, 3);    // 0.92
+  const BlockPattern b16_8 = patterns::sliding_window(16, seq, seq, 8, 7);    // 0.96
+  const BlockPattern b32_12 = patterns::sliding_window(32, seq, seq, 12, 11); // 0.97
+  for (const std::int64_t group : {1, 2, 4, 8}) {
+    CAPTURE(group);
+    CHECK(pays(b32_6, group));
+    CHECK(pays(b32_4, group) == (group >= 4));  // one head 5% slower packed, two 2%, four 4% faster
+    CHECK_FALSE(pays(b16_8, group));            // 6-8% slower packed with two and four heads
+    CHECK_FALSE(pays(b32_12, group));
+    // Random blocks keep their share: 0.945 packs, 0.98 not.
+    CHECK(pays(patterns::random(16, seq, seq, 0.3, 5), group));
+    CHECK_FALSE(pays(patterns::random(16, seq, seq, 0.4, 5), group));
+  }
+  // A random pattern whose every 128-query tile is active makes a band of tiles, but not of runs.
+  CHECK(attention::contiguous_walks(patterns::random(16, seq, seq, 0.3, 5), 128, 128).banded);
+  CHECK_FALSE(attention::contiguous_walks(patterns::random(16, seq, seq, 0.3, 5), 128, 16).banded);
+  CHECK(attention::contiguous_walks(b16_8, 128, 16).banded);
+  // 64-query tiles count whole tiles, whatever the group (a window fills as many packed).
+  CHECK_FALSE(attention::packing_queries_pays(64, b32_4, 128, 64, 4));
+}
+
 // The dQ rule's count (attention::contiguous_walks): the contiguous tiles of the key-major walks, packed
 // or not, and whether they make a band, each key tile's query tiles one run meeting the next one's.
 TEST_CASE("contiguous walks count the tiles a packed walk lies in, and windows make a band, random blocks not",
@@ -950,7 +981,7 @@ TEST_CASE("SJIT_BACKWARD_WALK forces a walk where it exists, and a bad value is 
   const BlockPattern sparse = patterns::random(16, 4096, 4096, 0.1, 7);
   using attention::QueryWalk;
   auto walk = [&](const BlockPattern& p, bool gathers, std::string_view forced, bool by_pass = false) {
-    return attention::choose_query_walk(spec, p, 128, 64, gathers, by_pass, forced);
+    return attention::choose_query_walk(spec, p, 128, 64, 1, gathers, by_pass, forced);
   };
   CHECK(walk(sparse, true, "") == QueryWalk::gathered);  // the rule (ratio 5.6)
   CHECK(walk(sparse, true, "auto") == QueryWalk::gathered);

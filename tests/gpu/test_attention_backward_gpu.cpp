@@ -423,6 +423,28 @@ TEST_CASE("at d = 64 short windows of blocks of 16 and 32 walk 64-query tiles, l
     }
 }
 
+// On d = 64's 128-query tiles a window's packed runs only trim its walks' ends: a window of 4 + 1 + 3
+// blocks of 32 (0.92 of the queries packed) walks contiguous with one query head a K/V head and packed
+// with four (attention/packed_queries.h), one Attention meeting both.
+TEST_CASE("at d = 64 a window on 128-query tiles packs with four query heads a K/V head, not with one",
+          "[gpu][attention][backward]") {
+  if (!test::on_hopper("the d = 64 dK/dV pass's tiles")) return;
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  Attention attention(spec_of(64, DType::bf16, Causal::none, Sparsity::block_sparse, 32));
+  for (const auto [heads_q, walk] : {std::pair{1, BackwardWalk::tiles}, {4, BackwardWalk::packed}}) {
+    const Problem c{attention.spec(), 1, heads_q, 1, 1500, 1500, 0};
+    INFO(c.name());
+    const Inputs in = random_inputs(c, rng);
+    const BlockPattern window = patterns::sliding_window(32, c.seq_q, c.seq_k, 4, 3);
+    GpuRun run(c, in, &window);
+    CHECK_THAT(attention.backward_tiling(run.backward_args()), Catch::Contains("cols=128"));
+    CHECK(attention.backward_walk(run.backward_args()) == walk);
+    expect_backward_matches_reference(c, attention, run, in, &window);
+  }
+}
+
 TEST_CASE("with no active block every gradient is exactly 0 and nothing is NaN", "[gpu][attention][backward]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);

@@ -90,6 +90,12 @@ bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, st
 // where the H200's share of 2% took the pass below 10 tiles): windows of 4 + 1 + 3 blocks of 128 (8
 // tiles a row) 0.806 / 0.871 and 0.921 / 0.998, 2 + 1 + 1 (4 tiles) 0.574 / 0.615; so a band's
 // accumulator, whose rows its running CTAs share, is not taken to spill (on the H100 unmeasured).
+// At d = 96 (forty-seventh session, same shape and rounds) the same thresholds hold: one head, windows
+// of 2 tiles a row near ties (1 + 1 + 0 of 128 0.328-0.343 / 0.325-0.361, 2 + 1 + 1 of 32 0.325-0.346 /
+// 0.333-0.366), of 2.5 and 3 tiles atomic (2 + 1 + 1 of 64 0.316-0.330 / 0.348-0.389, 5 + 1 + 4 of 16
+// 0.332-0.359 / 0.370-0.415, 3 + 1 + 3 of 32 0.335-0.353 / 0.434-0.442), random blocks of 128 at 2 a
+// row 0.317-0.321 / 0.354-0.356; four heads, a window of 6 tiles 0.543-0.544 / 0.599-0.608; beyond the
+// L2 (B1 H4 S65536) 2 + 1 + 1 of 128 0.512-0.514 / 0.538-0.544.
 DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key_tiles_per_row, std::int64_t group,
                                 std::string_view forced, std::optional<DqSummation> asked,
                                 std::optional<DqSummation> tuned, bool gathered, std::int64_t spilled_key_tiles,

@@ -3,8 +3,8 @@
 # contiguous tiles? (docs/attention.md, "Packing counts whole tiles".) Each line is forced onto 64- or
 # 128-query tiles (SJIT_BACKWARD_QUERY_TILES) and walks them contiguous, then packed
 # (SJIT_BACKWARD_WALK=tiles, packed): random blocks of 16 and 32 and sliding windows, at d = 64 (B4 H32
-# S4096) with 1 and 4 query heads a K/V head (on 128-query tiles 2 too), and windows at d = 128 (B2 H16 S8192, whose 64-query
-# tiles are its only ones). ONLY=REGEX runs the lines it matches (e.g. ONLY='TILES=128' or
+# S4096) with 1 and 4 query heads a K/V head (on 128-query tiles 2 too), and windows at d = 128 (B2
+# H16 S8192, whose 64-query tiles are its only ones). ONLY=REGEX runs the lines it matches (e.g. ONLY='TILES=128' or
 # ONLY='--d 128'); ROUNDS rounds (default 2); WAYS other settings (e.g. WAYS='SJIT_BACKWARD_WALK=auto
 # SJIT_BACKWARD_WALK=tiles SJIT_BACKWARD_WALK=packed' adds the rule's own choice). Logs in $OUT.
 # Usage there (carrying .deps):  ONLY='TILES=128' bash scripts/device-d64-packing.sh

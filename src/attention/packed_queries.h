@@ -42,6 +42,8 @@ QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& patte
 // hold, and whether they make a band, each CTA's walk one run of adjacent query tiles that meets the
 // run of the CTA of the next key tile (a sliding window, local blocks). In a band the CTAs that run
 // together add atomic dQ to the same rows, in the L2, and atomic dQ wins from fewer key tiles a row.
+// With `tile_cols` the pattern's block size it says whether the packed runs lie end to end (a window's,
+// not a random pattern's whose every tile is active), which packing_queries_pays asks.
 struct ContiguousWalks {
   std::int64_t tiles = 0;
   bool banded = false;

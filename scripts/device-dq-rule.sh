@@ -8,7 +8,9 @@
 # without the shape). Each line with dQ atomic, then by the pass (WAYS: other
 # settings, e.g. WAYS=SJIT_BACKWARD_DQ=auto for the rule's own choice). First the GPU tests of those
 # choices (TESTS=0 leaves them out). ONLY=REGEX, ROUNDS (default 2), D (the head dim, default 128:
-# D=96 times the same lines at d = 96); logs in $OUT. Usage there (carrying .deps):
+# D=96 times the same lines at d = 96), SHAPE (other flags for the lines at B2 H16 S8192, e.g.
+# SHAPE='--batch 4 --heads 32 --seq 4096' with D=64; --heads-kv 8 and 4 then make groups of four and
+# eight); logs in $OUT. Usage there (carrying .deps):
 #   bash scripts/device-dq-rule.sh
 set -uo pipefail
 source scripts/device-build.sh
@@ -18,26 +20,26 @@ if [[ "${TESTS:-1}" != 0 ]]; then
   grep -E "tests passed|Failed|FAILED" "$OUT/tests.log"
 fi
 source scripts/device-forced.sh
-d="--d ${D:-128}"
+d="--d ${D:-128}" shape=${SHAPE:-}
 lines=(
-  "|$d --block 128 --window 1,0"
-  "|$d --block 64 --window 2,1"
-  "|$d --block 32 --window 2,1"
-  "|$d --block 16 --window 4,3"
-  "|$d --block 16 --window 5,4"
-  "|$d --block 16 --window 6,5"
-  "|$d --block 32 --window 3,3"
-  "|$d --block 128 --density 0.03,0.05"
-  "|$d --block 128 --window 1,1 --heads-kv 8"
-  "|$d --block 16 --window 6,5 --heads-kv 8"
-  "|$d --block 32 --window 3,3 --heads-kv 8"
-  "|$d --block 128 --density 0.05 --heads-kv 8"
-  "|$d --block 128 --window 1,1 --heads-kv 4"
-  "|$d --block 128 --window 3,2 --heads-kv 4"
-  "|$d --block 16 --window 6,5 --heads-kv 4"
-  "|$d --block 32 --window 3,3 --heads-kv 4"
-  "|$d --block 128 --density 0.05,0.1 --heads-kv 4"
-  "|$d --block 16 --causal tl --heads-kv 4 --density 0.02"
+  "|$d $shape --block 128 --window 1,0"
+  "|$d $shape --block 64 --window 2,1"
+  "|$d $shape --block 32 --window 2,1"
+  "|$d $shape --block 16 --window 4,3"
+  "|$d $shape --block 16 --window 5,4"
+  "|$d $shape --block 16 --window 6,5"
+  "|$d $shape --block 32 --window 3,3"
+  "|$d $shape --block 128 --density 0.03,0.05"
+  "|$d $shape --block 128 --window 1,1 --heads-kv 8"
+  "|$d $shape --block 16 --window 6,5 --heads-kv 8"
+  "|$d $shape --block 32 --window 3,3 --heads-kv 8"
+  "|$d $shape --block 128 --density 0.05 --heads-kv 8"
+  "|$d $shape --block 128 --window 1,1 --heads-kv 4"
+  "|$d $shape --block 128 --window 3,2 --heads-kv 4"
+  "|$d $shape --block 16 --window 6,5 --heads-kv 4"
+  "|$d $shape --block 32 --window 3,3 --heads-kv 4"
+  "|$d $shape --block 128 --density 0.05,0.1 --heads-kv 4"
+  "|$d $shape --block 16 --causal tl --heads-kv 4 --density 0.02"
   "|$d --batch 1 --heads 4 --seq 65536 --block 128 --window 4,3"
   "|$d --batch 1 --heads 4 --seq 65536 --block 128 --window 2,1"
 )

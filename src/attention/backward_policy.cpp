@@ -86,7 +86,7 @@ bool accumulator_spills(std::int64_t group, std::int64_t seq_q, int head_dim, st
 // 0.361-0.364 / 0.405-0.430; random blocks at 3 tiles 0.474-0.477 / 0.440-0.444, 6 tiles 0.710-0.719 /
 // 0.719-0.724 (where the four-head threshold of 8 still takes the pass). So a band takes the pass
 // below 2 tiles a row whatever the group (DqPassThresholds::band; on the H100 too, unmeasured there;
-// at d = 64 as its other thresholds, 1.5). Beyond the L2 too (B1 H4 S65536, one head, 512 key tiles,
+// at d = 64 too, where random blocks take it below 1.5: dq_pass_thresholds). Beyond the L2 too (B1 H4 S65536, one head, 512 key tiles,
 // where the H200's share of 2% took the pass below 10 tiles): windows of 4 + 1 + 3 blocks of 128 (8
 // tiles a row) 0.806 / 0.871 and 0.921 / 0.998, 2 + 1 + 1 (4 tiles) 0.574 / 0.615; so a band's
 // accumulator, whose rows its running CTAs share, is not taken to spill (on the H100 unmeasured).
@@ -173,12 +173,18 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
 // top-left, one head 2 tiles 0.382 / 0.422, 3 tiles 0.420 / 0.452, four heads 8 tiles 0.639 / 0.663;
 // beyond the L2 (B1 H4 S131072, 67 MB a group) 20 of 1024 tiles 2.207 / 2.446, 51 tiles 5.544 /
 // 6.101. So the pass only where rows see one tile, whatever the group, and beyond the L2 below 1% of
-// the key tiles (atomic wins at 2%, where d = 128 ties). Not measured on the H100, whose d = 128
+// the key tiles (atomic wins at 2%, where d = 128 ties). Bands differ (forty-seventh session, same
+// shape, two rounds): windows of blocks of 128, one head, 0 + 1 + 0 (1 tile a row) 0.398-0.400 /
+// 0.349-0.357, 1 + 1 + 0 (1.98) 0.497-0.509 / 0.404-0.440, 1 + 1 + 1 (2.97) 0.496-0.500 / 0.538-0.540,
+// 2 + 1 + 1 (3.97) 0.581-0.586 / 0.634-0.646; 1 + 1 + 0 with two heads 0.408-0.416 / 0.382-0.383, with
+// four 0.372-0.374 / 0.344-0.346; 1 + 1 + 1 with four 0.411-0.417 / 0.453-0.460 (random blocks at 2 a
+// row, one head, in the same call: 0.398-0.415 / 0.442-0.446). So a band takes the pass below 2 tiles a
+// row, as at d = 128. Not measured on the H100, whose d = 128
 // crossovers for GQA groups and beyond the L2 lie higher (kept there for the latter); `sjit tune
 // attention --backward` measures a device's own.
 DqPassThresholds dq_pass_thresholds(double memory_bandwidth, int head_dim) {
   if (head_dim == 64)
-    return {.four_heads = 1.5, .four_heads_causal = 1.5, .two_heads = 1.5, .one_head = 1.5, .band = 1.5,
+    return {.four_heads = 1.5, .four_heads_causal = 1.5, .two_heads = 1.5, .one_head = 1.5, .band = 2,
             .beyond_l2_share = memory_bandwidth >= 4e12 ? 0.01 : 0.3};
   if (memory_bandwidth >= 4e12)
     return {.four_heads = 8, .four_heads_causal = 20, .two_heads = 4, .one_head = 2, .band = 2,

@@ -16,6 +16,27 @@ namespace {
 [[noreturn]] void refuse_query_walk(std::string_view forced) {
   throw InvalidArgument(fmt::format("SJIT_BACKWARD_WALK = '{}': use tiles, packed, gathered or auto", forced));
 }
+
+// contiguous_walks of the key-major walks `walks` (active_tile_spans_each_item of a transposed pattern
+// of `heads` heads): their tiles, and whether each is one run meeting the last key tile's run.
+ContiguousWalks walks_of(const std::vector<ItemTiles>& walks, int heads) {
+  const std::size_t key_tiles = walks.size() / std::size_t(std::max(heads, 1));
+  ContiguousWalks out;
+  bool broken = false;
+  const ItemTiles* last = nullptr;  // the last walk with tiles in this head
+  for (std::size_t item = 0; item < walks.size(); ++item) {
+    if (item % key_tiles == 0) last = nullptr;
+    const ItemTiles& walk = walks[item];
+    out.tiles += walk.count;
+    if (walk.count == 0) continue;  // (a key tile no query sees: the band goes on past it)
+    const bool one_run = walk.last - walk.first + 1 == walk.count;
+    const bool meets_last = !last || (walk.first <= last->last + 1 && last->first <= walk.last + 1);
+    broken = broken || !one_run || !meets_last;
+    last = &walk;
+  }
+  out.banded = out.tiles > 0 && !broken;
+  return out;
+}
 }  // namespace
 
 QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols,
@@ -165,15 +186,17 @@ bool packing_queries_pays(int head_dim, const BlockPattern& pattern, int key_row
   if (contiguous == 0) return false;
   // The runs of one active block each a CTA walks, tile_cols / block to a tile: on 128-query tiles in
   // queries (see above), on 64-query ones in whole tiles.
-  const std::vector<std::int32_t> runs = active_tiles_each_item(key_major, key_rows, block);
+  const std::vector<ItemTiles> runs = active_tile_spans_each_item(key_major, key_rows, block);
   const int runs_a_tile = tile_cols / block;
   double packed = 0;
-  for (const std::int32_t n : runs)
+  for (const ItemTiles& walk : runs) {
+    const std::int32_t n = walk.count;
     packed += tile_cols >= 128 ? double(n) / runs_a_tile : double((n + runs_a_tile - 1) / runs_a_tile);
+  }
   // On 128-query tiles a band of runs (each CTA's runs end to end, meeting the next CTA's: a window),
   // which packing only trims at its walks' ends, pays below a lower share than a random pattern's
   // runs, the lower the fewer query heads a K/V head (above).
-  const bool banded = tile_cols >= 128 && contiguous_walks(pattern, key_rows, block).banded;
+  const bool banded = tile_cols >= 128 && walks_of(runs, key_major.heads()).banded;
   return packed <= packed_tiles_at_most(head_dim, block, tile_cols, group, banded) * contiguous;
 }
 
@@ -216,23 +239,7 @@ bool narrow_query_tiles_pay(const BlockPattern& pattern, int key_rows, std::int6
 
 ContiguousWalks contiguous_walks(const BlockPattern& pattern, int key_rows, int tile_cols) {
   const BlockPattern key_major = pattern.transposed();
-  const std::vector<ItemTiles> walks = active_tile_spans_each_item(key_major, key_rows, tile_cols);
-  const std::size_t key_tiles = walks.size() / std::size_t(std::max(key_major.heads(), 1));
-  ContiguousWalks out;
-  bool broken = false;
-  const ItemTiles* last = nullptr;  // the last walk with tiles in this head
-  for (std::size_t item = 0; item < walks.size(); ++item) {
-    if (item % key_tiles == 0) last = nullptr;
-    const ItemTiles& walk = walks[item];
-    out.tiles += walk.count;
-    if (walk.count == 0) continue;  // (a key tile no query sees: the band goes on past it)
-    const bool one_run = walk.last - walk.first + 1 == walk.count;
-    const bool meets_last = !last || (walk.first <= last->last + 1 && last->first <= walk.last + 1);
-    broken = broken || !one_run || !meets_last;
-    last = &walk;
-  }
-  out.banded = out.tiles > 0 && !broken;
-  return out;
+  return walks_of(active_tile_spans_each_item(key_major, key_rows, tile_cols), key_major.heads());
 }
 
 std::optional<int> forced_query_tile_cols() {

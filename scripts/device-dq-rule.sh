@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the lent GPU machine: the dQ rule's counts and thresholds at d = 128 (B2 H16 S8192) on the H200
 # (docs/attention.md, "The dQ rule counts contiguous tiles, and bands"). Lines: windows whose rows see
-# 2, 2.5 and 3 key tiles (blocks of 128, 64, 32 and 16; those of 16 and 32 with 3 tiles pack) with one,
+# 2, 2.5 and 3 key tiles (blocks of 128, 64, 32 and 16; those of 16 and 32 with 3 tiles pack; at d = 64,
+# on its 64-query tiles, 2 + 1 + 1 of 64, 3 + 1 + 2 of 32 and 5 + 1 + 4 of 16 see 2.45) with one,
 # two and four query heads a K/V head; a window of 6 tiles with four; random blocks of 128 at 2 and 3
 # tiles a row (--density 0.03 and 0.05) with one, two and four; causal random blocks of 16 at 0.02 with
 # four (packed: 9.4 tiles a row, 28 contiguous); and windows beyond the L2 (B1 H4 S65536, their label
@@ -29,6 +30,7 @@ lines=(
   "|$d $shape --block 16 --window 5,4"
   "|$d $shape --block 16 --window 6,5"
   "|$d $shape --block 32 --window 3,3"
+  "|$d $shape --block 32 --window 3,2"
   "|$d $shape --block 128 --density 0.03,0.05"
   "|$d $shape --block 128 --window 1,1 --heads-kv 8"
   "|$d $shape --block 16 --window 6,5 --heads-kv 8"

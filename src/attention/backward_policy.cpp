@@ -133,7 +133,10 @@ DqSummation choose_dq_summation(const AttentionSpec& spec, bool sm90, double key
   const bool spills = spilled_key_tiles > 0;
   if (gathered) return group >= 4 || spills ? DqSummation::pass : DqSummation::atomic;
   // d = 64 on 64-query dK/dV tiles (pattern blocks of 64, or of 16 and 32 where the walks are short):
-  // their atomic dQ lost to the pass at every density measured (above).
+  // their atomic dQ lost to the pass at every density measured (above), and on windows of 2.45 tiles a
+  // row (forty-eighth session, H200, B4 H32 S4096, atomic / pass: one head 2 + 1 + 1 blocks of 64
+  // 0.539-0.553 / 0.448-0.481, 5 + 1 + 4 of 16 0.557-0.562 / 0.484-0.523; four heads, blocks of 64,
+  // 0.441-0.444 / 0.411), where a band on 128-query tiles would take atomic (DqPassThresholds::band).
   const int query_cols = dkdv_query_cols > 0 ? dkdv_query_cols
                                              : codegen::default_backward_tiling(spec, codegen::BackwardPart::dkdv, true).block_cols;
   if (spec.head_dim == 64 && query_cols != 128) return DqSummation::pass;

@@ -1,5 +1,6 @@
 // sjit tune OP SPEC... : time every layout of each spec on this GPU and store the winners
-// (rownorm at --rows, attention at --shape; attention --backward: how its backward sums dQ);
+// (rownorm at --rows, attention at --shape; attention --backward: how its backward sums dQ, and with
+// --walk how it walks the --pattern);
 // sjit tune --show | --export FILE | --import FILE : the
 // tuning database.
 #include <fmt/format.h>
@@ -92,6 +93,25 @@ void print_report(const DqTuneReport& r) {
              r.stored ? "stored in the tuning database (used where SJIT_AUTOTUNE is on or force)" : "NOT stored");
 }
 
+void print_report(const WalkTuneReport& r) {
+  const AttentionTuneShape& s = r.shape;
+  fmt::print("\n{}  B={} Hq={} Hkv={} Sq={} Sk={}, pattern {:016x} (density {:.3f}; {})\n", key(r.spec), s.batch,
+             s.heads_q, s.heads_kv, s.seq_q, s.seq_k, r.pattern_digest, r.density, r.bucket);
+  Table table({"walk", "query tiles", "dQ summed", "backward", "vs chosen before", "note"});
+  for (std::size_t i = 0; i < r.candidates.size(); ++i) {
+    const WalkTuneCandidate& c = r.candidates[i];
+    const std::string note = std::string(i == r.winner ? "winner" : "") + (i == r.winner && i == 0 ? ", " : "") +
+                             (i == 0 ? "chosen before tuning" : "");
+    table.add({std::string(name(c.walk)), c.query_tile_cols ? std::to_string(c.query_tile_cols) : "-",
+               std::string(name(c.dq)), fmt::format("{:.3f} ms", c.median_us / 1e3),
+               fmt::format("{:.2f}x", r.candidates[0].median_us / c.median_us), note});
+  }
+  table.print();
+  fmt::print("{} ways timed ({} asked that this pattern cannot take); {}\n", r.candidates.size(), r.not_runnable,
+             r.stored ? "the winner is stored in the tuning database (used where SJIT_AUTOTUNE is on or force)"
+                      : "NOT stored");
+}
+
 // "B,Hq,Hkv,Sq,Sk" as given to --shape.
 AttentionTuneShape attention_shape(const std::vector<std::int64_t>& sizes, double density) {
   if (sizes.size() != 5)
@@ -151,6 +171,7 @@ Runner add_tune(CLI::App& app) {
   auto export_file = std::make_shared<std::string>();
   auto import_file = std::make_shared<std::string>();
   auto backward = std::make_shared<bool>(false);
+  auto walk = std::make_shared<bool>(false);
   cmd->add_option("op", *op, "The op: rownorm or attention (the forward's tiling; with --backward, how dQ is summed)");
   cmd->add_option("specs", *specs,
                   "Spec key texts, e.g. rownorm:kind=entmax,alpha=1.5,n=64 or "
@@ -162,6 +183,9 @@ Runner add_tune(CLI::App& app) {
   cmd->add_flag("--backward", *backward,
                 "attention: time the backward with dQ atomic and with the dQ pass, and store the faster, "
                 "instead of the forward's tilings");
+  cmd->add_flag("--walk", *walk,
+                "attention --backward with --pattern: time every way the backward can walk that pattern (walk, "
+                "query tiles, dQ summed), and store the fastest for it");
   cmd->add_option("--budget-s", *budget, "Seconds of timing per spec and size");
   cmd->add_option("--iters", *iterations, "Timed runs per candidate (the median is kept)");
   cmd->add_flag("--show", *show, "List the tuning database");
@@ -196,13 +220,17 @@ Runner add_tune(CLI::App& app) {
       options.budget_s = *budget;
       options.iterations = *iterations;
       options.progress = progress_printer();
+      if (*walk && !*backward) throw InvalidArgument("--walk tunes how the backward walks a pattern: add --backward");
+      if (*walk && !pattern) throw InvalidArgument("--walk tunes the backward for one pattern: give it with --pattern FILE");
       for (const std::string& text : *specs) {
-        if (*backward) print_report(tune_dq_summation(parse_attention(text), tune_shape, options));
+        if (*walk) print_report(tune_backward_walk(parse_attention(text), tune_shape, options));
+        else if (*backward) print_report(tune_dq_summation(parse_attention(text), tune_shape, options));
         else print_report(tune_attention(parse_attention(text), tune_shape, options));
       }
       return 0;
     }
-    if (*backward) throw InvalidArgument("--backward tunes attention's backward: use it with op attention");
+    if (*backward || *walk)
+      throw InvalidArgument("--backward and --walk tune attention's backward: use them with op attention");
     const std::vector<std::int64_t> sizes = rows->empty() ? std::vector<std::int64_t>{0} : *rows;
     for (const std::string& text : *specs)
       for (std::int64_t r : sizes) {

@@ -277,28 +277,32 @@ struct Attention::State {
   // where blocks are narrower than them: 128 keys x 64 queries, 128 at d = 64.)
   // `group`: the call's query heads a K/V head (packing a band pays from fewer heads with more);
   // `gathered_sums_by_pass`: whether the gathered pass, if taken, would sum dQ by its dQ pass.
+  // `asked`: a walk asked for (the call's, SJIT_BACKWARD_WALK's or a stored tuning's), taken where the
+  // pattern can take it; "" leaves it to the rules, whose choice is remembered.
   attention::QueryWalk query_walk(const BlockPattern& pattern, const codegen::BackwardTiling& t, std::int64_t group,
-                                  bool gathered_sums_by_pass) {
+                                  bool gathered_sums_by_pass, std::string_view asked) {
     // Blocks narrower than the tiles may pack or gather, blocks of 64 on 128-key CTAs may gather.
     const bool narrow_keys = t.wgmma && pattern.block_size() < t.block_rows();
     if (codegen::dkdv_query_runs(spec, t) == 1 && !narrow_keys) return attention::QueryWalk::tiles;
     // (Only specs that gather only with the dQ pass depend on it: one remembered choice for the others.)
     const bool by_pass = gathered_sums_by_pass && attention::gathers_only_with_dq_pass(spec);
+    auto choose = [&](std::string_view walk) {
+      const bool gathers = codegen::gathered_backward_tiling(spec, codegen::BackwardPart::dkdv).has_value();
+      return attention::choose_query_walk(spec, pattern, t.block_rows(), t.block_cols, group, gathers, by_pass, walk);
+    };
+    if (!asked.empty() && asked != "auto") return choose(asked);
     const std::uint64_t key = pattern.digest() ^ std::uint64_t(by_pass) ^ (std::uint64_t(t.block_cols) << 32) ^
                               (std::uint64_t(group) << 40);
-    return remembered_choice(walk_choices, key, [&] {
-      const bool gathers = codegen::gathered_backward_tiling(spec, codegen::BackwardPart::dkdv).has_value();
-      return attention::choose_query_walk(spec, pattern, t.block_rows(), t.block_cols, group, gathers, by_pass,
-                                          attention::forced_query_walk());
-    });
+    return remembered_choice(walk_choices, key, [&] { return choose(""); });
   }
   // The query rows of the key-major schedule the 128-key dK/dV pass of tiling `t` walks for `pattern`:
   // one pattern block where it packs them into its tiles, else its tiles'. (Where the gathered pass
   // takes the pattern, this schedule still says how many tiles a row sees: packed, the exact count.)
-  int key_schedule_cols(const BlockPattern& pattern, const codegen::BackwardTiling& t, std::int64_t group) {
+  int key_schedule_cols(const BlockPattern& pattern, const codegen::BackwardTiling& t, std::int64_t group,
+                        std::string_view asked) {
     if (pattern.block_size() >= t.block_cols) return t.block_cols;  // (gathered or not: a block a tile)
     // (How the gathered pass would sum dQ matters to blocks of 64 only.)
-    const attention::QueryWalk walk = query_walk(pattern, t, group, false);
+    const attention::QueryWalk walk = query_walk(pattern, t, group, false, asked);
     return walk == attention::QueryWalk::tiles ? t.block_cols : pattern.block_size();
   }
   // Device schedules of the patterns seen last, most recent first. A pattern is named by its digest
@@ -443,8 +447,46 @@ struct Attention::State {
     return {key_tiles_per_query_row(walks.tiles, t.block_cols, plan.key_schedule->pattern_heads, a.seq_q),
             walks.banded};
   }
+  // What backward(a) runs on `target`: plan_walks's plan, where it is what the call asked for (the walk
+  // and the query tiles of its args: what the environment or a tuning asks falls back, silently,
+  // to what the pattern can take).
   BackwardPlan plan_backward(const AttentionBackwardArgs& a, const jit::Target& target, const Capture& capture = {}) {
-    attention::forced_query_walk();  // refuses a bad SJIT_BACKWARD_WALK on every backward, walk to choose or not
+    BackwardPlan plan = plan_walks(a, target, capture);
+    if (!a.walk && a.query_tile_cols == 0) return plan;
+    const bool gathered = plan.kv_tiling.gathered_block > 0;
+    const BackwardWalk ran = walk_of(plan);
+    const std::string runs =
+        a.pattern == nullptr ? "without a pattern (or with every block active: the dense kernels) it walks tiles"
+                             : fmt::format("with pattern blocks of {} on dK/dV tiles of {} keys x {} queries it walks {}",
+                                           a.pattern->block_size(), plan.kv_tiling.block_rows(),
+                                           plan.kv_tiling.block_cols, name(ran));
+    if (a.walk && *a.walk != ran)
+      throw InvalidArgument(fmt::format(
+          "attention backward: walk = {} asked, but {} ('{}'): packing needs pattern blocks narrower than the "
+          "query tiles, gathering blocks of 16, 32 or 64 narrower than the keys, on Hopper (sm_90a){}",
+          name(*a.walk), runs, key(spec), *a.walk == BackwardWalk::gathered ? " and not at every head_dim" : ""));
+    if (a.query_tile_cols != 0 && gathered)
+      throw InvalidArgument(fmt::format("attention backward: query_tile_cols = {} asked, but the gathered walk has no "
+                                        "query tiles to choose (it steps a pattern block of queries at a time): "
+                                        "leave it 0",
+                                        a.query_tile_cols));
+    if (a.query_tile_cols != 0 && a.query_tile_cols != plan.kv_tiling.block_cols)
+      throw InvalidArgument(fmt::format(
+          "attention backward: query_tile_cols = {} asked, but {} ('{}'); only head_dim 64 with pattern blocks of 16 "
+          "or 32 on Hopper (sm_90a) chooses between 64 and 128",
+          a.query_tile_cols, runs, key(spec)));
+    return plan;
+  }
+  static BackwardWalk walk_of(const BackwardPlan& plan) {
+    if (plan.kv_tiling.gathered_block > 0) return BackwardWalk::gathered;
+    // A packed walk's key-major schedule lists runs of one pattern block, not the pass's tiles.
+    const bool packed = plan.key_schedule && plan.key_schedule->block_n < plan.kv_tiling.block_cols;
+    return packed ? BackwardWalk::packed : BackwardWalk::tiles;
+  }
+  // The plan of plan_backward, with what each choice asks for taken where the pattern can take it.
+  BackwardPlan plan_walks(const AttentionBackwardArgs& a, const jit::Target& target, const Capture& capture) {
+    const std::string_view forced_walk = attention::forced_query_walk();  // a bad one refused on every backward
+    const std::optional<int> forced_cols = attention::forced_query_tile_cols();  // (as the walk's)
     BackwardPlan plan;
     plan.sm90 = hopper_backward(target);
     // The dK/dV pass's tiling for a way of summing dQ: at d = 64 with pattern blocks of 16 or 32 its
@@ -453,14 +495,28 @@ struct Attention::State {
     const std::int64_t group = a.heads_q / std::max<std::int64_t>(a.heads_kv, 1);
     const std::optional<codegen::BackwardTiling> narrow =
         patterned && plan.sm90 ? codegen::narrow_query_backward_tiling(backward_spec(true)) : std::nullopt;
-    // SJIT_BACKWARD_QUERY_TILES forces them (a bad value is refused on every backward, as the walk's).
-    const std::optional<int> forced_cols = attention::forced_query_tile_cols();
+    // The walk and its query tiles asked for, first to last: by the call, by the environment, by a
+    // tuning stored for this pattern (tune_backward_walk, with its way of summing dQ; read only where
+    // neither of the others asks, and the autotune policy is on or force).
+    const bool asked_elsewhere = a.walk || a.query_tile_cols != 0 || (!forced_walk.empty() && forced_walk != "auto") ||
+                                 forced_cols.has_value();
+    const std::optional<tuning::TunedWalk> tuned_walk =
+        patterned && plan.sm90 && !asked_elsewhere
+            ? tuning::tuned_backward_walk(backward_spec(true), a.pattern->digest(), group)
+            : std::nullopt;
+    const std::string_view walk_asked = a.walk       ? name(*a.walk)
+                                        : tuned_walk ? name(tuned_walk->walk)
+                                                     : forced_walk;
+    const std::optional<int> cols_asked = a.query_tile_cols != 0 ? std::optional<int>(a.query_tile_cols)
+                                          : tuned_walk && tuned_walk->query_tile_cols != 0
+                                              ? std::optional<int>(tuned_walk->query_tile_cols)
+                                              : forced_cols;
     auto narrow_pays = [&] {
       return remembered_choice(narrow_query_choices, a.pattern->digest() ^ (std::uint64_t(group) << 40), [&] {
         return attention::narrow_query_tiles_pay(*a.pattern, narrow->block_rows(), group);  // (its keys: the default's)
       });
     };
-    const bool narrow_queries = narrow && (forced_cols ? *forced_cols == 64 : narrow_pays());
+    const bool narrow_queries = narrow && (cols_asked ? *cols_asked == 64 : narrow_pays());
     auto dkdv_tiling = [&](bool atomic) {
       if (!narrow_queries) return backward_tilings(backward_spec(atomic), plan.sm90).dkdv;
       return atomic ? *narrow : *codegen::narrow_query_backward_tiling(backward_spec(false));
@@ -470,7 +526,7 @@ struct Attention::State {
     plan.key_tiles = (a.seq_k + plan.kv_tiling.block_rows() - 1) / plan.kv_tiling.block_rows();
     if (patterned) {
       plan.key_schedule =
-          &schedule(*a.pattern, target, plan.kv_tiling.block_rows(), key_schedule_cols(*a.pattern, plan.kv_tiling, group),
+          &schedule(*a.pattern, target, plan.kv_tiling.block_rows(), key_schedule_cols(*a.pattern, plan.kv_tiling, group, walk_asked),
                     true, capture);
       // The kernels rank a group's CTAs by the schedule's key tiles (key_tile_owner). The pattern's
       // shape (checked against the lengths) gives it ceil(Sk / block_rows) of them, or one more where
@@ -494,7 +550,8 @@ struct Attention::State {
     auto summation = [&](bool gathered) {
       const DqRuleCount count = rule_count(gathered);
       const std::optional<DqSummation> tuned =
-          tuning::tuned_dq_summation(backward_spec(true), group, count.tiles_per_row,
+          tuned_walk ? std::optional<DqSummation>(tuned_walk->dq)
+                     : tuning::tuned_dq_summation(backward_spec(true), group, count.tiles_per_row,
                                      {.gathered = gathered,
                                       .beyond_l2 = plan.accumulator_spills,
                                       .narrow_queries = narrow_queries && !gathered,
@@ -508,13 +565,13 @@ struct Attention::State {
     // dQ by a rule of its own (for blocks of 64 at d = 128 also a reason to take it or not).
     const bool narrow_keys = plan.key_schedule && a.pattern->block_size() < plan.kv_tiling.block_rows();
     const DqSummation if_gathered = narrow_keys ? summation(true) : DqSummation::atomic;
-    bool gathered = narrow_keys && query_walk(*a.pattern, plan.kv_tiling, group, if_gathered == DqSummation::pass) ==
-                                       attention::QueryWalk::gathered;
+    bool gathered = narrow_keys && query_walk(*a.pattern, plan.kv_tiling, group, if_gathered == DqSummation::pass,
+                                              walk_asked) == attention::QueryWalk::gathered;
     const DqSummation way = gathered ? if_gathered : summation(false);
     // Where the 128-key passes' way is the dQ pass (asked, tuned or their rule), blocks of 64 at d = 128
     // gather after all: the gathered dQ pass is the faster pass there.
     if (!gathered && narrow_keys && way == DqSummation::pass && attention::gathers_only_with_dq_pass(spec))
-      gathered = query_walk(*a.pattern, plan.kv_tiling, group, true) == attention::QueryWalk::gathered;
+      gathered = query_walk(*a.pattern, plan.kv_tiling, group, true, walk_asked) == attention::QueryWalk::gathered;
     plan.atomic = way == DqSummation::atomic;
     plan.dq_rule = rule_count(gathered);
     if (gathered) {
@@ -533,7 +590,7 @@ struct Attention::State {
         throw Error("attention backward: internal: the dK/dV tilings of both ways of summing dQ differ in keys");
       if (plan.key_schedule && pass_tiling != plan.kv_tiling)
         plan.key_schedule = &schedule(*a.pattern, target, pass_tiling.block_rows(),
-                                      key_schedule_cols(*a.pattern, pass_tiling, group), true, capture);
+                                      key_schedule_cols(*a.pattern, pass_tiling, group, walk_asked), true, capture);
       plan.kv_tiling = pass_tiling;
     }
     return plan;
@@ -947,8 +1004,9 @@ DqSummation Attention::dq_summation(const AttentionBackwardArgs& in) {
 AttentionInternals::DqChoiceInputs AttentionInternals::backward_dq_choice_inputs(Attention& attention,
                                                                                   const AttentionBackwardArgs& in) {
   const auto plan = attention.state_->plan_of_call(in);
-  return {plan.dq_rule.tiles_per_row, plan.kv_tiling.gathered_block > 0, plan.accumulator_spills,
-          plan.narrow_queries, plan.dq_rule.banded};
+  const bool gathered = plan.kv_tiling.gathered_block > 0;
+  return {plan.dq_rule.tiles_per_row, gathered, plan.accumulator_spills, plan.narrow_queries, plan.dq_rule.banded,
+          gathered ? 0 : plan.kv_tiling.block_cols};
 }
 
 std::string Attention::backward_tiling(const AttentionBackwardArgs& in) {
@@ -956,11 +1014,7 @@ std::string Attention::backward_tiling(const AttentionBackwardArgs& in) {
 }
 
 BackwardWalk Attention::backward_walk(const AttentionBackwardArgs& in) {
-  const auto plan = state_->plan_of_call(in);
-  if (plan.kv_tiling.gathered_block > 0) return BackwardWalk::gathered;
-  // A packed walk's key-major schedule lists runs of one pattern block, not the pass's tiles.
-  const bool packed = plan.key_schedule && plan.key_schedule->block_n < plan.kv_tiling.block_cols;
-  return packed ? BackwardWalk::packed : BackwardWalk::tiles;
+  return State::walk_of(state_->plan_of_call(in));
 }
 
 std::string_view name(DqSummation s) { return s == DqSummation::atomic ? "atomic" : "pass"; }

@@ -168,6 +168,12 @@ AttentionBackwardArgs checked_backward_args(const AttentionSpec& spec, const Att
       q{"q", a.q, a.q_strides, a.heads_q, a.seq_q}, k{"k", a.k, a.k_strides, a.heads_kv, a.seq_k},
       v{"v", a.v, a.v_strides, a.heads_kv, a.seq_k}, dq{"dq", a.dq, a.dq_strides, a.heads_q, a.seq_q};
   for (const TensorArg* t : {&o, &d_o, &dk, &dv}) check_tensor(*t, d);
+  if (a.query_tile_cols != 0 && a.query_tile_cols != 64 && a.query_tile_cols != 128)
+    throw InvalidArgument(fmt::format("attention backward: query_tile_cols = {}: use 64 or 128 (0 leaves them to "
+                                      "be chosen)", a.query_tile_cols));
+  if (a.walk && *a.walk != BackwardWalk::tiles && *a.walk != BackwardWalk::packed && *a.walk != BackwardWalk::gathered)
+    throw InvalidArgument(fmt::format("attention backward: walk = {}: not a BackwardWalk (tiles, packed or gathered)",
+                                      int(*a.walk)));
   if (a.lse == nullptr) throw InvalidArgument("attention backward: lse is null: pass the forward's log-sum-exp");
   if (reinterpret_cast<std::uintptr_t>(a.lse) % 4 != 0)
     throw InvalidArgument(fmt::format("attention backward: lse = {} is not 4-byte aligned", static_cast<const void*>(a.lse)));

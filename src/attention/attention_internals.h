@@ -1,4 +1,4 @@
-// What the library's own code (the dQ tuner) asks of an Attention beyond its public interface.
+// What the library's own code (the backward's tuners) asks of an Attention beyond its public interface.
 #pragma once
 
 #include "sparsejit/attention.h"
@@ -15,6 +15,7 @@ struct AttentionInternals {
     bool accumulator_spills = false;  // atomic dQ's working set outgrows the L2 (backward_policy.h)
     bool narrow_queries = false;      // d = 64's 64-query dK/dV tiles (attention/packed_queries.h)
     bool banded = false;              // its dK/dV walks make a band (attention::contiguous_walks)
+    int query_tile_cols = 0;          // the queries of the dK/dV pass's tiles; 0 on the gathered walk
   };
   static DqChoiceInputs backward_dq_choice_inputs(Attention& attention, const AttentionBackwardArgs& args);
 };

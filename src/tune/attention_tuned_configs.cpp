@@ -37,6 +37,7 @@ struct Remembered {
   std::mutex mutex;
   std::map<std::string, std::optional<AttentionConfig>> by_key;
   std::map<std::string, std::optional<DqSummation>> dq_by_key;  // by remembered_key + "|" + bucket
+  std::map<std::string, std::optional<TunedWalk>> walk_by_key;   // the same
   std::optional<tune::DeviceModel> device_for_tests;
 };
 Remembered& remembered() {
@@ -204,11 +205,63 @@ bool store_dq_result(const AttentionSpec& spec, const std::string& bucket, DqSum
   return stored;
 }
 
+std::string walk_choice_text(const TunedWalk& c) {
+  return fmt::format("walk={},query_tiles={},dq={}", name(c.walk), c.query_tile_cols, name(c.dq));
+}
+
+std::optional<TunedWalk> parse_walk_choice(std::string_view text) {
+  // Exactly the three fields, in walk_choice_text's order, with values it writes.
+  for (const BackwardWalk walk : {BackwardWalk::tiles, BackwardWalk::packed, BackwardWalk::gathered})
+    for (const int cols : {0, 64, 128})
+      for (const DqSummation dq : {DqSummation::atomic, DqSummation::pass}) {
+        const TunedWalk choice{walk, cols, dq};
+        if (text == walk_choice_text(choice) && (cols == 0) == (walk == BackwardWalk::gathered)) return choice;
+      }
+  return std::nullopt;
+}
+
+std::string walk_bucket(std::uint64_t pattern_digest, std::int64_t group) {
+  if (group < 1) throw InvalidArgument(fmt::format("walk_bucket: group = {} must be at least 1", group));
+  return fmt::format("pattern={:016x},group={}", pattern_digest, group);
+}
+
+std::optional<TunedWalk> tuned_backward_walk(const AttentionSpec& spec, std::uint64_t pattern_digest,
+                                             std::int64_t group) {
+  if (autotune_policy() == AutotunePolicy::off) return std::nullopt;  // opted into, as tilings are
+  const std::optional<tune::DeviceModel> device = hook_device();
+  if (!device) return std::nullopt;
+  const tune::TuningDb db = database();
+  const std::string bucket = walk_bucket(pattern_digest, group);
+  const std::string memo = remembered_key(db, *device, spec) + "|" + bucket;
+  return remembered_lookup(remembered().walk_by_key, memo, [&]() -> std::optional<TunedWalk> {
+    const auto entry = current_entry(db, {*device, "attention_walk", key(spec), bucket});
+    if (!entry) return std::nullopt;
+    if (auto choice = parse_walk_choice(entry->winner_config)) return choice;
+    tune::warn_once(memo, fmt::format("the stored backward walk '{}' for {} ({}) is not one this library writes "
+                                      "(walk=tiles|packed|gathered,query_tiles=0|64|128,dq=atomic|pass); the "
+                                      "backward chooses by its rules: tune again",
+                                      entry->winner_config, key(spec), bucket));
+    return std::nullopt;
+  });
+}
+
+bool store_walk_result(const AttentionSpec& spec, const std::string& bucket, const TunedWalk& winner, double winner_us,
+                       const TunedWalk& chosen_before, double chosen_before_us, int candidates) {
+  tune::TuningDb db = database();
+  const tune::TuningEntry e = measured_entry("attention_walk", key(spec), bucket, walk_choice_text(winner), winner_us,
+                                             walk_choice_text(chosen_before), chosen_before_us, candidates);
+  const bool stored = db.store(e);
+  std::lock_guard lock(remembered().mutex);
+  remembered().walk_by_key.erase(remembered_key(db, e.key.device, spec) + "|" + bucket);
+  return stored;
+}
+
 void set_attention_device_for_tests(std::optional<tune::DeviceModel> device) {
   std::lock_guard lock(remembered().mutex);
   remembered().device_for_tests = std::move(device);
   remembered().by_key.clear();
   remembered().dq_by_key.clear();
+  remembered().walk_by_key.clear();
 }
 
 }  // namespace sjit::tuning

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sparsejit/attention.h"
@@ -72,6 +73,36 @@ std::optional<DqSummation> tuned_dq_summation(const AttentionSpec& backward_spec
 // Writes a dQ tuning's winner for the current device; false if the folder cannot be written.
 bool store_dq_result(const AttentionSpec& backward_spec, const std::string& bucket, DqSummation winner,
                      double winner_us, DqSummation chosen_before, double chosen_before_us);
+
+// ---- how the backward walks one pattern (op "attention_walk") ----
+
+// A backward's choices for one pattern that tune_backward_walk times together: the dK/dV pass's walk,
+// the queries of its tiles (0 for the gathered walk, which has none to choose) and how dQ is summed.
+struct TunedWalk {
+  BackwardWalk walk = BackwardWalk::tiles;
+  int query_tile_cols = 0;
+  DqSummation dq = DqSummation::atomic;
+  friend bool operator==(const TunedWalk&, const TunedWalk&) = default;
+};
+// As stored: "walk=packed,query_tiles=128,dq=atomic".
+std::string walk_choice_text(const TunedWalk& choice);
+// The choice of such a text, or nullopt for any other text (a field missing, unknown or out of place).
+std::optional<TunedWalk> parse_walk_choice(std::string_view text);
+
+// Walk results are stored per pattern (its digest: the walk that wins depends on where its blocks lie,
+// not only on how many there are) and GQA group: "pattern=00c0ffee00c0ffee,group=1".
+std::string walk_bucket(std::uint64_t pattern_digest, std::int64_t group);
+
+// The choice tune_backward_walk stored for the current device, the backward spec (canonical, pass=bwd),
+// the pattern and the group, where the autotune policy is on or force; nullopt when it is off, without
+// a device, when nothing is stored for them, or when the stored text is not a choice (reported once).
+// Looked up once per process for each (database folder, device, spec, bucket).
+std::optional<TunedWalk> tuned_backward_walk(const AttentionSpec& backward_spec, std::uint64_t pattern_digest,
+                                             std::int64_t group);
+
+// Writes a walk tuning's winner for the current device; false if the folder cannot be written.
+bool store_walk_result(const AttentionSpec& backward_spec, const std::string& bucket, const TunedWalk& winner,
+                       double winner_us, const TunedWalk& chosen_before, double chosen_before_us, int candidates);
 
 // Tests on a machine without a GPU: the device model the hook keys by instead of the current device's
 // (nullopt restores the device's). Clears the lookups remembered so far.

@@ -6,9 +6,8 @@
 #include "jit/jit.h"
 #include "sparsejit/error.h"
 #include "sparsejit/tune.h"
-#include "tune/attention_tune_inputs.h"
 #include "tune/attention_tuned_configs.h"
-#include "tune/tuner_support.h"
+#include "tune/backward_tune_run.h"
 
 namespace sjit {
 
@@ -26,60 +25,33 @@ DqTuneReport tune_dq_summation(const AttentionSpec& spec_in, const AttentionTune
   report.shape.pattern = nullptr;
   report.device = jit::current_target().device->name;
 
-  tuning::AttentionTuneInputs in(spec, shape, who);
-  report.density = in.pattern ? in.pattern->stats().density : 1.0;
-  const std::int64_t d = spec.head_dim, rows = shape.batch * shape.heads_q * shape.seq_q;
-  const std::size_t q_count = std::size_t(rows * d), kv_count = std::size_t(shape.batch * shape.heads_kv * shape.seq_k * d);
-  const std::size_t element = size_of(spec.dtype);
-  DeviceBuffer o_buffer(q_count * element), lse(std::size_t(rows) * 4);
-  DeviceBuffer d_o = tuning::random_tensor(spec.dtype, std::int64_t(q_count), 4);
-  DeviceBuffer dq(q_count * element), dk(kv_count * element), dv(kv_count * element);
-
-  Attention attention = spec.sparsity == Sparsity::baked ? Attention(spec, *in.pattern) : Attention(spec);
-  attention.forward(in.forward_args(shape, o_buffer.data(), lse.as<float>()));
-
-  AttentionBackwardArgs args;
-  args.q = in.q.data(), args.k = in.k.data(), args.v = in.v.data(), args.o = o_buffer.data(), args.lse = lse.as<float>();
-  args.d_o = d_o.data(), args.dq = dq.data(), args.dk = dk.data(), args.dv = dv.data();
-  args.batch = shape.batch, args.heads_q = shape.heads_q, args.heads_kv = shape.heads_kv;
-  args.seq_q = shape.seq_q, args.seq_k = shape.seq_k;
-  args.pattern = in.pattern;
-  const AttentionInternals::DqChoiceInputs inputs = AttentionInternals::backward_dq_choice_inputs(attention, args);
+  tuning::BackwardTuneRun run(spec, shape, who);
+  report.density = run.pattern() ? run.pattern()->stats().density : 1.0;
+  AttentionBackwardArgs args = run.args();
+  const AttentionInternals::DqChoiceInputs inputs = AttentionInternals::backward_dq_choice_inputs(run.attention(), args);
   report.key_tiles_per_row = inputs.key_tiles_per_row;
   report.bucket = tuning::dq_bucket(shape.heads_q / shape.heads_kv, report.key_tiles_per_row,
                                     {.gathered = inputs.gathered,
                                      .beyond_l2 = inputs.accumulator_spills,
                                      .narrow_queries = inputs.narrow_queries,
                                      .banded = inputs.banded});
-  report.chosen_before = attention.dq_summation(args);
+  report.chosen_before = run.attention().dq_summation(args);
 
-  // Each way once into poisoned gradients (0xFF is NaN, which compare_rows never matches: an element
-  // either way left unwritten fails); the two must agree within the rounding of the dtype (they add dQ
-  // in different orders).
+  // Each way once; the two must agree within the rounding of the dtype.
   auto gradients = [&](DqSummation way) {
     args.dq_summation = way;
-    for (DeviceBuffer* g : {&dq, &dk, &dv}) g->fill_bytes(0xFF);
-    attention.backward(args);
-    synchronize();
-    return std::vector<std::vector<float>>{tuning::download_values(dq, spec.dtype, q_count),
-                                           tuning::download_values(dk, spec.dtype, kv_count),
-                                           tuning::download_values(dv, spec.dtype, kv_count)};
+    return run.gradients(args);
   };
   const auto atomic = gradients(DqSummation::atomic);
   if (o.progress) o.progress(1, 4, "ran the backward with dQ atomic");
   const auto pass = gradients(DqSummation::pass);
   if (o.progress) o.progress(2, 4, "ran the backward with the dQ pass");
-  constexpr const char* names[] = {"dQ", "dK", "dV"};
-  for (int g = 0; g < 3; ++g) {
-    const std::string diff = tuning::compare_rows(spec.dtype, std::size_t(d), pass[g], atomic[g]);
-    if (!diff.empty())
-      throw Error(fmt::format("{} {}: {} differs between the two ways of summing dQ: {} (with dQ atomic)", who,
-                              key(spec), names[g], diff));
-  }
+  if (const std::string diff = run.differs(pass, atomic); !diff.empty())
+    throw Error(fmt::format("{} {}: the two ways of summing dQ disagree: {} (with dQ atomic)", who, key(spec), diff));
 
   auto time = [&](DqSummation way) {
     args.dq_summation = way;
-    return tuning::median_launch_us(o.warmup, o.iterations, [&](int) { attention.backward(args); });
+    return run.median_us(args, o);
   };
   report.atomic_us = time(DqSummation::atomic);
   if (o.progress) o.progress(3, 4, "timed the backward with dQ atomic");

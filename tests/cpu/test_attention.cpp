@@ -1335,6 +1335,14 @@ TEST_CASE("Attention::backward, prepare_backward and dq_summation refuse bad arg
   b = backward_args();
   b.heads_q = 6, b.heads_kv = 4;
   refused(dense, b, "heads_q = 6");
+  b = backward_args();
+  b.query_tile_cols = 96;
+  refused(dense, b, "query_tile_cols = 96: use 64 or 128");
+  b.query_tile_cols = -64;
+  refused(dense, b, "query_tile_cols = -64");
+  b = backward_args();
+  b.walk = static_cast<BackwardWalk>(7);
+  refused(dense, b, "walk = 7: not a BackwardWalk");
 
   Attention sparse(make_spec(64, DType::f16, Causal::none, Sparsity::block_sparse, 64));
   b = backward_args();

@@ -463,3 +463,96 @@ TEST_CASE("a stored way of summing dQ is used for its own bucket only, and only 
     CHECK_THAT(captured.text(), Contains("attention_dq") && Contains("other kernels"));
   }
 }
+
+// How the backward walks one pattern, as tune_backward_walk stores it (docs/tuning.md).
+TEST_CASE("a backward walk is stored as its three choices, for one pattern and group",
+          "[tune][attention][backward]") {
+  using tuning::TunedWalk;
+  for (const BackwardWalk walk : {BackwardWalk::tiles, BackwardWalk::packed, BackwardWalk::gathered})
+    for (const DqSummation dq : {DqSummation::atomic, DqSummation::pass}) {
+      const TunedWalk choice{walk, walk == BackwardWalk::gathered ? 0 : 128, dq};
+      const std::string text = tuning::walk_choice_text(choice);
+      CAPTURE(text);
+      REQUIRE(tuning::parse_walk_choice(text).has_value());
+      CHECK(*tuning::parse_walk_choice(text) == choice);
+    }
+  CHECK(tuning::walk_choice_text({BackwardWalk::packed, 64, DqSummation::pass}) == "walk=packed,query_tiles=64,dq=pass");
+  // Texts it never writes: the gathered walk with query tiles, another walk without, fields missing,
+  // out of order or unknown.
+  for (const char* text : {"walk=gathered,query_tiles=64,dq=atomic", "walk=tiles,query_tiles=0,dq=atomic",
+                           "walk=tiles,query_tiles=96,dq=atomic", "walk=packed,dq=atomic",
+                           "dq=atomic,walk=packed,query_tiles=64", "walk=sideways,query_tiles=64,dq=atomic",
+                           "walk=packed,query_tiles=64,dq=atomic,", "", "atomic"}) {
+    CAPTURE(text);
+    CHECK_FALSE(tuning::parse_walk_choice(text).has_value());
+  }
+  CHECK(tuning::walk_bucket(0xc0ffee, 4) == "pattern=0000000000c0ffee,group=4");
+  CHECK_THROWS_WITH(tuning::walk_bucket(1, 0), Contains("group = 0"));
+}
+
+TEST_CASE("a stored backward walk is used for its own pattern and group only, and only with the policy on",
+          "[tune][attention][backward]") {
+  AttentionSpec spec = bsr_spec(64, 32);
+  spec.pass = Pass::backward;
+  spec = canonical(spec);
+  const tuning::TunedWalk packed{BackwardWalk::packed, 64, DqSummation::pass};
+  auto store_walk = [&](const HookFixture& hook, const std::string& bucket, const std::string& choice,
+                        const std::string& kernels = tuning::current_kernels()) {
+    tune::TuningEntry e;
+    e.key = {test_device(), "attention_walk", key(spec), bucket};
+    e.winner_config = choice;
+    e.winner_us = 500;
+    e.default_config = "walk=gathered,query_tiles=0,dq=atomic";
+    e.default_us = 600;
+    e.candidates = 9;
+    e.measured_at = "2025-01-02T03:04:05Z";
+    e.library_version = "test";
+    e.kernels = kernels;
+    REQUIRE(tune::TuningDb(hook.folder()).store(e));
+  };
+  SECTION("policy on") {
+    const HookFixture hook(AutotunePolicy::on);
+    CHECK_FALSE(tuning::tuned_backward_walk(spec, 0xabc, 1).has_value());  // nothing stored yet (remembered)
+    tuning::set_attention_device_for_tests(test_device());                // forget what was looked up
+    store_walk(hook, tuning::walk_bucket(0xabc, 1), tuning::walk_choice_text(packed));
+    store_walk(hook, tuning::walk_bucket(0xabd, 1), "fastest");  // not a choice: reported, then the rules decide
+    REQUIRE(tuning::tuned_backward_walk(spec, 0xabc, 1).has_value());
+    CHECK(*tuning::tuned_backward_walk(spec, 0xabc, 1) == packed);
+    CHECK_FALSE(tuning::tuned_backward_walk(spec, 0xabc, 2).has_value());  // another group
+    CHECK_FALSE(tuning::tuned_backward_walk(spec, 0xabe, 1).has_value());  // another pattern
+    test::CapturedStderr captured;
+    CHECK_FALSE(tuning::tuned_backward_walk(spec, 0xabd, 1).has_value());
+    CHECK_THAT(captured.text(), Contains("'fastest'") && Contains("tune again"));
+    AttentionSpec other = spec;
+    other.head_dim = 128;
+    CHECK_FALSE(tuning::tuned_backward_walk(canonical(other), 0xabc, 1).has_value());
+  }
+  SECTION("policy off") {
+    const HookFixture hook(AutotunePolicy::off);
+    store_walk(hook, tuning::walk_bucket(0xabc, 1), tuning::walk_choice_text(packed));
+    CHECK_FALSE(tuning::tuned_backward_walk(spec, 0xabc, 1).has_value());
+  }
+  SECTION("measured with other kernels: passed over") {
+    const HookFixture hook(AutotunePolicy::on);
+    store_walk(hook, tuning::walk_bucket(0xabc, 1), tuning::walk_choice_text(packed), "00000000deadbeef");
+    test::CapturedStderr captured;
+    CHECK_FALSE(tuning::tuned_backward_walk(spec, 0xabc, 1).has_value());
+    CHECK_THAT(captured.text(), Contains("attention_walk") && Contains("other kernels"));
+  }
+}
+
+// Checked before any GPU work.
+TEST_CASE("tune_backward_walk refuses a shape without a pattern and a dense spec", "[tune][attention][backward]") {
+  AttentionSpec spec;
+  spec.head_dim = 64;
+  spec.sparsity = Sparsity::block_sparse;
+  spec.block_size = 32;
+  AttentionTuneShape shape;
+  shape.heads_q = 2, shape.heads_kv = 2, shape.seq_q = 256, shape.seq_k = 256;
+  CHECK_THROWS_WITH(tune_backward_walk(spec, shape), Contains("shape.pattern is null") && Contains("--pattern FILE"));
+  const BlockPattern pattern = patterns::random(32, 256, 256, 0.25, 3);
+  shape.pattern = &pattern;
+  spec.sparsity = Sparsity::dense;
+  spec.block_size = 0;
+  CHECK_THROWS_AS(tune_backward_walk(spec, shape), InvalidArgument);
+}

@@ -301,6 +301,76 @@ TEST_CASE("the gathered backward gives the reference's gradients", "[gpu][attent
       }
 }
 
+// The walk, the query tiles and the way of summing dQ asked in a backward's args (what
+// tune_backward_walk times and stores): at d = 64 with pattern blocks of 32 every combination runs as
+// asked, each into poisoned gradients that match the reference; asks the backward cannot run are
+// refused before anything is launched, saying what it runs instead.
+TEST_CASE("a walk and query tiles asked in the backward's args run as asked, and asks it cannot run are refused",
+          "[gpu][attention][backward]") {
+  if (!test::on_hopper("the backward's walks")) return;
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const Problem c{spec_of(64, DType::bf16, Causal::none, Sparsity::block_sparse, 32), 1, 4, 2, 1024, 1024, 0.1};
+  const Inputs in = random_inputs(c, rng);
+  const BlockPattern pattern = patterns::random(32, c.seq_q, c.seq_k, c.density, rng());
+  const reference::AttentionGradients want = run_reference(c, in, &pattern);
+  Attention attention(c.spec);
+  GpuRun run(c, in, &pattern);
+  run.forward(attention);
+  synchronize();
+  struct Ask {
+    BackwardWalk walk;
+    int cols;
+  };
+  const Ask asks[] = {{BackwardWalk::tiles, 64},  {BackwardWalk::tiles, 128}, {BackwardWalk::packed, 64},
+                      {BackwardWalk::packed, 128}, {BackwardWalk::gathered, 0}};
+  for (const Ask& ask : asks)
+    for (const DqSummation dq : {DqSummation::atomic, DqSummation::pass}) {
+      AttentionBackwardArgs args = run.backward_args();
+      args.walk = ask.walk, args.query_tile_cols = ask.cols, args.dq_summation = dq;
+      INFO(name(ask.walk) << ", query tiles " << ask.cols << ", dQ " << name(dq));
+      CHECK(attention.backward_walk(args) == ask.walk);
+      CHECK(attention.dq_summation(args) == dq);
+      const std::string tiling = attention.backward_tiling(args);
+      CHECK_THAT(tiling, Catch::Contains(ask.cols ? fmt::format("cols={},", ask.cols) : "path=wgmma_gather"));
+      run.reload(in);  // the gradients poisoned again
+      attention.backward(args);
+      synchronize();
+      expect_gradients_close(c, run.gradients(), want);
+    }
+
+  // Asks this backward cannot run: query tiles with the gathered walk, and a tile width other than 64 or 128.
+  AttentionBackwardArgs args = run.backward_args();
+  args.walk = BackwardWalk::gathered, args.query_tile_cols = 64;
+  CHECK_THROWS_WITH(attention.backward(args), Catch::Contains("no query tiles to choose"));
+  args.walk.reset(), args.query_tile_cols = 96;
+  CHECK_THROWS_WITH(attention.backward(args), Catch::Contains("query_tile_cols = 96: use 64 or 128"));
+  // Blocks of 128 at d = 128: neither packed nor gathered, and only 64-query tiles.
+  const Problem wide{spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 128), 1, 2, 2, 512, 512, 0.5};
+  const BlockPattern wide_pattern = patterns::random(128, wide.seq_q, wide.seq_k, wide.density, rng());
+  Attention wide_attention(wide.spec);
+  GpuRun wide_run(wide, random_inputs(wide, rng), &wide_pattern);
+  AttentionBackwardArgs wide_args = wide_run.backward_args();
+  for (const BackwardWalk walk : {BackwardWalk::packed, BackwardWalk::gathered}) {
+    wide_args.walk = walk;
+    CHECK_THROWS_WITH(wide_attention.backward(wide_args),
+                      Catch::Contains(fmt::format("walk = {} asked", name(walk))) &&
+                          Catch::Contains("pattern blocks of 128") && Catch::Contains("it walks tiles"));
+  }
+  wide_args.walk = BackwardWalk::tiles;
+  wide_args.query_tile_cols = 128;
+  CHECK_THROWS_WITH(wide_attention.backward(wide_args),
+                    Catch::Contains("query_tile_cols = 128 asked") && Catch::Contains("x 64 queries"));
+  wide_args.query_tile_cols = 64;  // what it runs anyway
+  CHECK(wide_attention.backward_walk(wide_args) == BackwardWalk::tiles);
+  // Every block active: the dense kernels, which walk tiles only.
+  const BlockPattern every_block = patterns::random(128, wide.seq_q, wide.seq_k, 1.0, rng());
+  wide_args.pattern = &every_block;
+  wide_args.walk = BackwardWalk::packed, wide_args.query_tile_cols = 0;
+  CHECK_THROWS_WITH(wide_attention.backward(wide_args), Catch::Contains("every block active"));
+}
+
 // Unforced, the backward takes the gathered passes for sparse random blocks of 16, 32 and 64 and keeps
 // the 128-key CTAs for a sliding window (attention/packed_queries.h), one Attention meeting both.
 TEST_CASE("sparse random blocks of 16, 32 and 64 take the gathered backward, windows the 128-key one",

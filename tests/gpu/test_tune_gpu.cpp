@@ -154,6 +154,27 @@ TEST_CASE("tuning an attention stores a winner no slower than the default, and a
 
 namespace {
 
+// Backward arguments of a tuning's shape over buffers of their own (what the backward chooses reads
+// their shapes and pattern, not the data).
+struct ShapeArgs {
+  std::vector<DeviceBuffer> tensors;
+  DeviceBuffer lse;
+  AttentionBackwardArgs args;
+  ShapeArgs(const AttentionSpec& spec, const AttentionTuneShape& shape) {
+    const std::int64_t s = shape.seq_q;
+    const std::size_t q_bytes = std::size_t(shape.heads_q * s * spec.head_dim) * 2,
+                      kv_bytes = std::size_t(shape.heads_kv * s * spec.head_dim) * 2;
+    for (const std::size_t bytes : {q_bytes, kv_bytes, kv_bytes, q_bytes, q_bytes, q_bytes, kv_bytes, kv_bytes})
+      tensors.emplace_back(bytes);
+    lse = DeviceBuffer(std::size_t(shape.heads_q * s) * 4);
+    const auto& t = tensors;
+    args.q = t[0].data(), args.k = t[1].data(), args.v = t[2].data(), args.o = t[3].data(), args.d_o = t[4].data();
+    args.dq = t[5].data(), args.dk = t[6].data(), args.dv = t[7].data(), args.lse = lse.as<float>();
+    args.batch = 1, args.heads_q = shape.heads_q, args.heads_kv = shape.heads_kv, args.seq_q = s, args.seq_k = s;
+    args.pattern = shape.pattern;
+  }
+};
+
 // tune_dq_summation times both ways on one problem and stores the faster for its bucket; a backward of
 // that bucket then takes the stored way where the policy is on, and its own rule where it is off. To
 // tell the stored way from the rule's, the loser is stored over the winner afterwards. `gathered`: the
@@ -184,19 +205,8 @@ void check_dq_tuning(const AttentionSpec& spec, const AttentionTuneShape& shape,
   REQUIRE(stored != entries.end());
   CHECK(stored->winner_config == name(report.winner));
 
-  // Arguments of that problem (dq_summation reads their shapes and pattern, not the data).
-  const std::int64_t s = shape.seq_q;
-  const std::size_t q_bytes = std::size_t(shape.heads_q * s * spec.head_dim) * 2,
-                    kv_bytes = std::size_t(shape.heads_kv * s * spec.head_dim) * 2;
-  std::vector<DeviceBuffer> t;
-  for (const std::size_t bytes : {q_bytes, kv_bytes, kv_bytes, q_bytes, q_bytes, q_bytes, kv_bytes, kv_bytes})
-    t.emplace_back(bytes);
-  const DeviceBuffer lse(std::size_t(shape.heads_q * s) * 4);
-  AttentionBackwardArgs args;
-  args.q = t[0].data(), args.k = t[1].data(), args.v = t[2].data(), args.o = t[3].data(), args.d_o = t[4].data();
-  args.dq = t[5].data(), args.dk = t[6].data(), args.dv = t[7].data(), args.lse = lse.as<float>();
-  args.batch = 1, args.heads_q = shape.heads_q, args.heads_kv = shape.heads_kv, args.seq_q = s, args.seq_k = s;
-  args.pattern = shape.pattern;
+  ShapeArgs problem(spec, shape);
+  AttentionBackwardArgs& args = problem.args;
   CHECK((Attention(spec).backward_tiling(args).find("path=wgmma_gather") != std::string::npos) == gathered);
 
   const DqSummation loser = report.winner == DqSummation::atomic ? DqSummation::pass : DqSummation::atomic;
@@ -257,4 +267,84 @@ TEST_CASE("tune_dq_summation refuses a spec that can only take the dQ pass, and 
   spec.block_size = 128;
   shape.density = 1;
   CHECK_THROWS_WITH(tune_dq_summation(spec, shape), Contains("density = 1") && Contains("tune the dense spec"));
+}
+
+// tune_backward_walk times every walk, query tile width and way of summing dQ a pattern can take (at
+// d = 64 with blocks of 32: tiles and packed on 64- and 128-query tiles, and gathered, each way: 10)
+// and stores the fastest for that pattern and group; a later backward of that pattern and group takes
+// the stored choice where the policy is on, and the rules where it is off or the pattern is another.
+// To tell the stored choice from the rules', another candidate is stored over the winner afterwards.
+TEST_CASE("tuning how the backward walks a pattern stores the fastest way, and a later backward of that pattern "
+          "takes it",
+          "[gpu][tune][attention][backward]") {
+  if (!test::on_hopper("the backward's walks")) return;
+  AttentionSpec spec;
+  spec.head_dim = 64;
+  spec.sparsity = Sparsity::block_sparse;
+  spec.block_size = 32;
+  const std::int64_t s = 2048;
+  const BlockPattern pattern = patterns::random(32, s, s, 0.1, 13);
+  AttentionTuneShape shape;
+  shape.batch = 1, shape.heads_q = 4, shape.heads_kv = 2, shape.seq_q = s, shape.seq_k = s;
+  shape.pattern = &pattern;
+  TuneOptions options;
+  options.warmup = 2;
+  options.iterations = 5;
+  const WalkTuneReport report = tune_backward_walk(spec, shape, options);
+
+  REQUIRE(report.candidates.size() == 10);
+  CHECK(report.not_runnable == 0);
+  CHECK(report.spec.pass == Pass::backward);
+  CHECK(report.pattern_digest == pattern.digest());
+  CHECK(report.bucket == tuning::walk_bucket(pattern.digest(), 2));
+  auto choice = [](const WalkTuneCandidate& c) { return tuning::TunedWalk{c.walk, c.query_tile_cols, c.dq}; };
+  for (const WalkTuneCandidate& c : report.candidates) {
+    INFO(tuning::walk_choice_text(choice(c)) << ": " << c.median_us << " us, " << c.tiling);
+    CHECK(c.median_us > 0);
+    CHECK(c.median_us >= report.candidates[report.winner].median_us);
+    CHECK((c.walk == BackwardWalk::gathered) == (c.query_tile_cols == 0));
+  }
+  REQUIRE(report.stored);
+  const auto entries = tuning_entries();
+  const auto stored = std::find_if(entries.begin(), entries.end(), [&](const TunedEntry& e) {
+    return e.op == "attention_walk" && e.spec_key == key(report.spec) && e.bucket == report.bucket;
+  });
+  REQUIRE(stored != entries.end());
+  CHECK(stored->winner_config == tuning::walk_choice_text(choice(report.candidates[report.winner])));
+  CHECK(stored->default_config == tuning::walk_choice_text(choice(report.candidates[0])));
+
+  // Another candidate than the winner and the one chosen before, stored over the winner.
+  const auto other = std::find_if(report.candidates.begin() + 1, report.candidates.end(), [&](const WalkTuneCandidate& c) {
+    return &c != &report.candidates[report.winner];
+  });
+  REQUIRE(other != report.candidates.end());
+  REQUIRE(tuning::store_walk_result(report.spec, report.bucket, choice(*other), 1, choice(report.candidates[0]), 1, 10));
+  ShapeArgs problem(spec, shape);
+  AttentionBackwardArgs& args = problem.args;
+  auto chosen = [&](AutotunePolicy policy, const AttentionBackwardArgs& a) {
+    set_autotune_policy(policy);
+    Attention attention(spec);
+    const tuning::TunedWalk c{attention.backward_walk(a), 0, attention.dq_summation(a)};
+    const std::string tiling = attention.backward_tiling(a);
+    set_autotune_policy(AutotunePolicy::off);
+    return std::pair{c, tiling};
+  };
+  auto same = [](const std::pair<tuning::TunedWalk, std::string>& got, const WalkTuneCandidate& want) {
+    return got.first.walk == want.walk && got.first.dq == want.dq && got.second == want.tiling;
+  };
+  CHECK(same(chosen(AutotunePolicy::on, args), *other));
+  CHECK(same(chosen(AutotunePolicy::off, args), report.candidates[0]));  // off: the rules, as before
+  // Asked in the args, the walk is the args' (and nothing of the stored choice is taken).
+  AttentionBackwardArgs asked = args;
+  asked.walk = report.candidates[0].walk;
+  asked.query_tile_cols = report.candidates[0].query_tile_cols;
+  CHECK(chosen(AutotunePolicy::on, asked).first.walk == report.candidates[0].walk);
+  // Another pattern, another group: the rules.
+  const BlockPattern another = patterns::random(32, s, s, 0.1, 14);
+  AttentionBackwardArgs other_pattern = args;
+  other_pattern.pattern = &another;
+  CHECK(chosen(AutotunePolicy::on, other_pattern) == chosen(AutotunePolicy::off, other_pattern));
+  AttentionBackwardArgs other_group = args;
+  other_group.heads_kv = 4;
+  CHECK(chosen(AutotunePolicy::on, other_group) == chosen(AutotunePolicy::off, other_group));
 }

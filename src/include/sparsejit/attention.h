@@ -111,7 +111,8 @@ std::string_view name(DqSummation s);  // "atomic" | "pass"
 // (dense specs, blocks as wide as the tiles, and wherever packing would not pay); packed, tiles filled
 // from runs of one active block each, wherever they lie (pattern blocks narrower than the tiles);
 // gathered, a pattern block of keys a CTA with its query blocks gathered (sparse random blocks of 16,
-// 32 and 64 on Hopper). SJIT_BACKWARD_WALK=tiles|packed|gathered forces one, for measuring.
+// 32 and 64 on Hopper). AttentionBackwardArgs::walk asks for one; SJIT_BACKWARD_WALK=tiles|packed|gathered
+// forces one, for measuring (falling back where the pattern cannot take it).
 enum class BackwardWalk { tiles, packed, gathered };
 std::string_view name(BackwardWalk w);  // "tiles" | "packed" | "gathered"
 
@@ -134,6 +135,17 @@ struct AttentionBackwardArgs {
   // where SJIT_AUTOTUNE is on or force), the rule measured on the H100 (docs/attention.md). A spec
   // that must take the pass (deterministic, or head_dim 256) refuses atomic.
   std::optional<DqSummation> dq_summation;
+  // How the dK/dV pass walks the pattern's query blocks (BackwardWalk), and the queries of its tiles
+  // (64 or 128; 0 leaves them to be chosen; only d = 64 with pattern blocks of 16 or 32 on Hopper has
+  // both, elsewhere the one the spec runs may be asked). Unset, chosen per call in this order:
+  // SJIT_BACKWARD_WALK and SJIT_BACKWARD_QUERY_TILES, the winner tune_backward_walk stored for this
+  // device, spec, pattern and GQA group (read where SJIT_AUTOTUNE is on or force; with it its way of
+  // summing dQ, where dq_summation and SJIT_BACKWARD_DQ leave that open), the rules measured on the H100
+  // and the H200 (docs/attention.md). A walk or tile width this backward cannot run (packed blocks as
+  // wide as the tiles, gathered blocks of 128, a pattern with every block active, 64-query tiles at d
+  // = 128, query tiles with the gathered walk) is refused with InvalidArgument, naming what it runs.
+  std::optional<BackwardWalk> walk;
+  int query_tile_cols = 0;
 };
 
 // A prepared attention: compiles (or finds) its kernel once, keeps the device copy of each pattern's

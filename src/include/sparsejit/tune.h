@@ -142,6 +142,43 @@ struct DqTuneReport {
 DqTuneReport tune_dq_summation(const AttentionSpec& spec, const AttentionTuneShape& shape,
                                const TuneOptions& options = {});
 
+// ---- attention backward: how it walks one pattern ------------------------------------------------
+
+struct WalkTuneCandidate {
+  BackwardWalk walk = BackwardWalk::tiles;
+  int query_tile_cols = 0;            // of the dK/dV pass's tiles; 0 for the gathered walk
+  DqSummation dq = DqSummation::atomic;
+  std::string tiling;                 // Attention::backward_tiling's text for it
+  double median_us = 0;               // the backward's
+};
+
+struct WalkTuneReport {
+  AttentionSpec spec;                 // canonical, pass=bwd
+  AttentionTuneShape shape;           // pattern: null (the pattern timed is named by its digest)
+  std::uint64_t pattern_digest = 0;
+  double density = 0;                 // of the pattern timed
+  std::string bucket;                 // "pattern=<digest>,group=<query heads a K/V head>"
+  std::string device;
+  std::vector<WalkTuneCandidate> candidates;  // each different backward once, the one chosen before first
+  int not_runnable = 0;               // asked combinations the pattern cannot take (refused, not timed)
+  std::size_t winner = 0;             // index into candidates
+  bool stored = false;                // written to the tuning database
+};
+
+// Tunes how the backward of one block-sparse spec runs one pattern (shape.pattern, required) on the
+// current device, which must be Hopper (sm_90a), where the choices are: times every combination of the
+// dK/dV pass's walk (BackwardWalk), its query tiles (64 or 128 where both exist) and how dQ is summed
+// that the pattern can take (AttentionBackwardArgs::walk, query_tile_cols, dq_summation; each distinct
+// backward once), on the same random inputs into poisoned gradients, refuses to go on where one's
+// gradients differ from the first's by more than rounding, and stores the fastest under op
+// "attention_walk", the backward spec's key and the bucket (the pattern's digest and the GQA group). A
+// backward of that pattern and group whose args ask none of the three then takes it, where neither
+// SJIT_BACKWARD_WALK nor SJIT_BACKWARD_QUERY_TILES is set and the autotune policy is on or force. For
+// patterns learned once and trained on for long: the rules that choose otherwise were measured on the
+// H100 and H200 at a few shapes. Needs a GPU.
+WalkTuneReport tune_backward_walk(const AttentionSpec& spec, const AttentionTuneShape& shape,
+                                  const TuneOptions& options = {});
+
 // ---- the database ----------------------------------------------------------------------------------
 
 struct TunedEntry {

@@ -72,11 +72,17 @@ class HookFixture {
   // default this build's).
   void store(const AttentionSpec& spec, const std::string& bucket, const std::string& winner,
              const std::string& kernels = tuning::current_kernels()) const {
+    store_entry("attention", key(canonical(spec)), bucket, winner, key(resolve(spec, {})), kernels);
+  }
+  // The same for any op's entry (the backward's "attention_dq" and "attention_walk").
+  void store_entry(const std::string& op, const std::string& spec_key, const std::string& bucket,
+                   const std::string& winner, const std::string& default_config,
+                   const std::string& kernels = tuning::current_kernels()) const {
     tune::TuningEntry e;
-    e.key = {test_device(), "attention", key(canonical(spec)), bucket};
+    e.key = {test_device(), op, spec_key, bucket};
     e.winner_config = winner;
     e.winner_us = 100;
-    e.default_config = key(resolve(spec, {}));
+    e.default_config = default_config;
     e.default_us = 120;
     e.candidates = 40;
     e.measured_at = "2025-01-02T03:04:05Z";
@@ -412,17 +418,7 @@ TEST_CASE("a stored way of summing dQ is used for its own bucket only, and only 
   spec = canonical(spec);
   auto store_way = [&](const HookFixture& hook, const std::string& bucket, const std::string& way,
                        const std::string& kernels = tuning::current_kernels()) {
-    tune::TuningEntry e;
-    e.key = {test_device(), "attention_dq", key(spec), bucket};
-    e.winner_config = way;
-    e.winner_us = 700;
-    e.default_config = "atomic";
-    e.default_us = 700;
-    e.candidates = 2;
-    e.measured_at = "2025-01-02T03:04:05Z";
-    e.library_version = "test";
-    e.kernels = kernels;
-    REQUIRE(tune::TuningDb(hook.folder()).store(e));
+    hook.store_entry("attention_dq", key(spec), bucket, way, "atomic", kernels);
   };
   SECTION("policy on") {
     const HookFixture hook(AutotunePolicy::on);
@@ -498,17 +494,7 @@ TEST_CASE("a stored backward walk is used for its own pattern and group only, an
   const tuning::TunedWalk packed{BackwardWalk::packed, 64, DqSummation::pass};
   auto store_walk = [&](const HookFixture& hook, const std::string& bucket, const std::string& choice,
                         const std::string& kernels = tuning::current_kernels()) {
-    tune::TuningEntry e;
-    e.key = {test_device(), "attention_walk", key(spec), bucket};
-    e.winner_config = choice;
-    e.winner_us = 500;
-    e.default_config = "walk=gathered,query_tiles=0,dq=atomic";
-    e.default_us = 600;
-    e.candidates = 9;
-    e.measured_at = "2025-01-02T03:04:05Z";
-    e.library_version = "test";
-    e.kernels = kernels;
-    REQUIRE(tune::TuningDb(hook.folder()).store(e));
+    hook.store_entry("attention_walk", key(spec), bucket, choice, "walk=gathered,query_tiles=0,dq=atomic", kernels);
   };
   SECTION("policy on") {
     const HookFixture hook(AutotunePolicy::on);

@@ -278,10 +278,7 @@ TEST_CASE("tuning how the backward walks a pattern stores the fastest way, and a
           "takes it",
           "[gpu][tune][attention][backward]") {
   if (!test::on_hopper("the backward's walks")) return;
-  AttentionSpec spec;
-  spec.head_dim = 64;
-  spec.sparsity = Sparsity::block_sparse;
-  spec.block_size = 32;
+  const AttentionSpec spec = test::spec_of(64, DType::bf16, Causal::none, Sparsity::block_sparse, 32);
   const std::int64_t s = 2048;
   const BlockPattern pattern = patterns::random(32, s, s, 0.1, 13);
   AttentionTuneShape shape;

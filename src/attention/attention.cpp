@@ -231,6 +231,12 @@ struct Attention::State {
     return choice;
   }
 
+  // Small pattern blocks choose their forward's kernel per pattern (forward_tiling): where no tiling
+  // is asked for or stored.
+  void choose_per_pattern() {
+    wide_config = attention::wide_tile_config(spec);
+    gathers = attention::gathered_config(spec, 1) || attention::gathered_config(spec, 2);
+  }
   // Another Attention this one hands some calls to, made on first use.
   Attention& twin(std::unique_ptr<Attention>& slot, const AttentionSpec& twin_spec, const AttentionConfig& twin_config) {
     std::lock_guard lock(mutex);
@@ -705,10 +711,7 @@ Attention::Attention(const AttentionSpec& spec, const AttentionConfig& config) :
   const AttentionConfig tuned = tuning::attention_config_for(state_->spec, config);
   state_->config = resolve(state_->spec, tuned, current_compute_capability());
   // With no tiling asked for or stored, small pattern blocks choose their kernel per pattern.
-  if (tuned == AttentionConfig{}) {
-    state_->wide_config = attention::wide_tile_config(state_->spec);
-    state_->gathers = attention::gathered_config(state_->spec, 1) || attention::gathered_config(state_->spec, 2);
-  }
+  if (tuned == AttentionConfig{}) state_->choose_per_pattern();
 }
 
 Attention::Attention(const AttentionSpec& spec, const BlockPattern& pattern, const AttentionConfig& config)
@@ -999,6 +1002,17 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
 
 DqSummation Attention::dq_summation(const AttentionBackwardArgs& in) {
   return state_->plan_of_call(in).atomic ? DqSummation::atomic : DqSummation::pass;
+}
+
+AttentionConfig AttentionInternals::untuned_forward_config(const AttentionSpec& spec, const BlockPattern& pattern,
+                                                           std::int64_t heads_q, std::int64_t heads_kv) {
+  // An explicit config would keep the database out but also the choice per pattern: take the default
+  // one and undo whatever a stored tiling put in its place.
+  Attention attention(spec);
+  Attention::State& s = *attention.state_;
+  s.config = resolve(s.spec, {}, current_compute_capability());
+  s.choose_per_pattern();
+  return attention.forward_config(pattern, heads_q, heads_kv);
 }
 
 AttentionInternals::DqChoiceInputs AttentionInternals::backward_dq_choice_inputs(Attention& attention,

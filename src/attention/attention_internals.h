@@ -1,4 +1,4 @@
-// What the library's own code (the backward's tuners) asks of an Attention beyond its public interface.
+// What the library's own code (the tuners) asks of an Attention beyond its public interface.
 #pragma once
 
 #include "sparsejit/attention.h"
@@ -18,6 +18,13 @@ struct AttentionInternals {
     int query_tile_cols = 0;          // the queries of the dK/dV pass's tiles; 0 on the gathered walk
   };
   static DqChoiceInputs backward_dq_choice_inputs(Attention& attention, const AttentionBackwardArgs& args);
+
+  // The tiling a forward of `spec` (bsr) with `pattern` runs on the current device where no tiling is
+  // asked for or stored (Attention::forward_config of an untuned object: with small pattern blocks a
+  // choice per pattern), whatever the tuning database and policy say. The forward's tuner times it as
+  // the default.
+  static AttentionConfig untuned_forward_config(const AttentionSpec& spec, const BlockPattern& pattern,
+                                                std::int64_t heads_q, std::int64_t heads_kv);
 };
 
 }  // namespace sjit

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "attention/attention_args.h"
+#include "attention/attention_internals.h"
 #include "jit/jit.h"
 #include "runtime/driver.h"
 #include "sparsejit/error.h"
@@ -138,14 +139,28 @@ AttentionTuneReport tune_attention(const AttentionSpec& spec_in, const Attention
   report.shape.pattern = nullptr;
   report.bucket = tuning::attention_bucket(shape.seq_k);
   report.device = target.device->name;
+  Problem problem(spec, shape);
+  report.density = problem.in.pattern ? problem.in.pattern->stats().density : 1.0;
   // The default is the one an Attention takes on this device (on the H100 often the wgmma path).
   const int compute_capability = 10 * target.device->cc_major + target.device->cc_minor;
   report.default_config = resolve(spec, {}, compute_capability);
   report.candidates = attention_candidates(spec, compute_capability);
   std::vector<AttentionTuneCandidate>& candidates = report.candidates;
-
-  Problem problem(spec, shape);
-  report.density = problem.in.pattern ? problem.in.pattern->stats().density : 1.0;
+  // With small pattern blocks an untuned Attention picks its tiling per pattern (wide tiles, the
+  // gathered-key kernel: Attention::forward_config), and a stored tiling takes the place of that choice
+  // for every pattern of the spec. So the default timed is what it picks for this pattern, and where
+  // that is fastest and not the spec's one tiling, nothing is stored (below).
+  std::optional<AttentionConfig> per_pattern;
+  if (spec.sparsity == Sparsity::block_sparse) {
+    const AttentionConfig chosen =
+        AttentionInternals::untuned_forward_config(spec, *problem.in.pattern, shape.heads_q, shape.heads_kv);
+    if (key(chosen) != key(report.default_config)) per_pattern = chosen;
+  }
+  if (per_pattern) {
+    report.default_config = *per_pattern;
+    std::erase_if(candidates, [&](const AttentionTuneCandidate& c) { return key(c.config) == key(*per_pattern); });
+    candidates.insert(candidates.begin(), AttentionTuneCandidate{*per_pattern});
+  }
   const double flops = attention_forward_flops(spec, problem.args);
 
   // Compile every accepted candidate first, on all cores (kernels load into this thread's context); a
@@ -217,7 +232,11 @@ AttentionTuneReport tune_attention(const AttentionSpec& spec_in, const Attention
     timed += c.rejected.empty();
     if (c.rejected.empty() && c.median_us < report.winner_us) report.winner = c.config, report.winner_us = c.median_us;
   }
-  if (o.store)
+  if (o.store && per_pattern && key(report.winner) == key(*per_pattern))
+    report.note = fmt::format("the tiling an untuned Attention picks for this pattern ({}) is the fastest; a stored "
+                              "tiling would run every pattern of the spec, so nothing is stored",
+                              key(*per_pattern));
+  else if (o.store)
     report.stored = tuning::store_attention_result(spec, report.bucket, report.winner, report.winner_us,
                                                    report.default_config, report.default_us, timed);
   return report;

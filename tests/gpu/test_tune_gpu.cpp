@@ -152,6 +152,45 @@ TEST_CASE("tuning an attention stores a winner no slower than the default, and a
   CHECK(bad == 0);
 }
 
+// With pattern blocks of 16 on Hopper an untuned Attention picks its forward's tiling per pattern
+// (Attention::forward_config: a sparse random pattern on the gathered-key kernel), and a stored tiling
+// would take the place of that choice for every pattern. The tuner times the choice as the default,
+// stores a fixed tiling only where one beats it, and says why where it stores nothing.
+TEST_CASE("tuning the forward of small pattern blocks times the tiling picked for the pattern as the default, "
+          "and stores nothing slower",
+          "[gpu][tune][attention]") {
+  if (!test::on_hopper("the forward's tiling picked per pattern")) return;
+  const AttentionSpec spec = test::spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 16);
+  const std::int64_t s = 2048;
+  const BlockPattern pattern = patterns::random(16, s, s, 0.1, 21);
+  AttentionTuneShape shape;
+  shape.batch = 1, shape.heads_q = 2, shape.heads_kv = 1, shape.seq_q = s, shape.seq_k = s;
+  shape.pattern = &pattern;
+  Attention untuned_attention(spec);
+  const AttentionConfig untuned = untuned_attention.forward_config(pattern, 2, 1);
+  INFO("picked for the pattern " << key(untuned) << ", the spec's tiling " << key(untuned_attention.config()));
+  REQUIRE(key(untuned) != key(untuned_attention.config()));  // (the premise: a choice per pattern)
+  TuneOptions options;
+  options.warmup = 2;
+  options.iterations = 5;
+  options.budget_s = 20;
+  const AttentionTuneReport report = tune_attention(spec, shape, options);
+
+  CHECK(key(report.default_config) == key(untuned));
+  CHECK(key(report.candidates.front().config) == key(untuned));
+  CHECK(report.winner_us <= report.default_us);
+  const bool untuned_wins = key(report.winner) == key(untuned);
+  INFO("winner " << key(report.winner) << " " << report.winner_us << " us, default " << report.default_us << " us");
+  CHECK(report.stored == !untuned_wins);
+  CHECK(report.note.empty() == !untuned_wins);
+  CHECK(tuned_attention_config(spec, s).has_value() == !untuned_wins);
+  // Built afterwards with the policy on: the pattern runs its own choice where nothing was stored.
+  set_autotune_policy(AutotunePolicy::on);
+  Attention attention(spec);
+  set_autotune_policy(AutotunePolicy::off);
+  CHECK(key(attention.forward_config(pattern, 2, 1)) == key(untuned_wins ? untuned : report.winner));
+}
+
 namespace {
 
 // Backward arguments of a tuning's shape over buffers of their own (what the backward chooses reads

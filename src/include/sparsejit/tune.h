@@ -86,6 +86,7 @@ struct AttentionTuneReport {
   double compile_s = 0, timing_s = 0;
   std::vector<AttentionTuneCandidate> candidates;  // every candidate, the default first
   bool stored = false;      // written to the tuning database
+  std::string note;         // why the winner was not stored, where that was a choice
 };
 
 // The tilings the tuner tries for a spec: the heuristic default for the compute capability first (10 *
@@ -101,7 +102,10 @@ std::vector<AttentionTuneCandidate> attention_candidates(const AttentionSpec& sp
 // differs from the default's, times the rest with events (warm-up, median of options.iterations) until
 // options.budget_s is spent, and stores the fastest under op "attention", the spec's key and the bucket.
 // An Attention built later with an all-unset config uses it when the autotune policy is on or force.
-// Needs a GPU.
+// With a bsr spec the default timed is the tiling an untuned Attention picks for the pattern
+// (forward_config: with pattern blocks of 16 or 32 on Hopper, wide tiles or the gathered-key kernel
+// per pattern); where that is the fastest and not the spec's one default tiling, nothing is stored
+// (`note` says so), since a stored tiling would run every pattern of the spec. Needs a GPU.
 AttentionTuneReport tune_attention(const AttentionSpec& spec, const AttentionTuneShape& shape,
                                    const TuneOptions& options = {});
 

@@ -69,7 +69,7 @@ void print_report(const AttentionTuneReport& r) {
   fmt::print("default {} {:.3f} ms; tuned {} {:.3f} ms ({:.2f}x); {} of {} candidates timed; {}\n",
              key(r.default_config), r.default_us / 1e3, key(r.winner), r.winner_us / 1e3, r.default_us / r.winner_us,
              int(r.candidates.size()) - rejected, r.candidates.size(),
-             r.stored ? "stored in the tuning database" : r.note.empty() ? "NOT stored" : "not stored: " + r.note);
+             !r.stored ? "NOT stored" : r.note.empty() ? "stored in the tuning database" : r.note);
 }
 
 void print_report(const DqTuneReport& r) {

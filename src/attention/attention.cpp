@@ -254,9 +254,14 @@ struct Attention::State {
   // The tiling of forward_twin (with its conditions met), kept per (pattern, heads). Heads that share
   // reads are weighed first (they may beat the wide tiles too); where they do not pay, the pattern
   // runs what it runs with one head a CTA (that answer kept, and shared, under its own key).
+  // A stored pick (tune_attention, where autotune policy is on or force) comes first, where this
+  // object may make it.
   Tiling forward_tiling(const BlockPattern& pattern, int heads) {
     const std::uint64_t key = pattern.digest() ^ (0x9e3779b97f4a7c15ull * std::uint64_t(heads));
     return remembered_choice(tiling_choices, key, [&] {
+      if (const auto pick = tuning::tuned_forward_pick(spec, pattern.digest(), heads))
+        for (const Tiling t : picks(heads))
+          if (pick_name(t) == *pick) return t;
       if (heads > 1)
         return !gathers || !attention::gathering_pays(spec, pattern, config, heads) ? forward_tiling(pattern, 1)
                : heads == 4                                                         ? Tiling::gathered_4
@@ -266,13 +271,32 @@ struct Attention::State {
       return Tiling::narrow;
     });
   }
+  // The tilings forward_tiling may pick where a call's gathered kernel could take `heads` query heads
+  // a CTA (none where this object does not pick per pattern), and their names as a tuning stores them.
+  std::vector<Tiling> picks(int heads) const {
+    std::vector<Tiling> out;
+    if (!wide_config && !gathers) return out;
+    out.push_back(Tiling::narrow);
+    if (wide_config) out.push_back(Tiling::wide);
+    if (gathers && attention::gathered_config(spec, 1)) out.push_back(Tiling::gathered_1);
+    if (gathers && heads > 1 && attention::gathered_config(spec, heads))
+      out.push_back(heads == 4 ? Tiling::gathered_4 : Tiling::gathered_2);
+    return out;
+  }
+  static std::string pick_name(Tiling t) {
+    if (t == Tiling::narrow) return "narrow";
+    if (t == Tiling::wide) return "wide";
+    return fmt::format("gathered_heads={}", 1 << (int(t) - int(Tiling::gathered_1)));
+  }
   // The twin a forward with `pattern` (not a full one) runs on, on a device that is (`hopper`) or is
   // not compute capability 9.0, where the gathered kernel could take `heads` query heads a CTA
   // (attention::gathered_heads of the call): the wide or a gathered-key tiling's, or none (this
   // object's tiling).
   Attention* forward_twin(const BlockPattern& pattern, bool hopper, int heads) {
     if ((!wide_config && !gathers) || !hopper) return nullptr;
-    const Tiling tiling = forward_tiling(pattern, heads);
+    return twin_of(forward_tiling(pattern, heads));
+  }
+  Attention* twin_of(Tiling tiling) {
     if (tiling == Tiling::narrow) return nullptr;
     if (tiling == Tiling::wide) return &twin(wide_twin, spec, *wide_config);
     const int slot = int(tiling) - int(Tiling::gathered_1);  // 0, 1, 2: 1, 2, 4 heads
@@ -1004,15 +1028,23 @@ DqSummation Attention::dq_summation(const AttentionBackwardArgs& in) {
   return state_->plan_of_call(in).atomic ? DqSummation::atomic : DqSummation::pass;
 }
 
-AttentionConfig AttentionInternals::untuned_forward_config(const AttentionSpec& spec, const BlockPattern& pattern,
-                                                           std::int64_t heads_q, std::int64_t heads_kv) {
+AttentionInternals::ForwardPicks AttentionInternals::forward_picks(const AttentionSpec& spec, const BlockPattern& pattern,
+                                                                  std::int64_t heads_q, std::int64_t heads_kv) {
   // An explicit config would keep the database out but also the choice per pattern: take the default
   // one and undo whatever a stored tiling put in its place.
   Attention attention(spec);
   Attention::State& s = *attention.state_;
   s.config = resolve(s.spec, {}, current_compute_capability());
   s.choose_per_pattern();
-  return attention.forward_config(pattern, heads_q, heads_kv);
+  ForwardPicks out;
+  out.untuned = attention.forward_config(pattern, heads_q, heads_kv);
+  out.heads = attention::gathered_heads(s.spec, pattern, heads_q, heads_kv);
+  if (current_compute_capability() != 90 || runs_dense_kernels(s.spec, &pattern)) return out;
+  for (const auto tiling : s.picks(out.heads)) {
+    const Attention* twin = s.twin_of(tiling);
+    out.picks.emplace_back(Attention::State::pick_name(tiling), twin ? twin->config() : s.config);
+  }
+  return out;
 }
 
 AttentionInternals::DqChoiceInputs AttentionInternals::backward_dq_choice_inputs(Attention& attention,

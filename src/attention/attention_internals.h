@@ -1,6 +1,10 @@
 // What the library's own code (the tuners) asks of an Attention beyond its public interface.
 #pragma once
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "sparsejit/attention.h"
 
 namespace sjit {
@@ -19,12 +23,20 @@ struct AttentionInternals {
   };
   static DqChoiceInputs backward_dq_choice_inputs(Attention& attention, const AttentionBackwardArgs& args);
 
-  // The tiling a forward of `spec` (bsr) with `pattern` runs on the current device where no tiling is
-  // asked for or stored (Attention::forward_config of an untuned object: with small pattern blocks a
-  // choice per pattern), whatever the tuning database and policy say. The forward's tuner times it as
-  // the default.
-  static AttentionConfig untuned_forward_config(const AttentionSpec& spec, const BlockPattern& pattern,
-                                                std::int64_t heads_q, std::int64_t heads_kv);
+  // What a forward of `spec` (bsr) with `pattern` and these heads runs on the current device where no
+  // tiling is asked for or stored, whatever a stored tiling says: `untuned`, the tiling
+  // (Attention::forward_config of an untuned object: with small pattern blocks on Hopper a pick per
+  // pattern, a stored pick for it included where the autotune policy is on); `picks`, the tilings it picks among there, named as a tuning stores a pick ("narrow",
+  // "wide", "gathered_heads=H"; empty where it does not pick per pattern); `heads`, the query heads a
+  // CTA of the gathered kernel could take (the stored pick's bucket). The forward's tuner times
+  // `untuned` as the default and the picks first.
+  struct ForwardPicks {
+    AttentionConfig untuned;
+    std::vector<std::pair<std::string, AttentionConfig>> picks;
+    int heads = 1;
+  };
+  static ForwardPicks forward_picks(const AttentionSpec& spec, const BlockPattern& pattern, std::int64_t heads_q,
+                                    std::int64_t heads_kv);
 };
 
 }  // namespace sjit

@@ -38,6 +38,7 @@ struct Remembered {
   std::map<std::string, std::optional<AttentionConfig>> by_key;
   std::map<std::string, std::optional<DqSummation>> dq_by_key;  // by remembered_key + "|" + bucket
   std::map<std::string, std::optional<TunedWalk>> walk_by_key;   // the same
+  std::map<std::string, std::optional<std::string>> pick_by_key;  // the same
   std::optional<tune::DeviceModel> device_for_tests;
 };
 Remembered& remembered() {
@@ -256,12 +257,53 @@ bool store_walk_result(const AttentionSpec& spec, const std::string& bucket, con
   return stored;
 }
 
+bool is_forward_pick(std::string_view pick) {
+  return pick == "narrow" || pick == "wide" || pick == "gathered_heads=1" || pick == "gathered_heads=2" ||
+         pick == "gathered_heads=4";
+}
+
+std::string forward_pick_bucket(std::uint64_t pattern_digest, int heads) {
+  if (heads != 1 && heads != 2 && heads != 4)
+    throw InvalidArgument(fmt::format("forward_pick_bucket: heads = {} must be 1, 2 or 4", heads));
+  return fmt::format("pattern={:016x},heads={}", pattern_digest, heads);
+}
+
+std::optional<std::string> tuned_forward_pick(const AttentionSpec& spec, std::uint64_t pattern_digest, int heads) {
+  if (autotune_policy() == AutotunePolicy::off) return std::nullopt;  // opted into, as tilings are
+  const std::optional<tune::DeviceModel> device = hook_device();
+  if (!device) return std::nullopt;
+  const tune::TuningDb db = database();
+  const std::string bucket = forward_pick_bucket(pattern_digest, heads);
+  const std::string memo = remembered_key(db, *device, spec) + "|" + bucket;
+  return remembered_lookup(remembered().pick_by_key, memo, [&]() -> std::optional<std::string> {
+    const auto entry = current_entry(db, {*device, "attention_pattern", key(spec), bucket});
+    if (!entry) return std::nullopt;
+    if (is_forward_pick(entry->winner_config)) return entry->winner_config;
+    tune::warn_once(memo, fmt::format("the stored tiling pick '{}' for {} ({}) is not one of narrow, wide, "
+                                      "gathered_heads=1|2|4; the forward picks by its rules: tune again",
+                                      entry->winner_config, key(spec), bucket));
+    return std::nullopt;
+  });
+}
+
+bool store_forward_pick(const AttentionSpec& spec, const std::string& bucket, const std::string& pick, double pick_us,
+                        const std::string& chosen_before, double chosen_before_us, int candidates) {
+  tune::TuningDb db = database();
+  const tune::TuningEntry e =
+      measured_entry("attention_pattern", key(spec), bucket, pick, pick_us, chosen_before, chosen_before_us, candidates);
+  const bool stored = db.store(e);
+  std::lock_guard lock(remembered().mutex);
+  remembered().pick_by_key.erase(remembered_key(db, e.key.device, spec) + "|" + bucket);
+  return stored;
+}
+
 void set_attention_device_for_tests(std::optional<tune::DeviceModel> device) {
   std::lock_guard lock(remembered().mutex);
   remembered().device_for_tests = std::move(device);
   remembered().by_key.clear();
   remembered().dq_by_key.clear();
   remembered().walk_by_key.clear();
+  remembered().pick_by_key.clear();
 }
 
 }  // namespace sjit::tuning

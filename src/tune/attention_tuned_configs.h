@@ -104,6 +104,21 @@ std::optional<TunedWalk> tuned_backward_walk(const AttentionSpec& backward_spec,
 bool store_walk_result(const AttentionSpec& backward_spec, const std::string& bucket, const TunedWalk& winner,
                        double winner_us, const TunedWalk& chosen_before, double chosen_before_us, int candidates);
 
+// ---- the forward's tiling picked for one pattern (op "attention_pattern") ----
+
+// Where an untuned Attention picks its forward's tiling per pattern (pattern blocks of 16 or 32 on
+// Hopper), the picks a tuning may store for one pattern: "narrow" (the spec's tiling), "wide", and
+// "gathered_heads=1", "=2" or "=4" (the gathered-key kernel with that many query heads a CTA).
+bool is_forward_pick(std::string_view pick);
+// Stored per pattern and the query heads a CTA of the gathered kernel could take for the call
+// (attention::gathered_heads: 1, 2 or 4): "pattern=00c0ffee00c0ffee,heads=2".
+std::string forward_pick_bucket(std::uint64_t pattern_digest, int heads);
+// The pick tune_attention stored for the current device, the spec (canonical, pass=fwd), the pattern
+// and the heads, where the autotune policy is on or force; nullopt as tuned_backward_walk's.
+std::optional<std::string> tuned_forward_pick(const AttentionSpec& spec, std::uint64_t pattern_digest, int heads);
+bool store_forward_pick(const AttentionSpec& spec, const std::string& bucket, const std::string& pick,
+                        double pick_us, const std::string& chosen_before, double chosen_before_us, int candidates);
+
 // Tests on a machine without a GPU: the device model the hook keys by instead of the current device's
 // (nullopt restores the device's). Clears the lookups remembered so far.
 void set_attention_device_for_tests(std::optional<tune::DeviceModel> device);

@@ -146,20 +146,23 @@ AttentionTuneReport tune_attention(const AttentionSpec& spec_in, const Attention
   report.default_config = resolve(spec, {}, compute_capability);
   report.candidates = attention_candidates(spec, compute_capability);
   std::vector<AttentionTuneCandidate>& candidates = report.candidates;
-  // With small pattern blocks an untuned Attention picks its tiling per pattern (wide tiles, the
-  // gathered-key kernel: Attention::forward_config), and a stored tiling takes the place of that choice
-  // for every pattern of the spec. So the default timed is what it picks for this pattern, and where
-  // that is fastest and not the spec's one tiling, nothing is stored (below).
-  std::optional<AttentionConfig> per_pattern;
-  if (spec.sparsity == Sparsity::block_sparse) {
-    const AttentionConfig chosen =
-        AttentionInternals::untuned_forward_config(spec, *problem.in.pattern, shape.heads_q, shape.heads_kv);
-    if (key(chosen) != key(report.default_config)) per_pattern = chosen;
-  }
-  if (per_pattern) {
-    report.default_config = *per_pattern;
-    std::erase_if(candidates, [&](const AttentionTuneCandidate& c) { return key(c.config) == key(*per_pattern); });
-    candidates.insert(candidates.begin(), AttentionTuneCandidate{*per_pattern});
+  // With small pattern blocks on Hopper an untuned Attention picks its tiling per pattern (the spec's,
+  // wide tiles, the gathered-key kernel: Attention::forward_config), and a stored tiling takes the place
+  // of that pick for every pattern of the spec. So the default timed is what it picks for this pattern,
+  // the other picks come next (the gathered kernel is not in the grid), and where a pick wins, it is
+  // stored for this pattern only (below).
+  AttentionInternals::ForwardPicks picks;
+  if (spec.sparsity == Sparsity::block_sparse)
+    picks = AttentionInternals::forward_picks(spec, *problem.in.pattern, shape.heads_q, shape.heads_kv);
+  if (!picks.picks.empty()) {
+    report.default_config = picks.untuned;
+    std::vector<AttentionConfig> first = {picks.untuned};
+    for (const auto& [pick, config] : picks.picks)
+      if (key(config) != key(picks.untuned)) first.push_back(config);
+    std::erase_if(candidates, [&](const AttentionTuneCandidate& c) {
+      return std::any_of(first.begin(), first.end(), [&](const AttentionConfig& f) { return key(f) == key(c.config); });
+    });
+    for (auto it = first.rbegin(); it != first.rend(); ++it) candidates.insert(candidates.begin(), AttentionTuneCandidate{*it});
   }
   const double flops = attention_forward_flops(spec, problem.args);
 
@@ -232,13 +235,24 @@ AttentionTuneReport tune_attention(const AttentionSpec& spec_in, const Attention
     timed += c.rejected.empty();
     if (c.rejected.empty() && c.median_us < report.winner_us) report.winner = c.config, report.winner_us = c.median_us;
   }
-  if (o.store && per_pattern && key(report.winner) == key(*per_pattern))
-    report.note = fmt::format("the tiling an untuned Attention picks for this pattern ({}) is the fastest; a stored "
-                              "tiling would run every pattern of the spec, so nothing is stored",
-                              key(*per_pattern));
-  else if (o.store)
+  auto pick_of = [&](const AttentionConfig& config) -> std::string {
+    for (const auto& [pick, c] : picks.picks)
+      if (key(c) == key(config)) return pick;
+    return "";
+  };
+  if (const std::string pick = pick_of(report.winner); o.store && !pick.empty()) {
+    // A stored tiling would run every pattern of the spec; a pick stored for this pattern leaves the
+    // others to their own picks.
+    report.bucket = tuning::forward_pick_bucket(problem.in.pattern->digest(), picks.heads);
+    report.stored = tuning::store_forward_pick(spec, report.bucket, pick, report.winner_us,
+                                               pick_of(report.default_config), report.default_us, timed);
+    report.note = fmt::format("the tiling picked per pattern '{}' ({}) is the fastest: stored for this pattern "
+                              "only, every other pattern keeps its own pick",
+                              pick, key(report.winner));
+  } else if (o.store) {
     report.stored = tuning::store_attention_result(spec, report.bucket, report.winner, report.winner_us,
                                                    report.default_config, report.default_us, timed);
+  }
   return report;
 }
 

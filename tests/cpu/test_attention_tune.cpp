@@ -527,6 +527,49 @@ TEST_CASE("a stored backward walk is used for its own pattern and group only, an
   }
 }
 
+// The forward's tiling picked for one pattern, as tune_attention stores it where a pick wins.
+TEST_CASE("a stored forward pick is used for its own pattern and heads only, and only with the policy on",
+          "[tune][attention]") {
+  for (const char* pick : {"narrow", "wide", "gathered_heads=1", "gathered_heads=2", "gathered_heads=4"})
+    CHECK(tuning::is_forward_pick(pick));
+  for (const char* text : {"gathered_heads=3", "gathered", "Wide", "", "warps=4,mt=1,bn=16,stages=2,qreg=0"})
+    CHECK_FALSE(tuning::is_forward_pick(text));
+  CHECK(tuning::forward_pick_bucket(0xc0ffee, 2) == "pattern=0000000000c0ffee,heads=2");
+  CHECK_THROWS_WITH(tuning::forward_pick_bucket(1, 3), Contains("heads = 3 must be 1, 2 or 4"));
+
+  const AttentionSpec spec = canonical(bsr_spec(128, 16));
+  auto store_pick = [&](const HookFixture& hook, std::uint64_t digest, int heads, const std::string& pick,
+                        const std::string& kernels = tuning::current_kernels()) {
+    hook.store_entry("attention_pattern", key(spec), tuning::forward_pick_bucket(digest, heads), pick, "narrow",
+                     kernels);
+  };
+  SECTION("policy on") {
+    const HookFixture hook(AutotunePolicy::on);
+    store_pick(hook, 0xabc, 2, "gathered_heads=2");
+    store_pick(hook, 0xabd, 1, "sideways");  // not a pick: reported, then the rules decide
+    REQUIRE(tuning::tuned_forward_pick(spec, 0xabc, 2).has_value());
+    CHECK(*tuning::tuned_forward_pick(spec, 0xabc, 2) == "gathered_heads=2");
+    CHECK_FALSE(tuning::tuned_forward_pick(spec, 0xabc, 1).has_value());  // other heads
+    CHECK_FALSE(tuning::tuned_forward_pick(spec, 0xabe, 2).has_value());  // another pattern
+    test::CapturedStderr captured;
+    CHECK_FALSE(tuning::tuned_forward_pick(spec, 0xabd, 1).has_value());
+    CHECK_THAT(captured.text(), Contains("'sideways'") && Contains("tune again"));
+    CHECK_FALSE(tuning::tuned_forward_pick(canonical(bsr_spec(64, 16)), 0xabc, 2).has_value());
+  }
+  SECTION("policy off") {
+    const HookFixture hook(AutotunePolicy::off);
+    store_pick(hook, 0xabc, 2, "wide");
+    CHECK_FALSE(tuning::tuned_forward_pick(spec, 0xabc, 2).has_value());
+  }
+  SECTION("measured with other kernels: passed over") {
+    const HookFixture hook(AutotunePolicy::on);
+    store_pick(hook, 0xabc, 2, "wide", "00000000deadbeef");
+    test::CapturedStderr captured;
+    CHECK_FALSE(tuning::tuned_forward_pick(spec, 0xabc, 2).has_value());
+    CHECK_THAT(captured.text(), Contains("attention_pattern") && Contains("other kernels"));
+  }
+}
+
 // Checked before any GPU work.
 TEST_CASE("tune_backward_walk refuses a shape without a pattern and a dense spec", "[tune][attention][backward]") {
   AttentionSpec spec;

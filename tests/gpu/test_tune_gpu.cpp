@@ -154,41 +154,56 @@ TEST_CASE("tuning an attention stores a winner no slower than the default, and a
 
 // With pattern blocks of 16 on Hopper an untuned Attention picks its forward's tiling per pattern
 // (Attention::forward_config: a sparse random pattern on the gathered-key kernel), and a stored tiling
-// would take the place of that choice for every pattern. The tuner times the choice as the default,
-// stores a fixed tiling only where one beats it, and says why where it stores nothing.
-TEST_CASE("tuning the forward of small pattern blocks times the tiling picked for the pattern as the default, "
-          "and stores nothing slower",
+// would take the place of that pick for every pattern. The tuner times the pick as the default and the
+// other picks next, and where a pick wins stores it for that pattern only; a later Attention then
+// takes the stored pick for that pattern where the policy is on, and its own for other patterns. To
+// tell the stored pick from the rules', another pick is stored over the winner afterwards.
+TEST_CASE("tuning the forward of small pattern blocks times the picks per pattern, and stores a winning pick for "
+          "the pattern only",
           "[gpu][tune][attention]") {
   if (!test::on_hopper("the forward's tiling picked per pattern")) return;
   const AttentionSpec spec = test::spec_of(128, DType::bf16, Causal::none, Sparsity::block_sparse, 16);
   const std::int64_t s = 2048;
-  const BlockPattern pattern = patterns::random(16, s, s, 0.1, 21);
+  const BlockPattern pattern = patterns::random(16, s, s, 0.1, 21), other = patterns::random(16, s, s, 0.5, 22);
   AttentionTuneShape shape;
   shape.batch = 1, shape.heads_q = 2, shape.heads_kv = 1, shape.seq_q = s, shape.seq_k = s;
   shape.pattern = &pattern;
-  Attention untuned_attention(spec);
-  const AttentionConfig untuned = untuned_attention.forward_config(pattern, 2, 1);
-  INFO("picked for the pattern " << key(untuned) << ", the spec's tiling " << key(untuned_attention.config()));
-  REQUIRE(key(untuned) != key(untuned_attention.config()));  // (the premise: a choice per pattern)
+  auto picked = [&](AutotunePolicy policy, const BlockPattern& p) {
+    set_autotune_policy(policy);
+    Attention attention(spec);
+    const std::string config = key(attention.forward_config(p, 2, 1));
+    set_autotune_policy(AutotunePolicy::off);
+    return config;
+  };
+  const std::string untuned = picked(AutotunePolicy::off, pattern), spec_tiling = key(Attention(spec).config());
+  INFO("picked for the pattern " << untuned << ", the spec's tiling " << spec_tiling);
+  REQUIRE(untuned != spec_tiling);  // (the premise: a pick per pattern)
   TuneOptions options;
   options.warmup = 2;
   options.iterations = 5;
   options.budget_s = 20;
   const AttentionTuneReport report = tune_attention(spec, shape, options);
 
-  CHECK(key(report.default_config) == key(untuned));
-  CHECK(key(report.candidates.front().config) == key(untuned));
+  CHECK(key(report.default_config) == untuned);
+  REQUIRE(report.candidates.size() >= 3);
+  CHECK(key(report.candidates[0].config) == untuned);
   CHECK(report.winner_us <= report.default_us);
-  const bool untuned_wins = key(report.winner) == key(untuned);
-  INFO("winner " << key(report.winner) << " " << report.winner_us << " us, default " << report.default_us << " us");
-  CHECK(report.stored == !untuned_wins);
-  CHECK(report.note.empty() == !untuned_wins);
-  CHECK(tuned_attention_config(spec, s).has_value() == !untuned_wins);
-  // Built afterwards with the policy on: the pattern runs its own choice where nothing was stored.
-  set_autotune_policy(AutotunePolicy::on);
-  Attention attention(spec);
-  set_autotune_policy(AutotunePolicy::off);
-  CHECK(key(attention.forward_config(pattern, 2, 1)) == key(untuned_wins ? untuned : report.winner));
+  for (const AttentionTuneCandidate& c : report.candidates)
+    if (c.rejected.empty()) CHECK(c.median_us >= report.winner_us);
+  INFO("winner " << key(report.winner) << " " << report.winner_us << " us, default " << report.default_us << " us; "
+                 << report.note);
+  REQUIRE(report.stored);
+  const bool pick_won = report.bucket == tuning::forward_pick_bucket(pattern.digest(), 2);
+  CHECK(pick_won != report.note.empty());
+  CHECK(tuned_attention_config(spec, s).has_value() == !pick_won);
+  CHECK(picked(AutotunePolicy::on, pattern) == key(report.winner));
+  if (!pick_won) return;  // a tiling of the grid beat every pick: stored for the spec (as dense specs')
+  CHECK(picked(AutotunePolicy::on, other) == picked(AutotunePolicy::off, other));  // its own pick
+
+  // The spec's tiling ("narrow") stored over the winner: taken for the pattern, with the policy on only.
+  REQUIRE(tuning::store_forward_pick(report.spec, report.bucket, "narrow", 1, "narrow", 1, 2));
+  CHECK(picked(AutotunePolicy::on, pattern) == spec_tiling);
+  CHECK(picked(AutotunePolicy::off, pattern) == untuned);
 }
 
 namespace {

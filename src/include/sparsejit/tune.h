@@ -79,14 +79,14 @@ struct AttentionTuneReport {
   AttentionSpec spec;       // canonical; baked: with the pattern's digest
   AttentionTuneShape shape; // pattern: null (the pattern timed is described by density)
   double density = 1;       // of the pattern timed (1 for dense)
-  std::string bucket;       // the shape bucket the result is stored under
+  std::string bucket;       // the shape bucket the result is stored under (a pattern's, for a pick)
   std::string device;
   AttentionConfig default_config, winner;
   double default_us = 0, winner_us = 0;
   double compile_s = 0, timing_s = 0;
   std::vector<AttentionTuneCandidate> candidates;  // every candidate, the default first
   bool stored = false;      // written to the tuning database
-  std::string note;         // why the winner was not stored, where that was a choice
+  std::string note;         // where the winner was stored as a pick for the pattern only, that
 };
 
 // The tilings the tuner tries for a spec: the heuristic default for the compute capability first (10 *
@@ -102,10 +102,11 @@ std::vector<AttentionTuneCandidate> attention_candidates(const AttentionSpec& sp
 // differs from the default's, times the rest with events (warm-up, median of options.iterations) until
 // options.budget_s is spent, and stores the fastest under op "attention", the spec's key and the bucket.
 // An Attention built later with an all-unset config uses it when the autotune policy is on or force.
-// With a bsr spec the default timed is the tiling an untuned Attention picks for the pattern
-// (forward_config: with pattern blocks of 16 or 32 on Hopper, wide tiles or the gathered-key kernel
-// per pattern); where that is the fastest and not the spec's one default tiling, nothing is stored
-// (`note` says so), since a stored tiling would run every pattern of the spec. Needs a GPU.
+// With pattern blocks of 16 or 32 on Hopper, where an untuned Attention picks its tiling per pattern
+// (forward_config: the spec's, wide tiles or the gathered-key kernel), the default timed is its pick
+// for the pattern and its other picks are timed next; where one of them wins, it is stored for that
+// pattern only (op "attention_pattern", bucket "pattern=<digest>,heads=<H>", `note` says so), since a
+// stored tiling would run every pattern of the spec. Needs a GPU.
 AttentionTuneReport tune_attention(const AttentionSpec& spec, const AttentionTuneShape& shape,
                                    const TuneOptions& options = {});
 

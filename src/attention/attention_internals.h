@@ -26,10 +26,11 @@ struct AttentionInternals {
   // What a forward of `spec` (bsr) with `pattern` and these heads runs on the current device where no
   // tiling is asked for or stored, whatever a stored tiling says: `untuned`, the tiling
   // (Attention::forward_config of an untuned object: with small pattern blocks on Hopper a pick per
-  // pattern, a stored pick for it included where the autotune policy is on); `picks`, the tilings it picks among there, named as a tuning stores a pick ("narrow",
-  // "wide", "gathered_heads=H"; empty where it does not pick per pattern); `heads`, the query heads a
-  // CTA of the gathered kernel could take (the stored pick's bucket). The forward's tuner times
-  // `untuned` as the default and the picks first.
+  // pattern, a stored pick for it included where the autotune policy is on); `picks`, the tilings it
+  // picks among there, named as a tuning stores a pick ("narrow", "wide", "gathered_heads=H"; empty
+  // where it does not pick per pattern); `heads`, the query heads a CTA of the gathered kernel could
+  // take (the stored pick's bucket). The forward's tuner times `untuned` as the default and the picks
+  // first.
   struct ForwardPicks {
     AttentionConfig untuned;
     std::vector<std::pair<std::string, AttentionConfig>> picks;

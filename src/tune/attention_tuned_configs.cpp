@@ -95,6 +95,45 @@ std::optional<AttentionConfig> usable_config(const tune::TuningEntry& entry, con
   }
 }
 
+// The choice stored under (op, the current device, spec, bucket) where the autotune policy is on or
+// force, parsed by `parse` (nullopt: not a choice this library writes, reported once with `accepted`,
+// what it writes); remembered in `by_key`. nullopt with the policy off, without a device, or where
+// nothing is stored.
+template <class Value, class Parse>
+std::optional<Value> stored_choice(std::map<std::string, std::optional<Value>> Remembered::*by_key,
+                                   const std::string& op, const AttentionSpec& spec, const std::string& bucket,
+                                   Parse parse, std::string_view accepted) {
+  if (autotune_policy() == AutotunePolicy::off) return std::nullopt;  // opted into, as tilings are
+  const std::optional<tune::DeviceModel> device = hook_device();
+  if (!device) return std::nullopt;
+  const tune::TuningDb db = database();
+  const std::string memo = remembered_key(db, *device, spec) + "|" + bucket;
+  return remembered_lookup(remembered().*by_key, memo, [&]() -> std::optional<Value> {
+    const auto entry = current_entry(db, {*device, op, key(spec), bucket});
+    if (!entry) return std::nullopt;
+    if (std::optional<Value> value = parse(entry->winner_config)) return value;
+    tune::warn_once(memo, fmt::format("the stored {} '{}' for {} ({}) is not {}; the library chooses by its rules: "
+                                      "tune again",
+                                      op, entry->winner_config, key(spec), bucket, accepted));
+    return std::nullopt;
+  });
+}
+
+// Writes a choice measured now under (op, the current device, spec, bucket), and forgets what
+// `by_key` remembered of it; false if the folder cannot be written.
+template <class Value>
+bool store_choice(std::map<std::string, std::optional<Value>> Remembered::*by_key, const std::string& op,
+                  const AttentionSpec& spec, const std::string& bucket, const std::string& winner, double winner_us,
+                  const std::string& chosen_before, double chosen_before_us, int candidates) {
+  tune::TuningDb db = database();
+  const tune::TuningEntry e =
+      measured_entry(op, key(spec), bucket, winner, winner_us, chosen_before, chosen_before_us, candidates);
+  const bool stored = db.store(e);
+  std::lock_guard lock(remembered().mutex);
+  (remembered().*by_key).erase(remembered_key(db, e.key.device, spec) + "|" + bucket);
+  return stored;
+}
+
 }  // namespace
 
 std::string attention_bucket(std::int64_t seq_k) {
@@ -177,33 +216,20 @@ std::string dq_bucket(std::int64_t group, double key_tiles_per_row, DqBucketKind
 
 std::optional<DqSummation> tuned_dq_summation(const AttentionSpec& spec, std::int64_t group, double key_tiles_per_row,
                                               DqBucketKind kind) {
-  if (autotune_policy() == AutotunePolicy::off) return std::nullopt;  // a stored way is opted into, as tilings are
-  const std::optional<tune::DeviceModel> device = hook_device();
-  if (!device) return std::nullopt;
-  const tune::TuningDb db = database();
-  const std::string bucket = dq_bucket(group, key_tiles_per_row, kind);
-  const std::string memo = remembered_key(db, *device, spec) + "|" + bucket;
-  return remembered_lookup(remembered().dq_by_key, memo, [&]() -> std::optional<DqSummation> {
-    const auto entry = current_entry(db, {*device, "attention_dq", key(spec), bucket});
-    if (!entry) return std::nullopt;
-    if (entry->winner_config == name(DqSummation::atomic)) return DqSummation::atomic;
-    if (entry->winner_config == name(DqSummation::pass)) return DqSummation::pass;
-    tune::warn_once(memo, fmt::format("the stored way '{}' of summing dQ for {} ({}) is neither atomic nor pass; "
-                                      "the backward chooses by its rule: tune again",
-                                      entry->winner_config, key(spec), bucket));
-    return std::nullopt;
-  });
+  return stored_choice(
+      &Remembered::dq_by_key, "attention_dq", spec, dq_bucket(group, key_tiles_per_row, kind),
+      [](const std::string& text) -> std::optional<DqSummation> {
+        if (text == name(DqSummation::atomic)) return DqSummation::atomic;
+        if (text == name(DqSummation::pass)) return DqSummation::pass;
+        return std::nullopt;
+      },
+      "atomic or pass");
 }
 
 bool store_dq_result(const AttentionSpec& spec, const std::string& bucket, DqSummation winner, double winner_us,
                      DqSummation chosen_before, double chosen_before_us) {
-  tune::TuningDb db = database();
-  const tune::TuningEntry e = measured_entry("attention_dq", key(spec), bucket, std::string(name(winner)), winner_us,
-                                             std::string(name(chosen_before)), chosen_before_us, 2);
-  const bool stored = db.store(e);
-  std::lock_guard lock(remembered().mutex);
-  remembered().dq_by_key.erase(remembered_key(db, e.key.device, spec) + "|" + bucket);
-  return stored;
+  return store_choice(&Remembered::dq_by_key, "attention_dq", spec, bucket, std::string(name(winner)), winner_us,
+                      std::string(name(chosen_before)), chosen_before_us, 2);
 }
 
 std::string walk_choice_text(const TunedWalk& c) {
@@ -228,33 +254,14 @@ std::string walk_bucket(std::uint64_t pattern_digest, std::int64_t group) {
 
 std::optional<TunedWalk> tuned_backward_walk(const AttentionSpec& spec, std::uint64_t pattern_digest,
                                              std::int64_t group) {
-  if (autotune_policy() == AutotunePolicy::off) return std::nullopt;  // opted into, as tilings are
-  const std::optional<tune::DeviceModel> device = hook_device();
-  if (!device) return std::nullopt;
-  const tune::TuningDb db = database();
-  const std::string bucket = walk_bucket(pattern_digest, group);
-  const std::string memo = remembered_key(db, *device, spec) + "|" + bucket;
-  return remembered_lookup(remembered().walk_by_key, memo, [&]() -> std::optional<TunedWalk> {
-    const auto entry = current_entry(db, {*device, "attention_walk", key(spec), bucket});
-    if (!entry) return std::nullopt;
-    if (auto choice = parse_walk_choice(entry->winner_config)) return choice;
-    tune::warn_once(memo, fmt::format("the stored backward walk '{}' for {} ({}) is not one this library writes "
-                                      "(walk=tiles|packed|gathered,query_tiles=0|64|128,dq=atomic|pass); the "
-                                      "backward chooses by its rules: tune again",
-                                      entry->winner_config, key(spec), bucket));
-    return std::nullopt;
-  });
+  return stored_choice(&Remembered::walk_by_key, "attention_walk", spec, walk_bucket(pattern_digest, group),
+                       parse_walk_choice, "walk=tiles|packed|gathered,query_tiles=0|64|128,dq=atomic|pass");
 }
 
 bool store_walk_result(const AttentionSpec& spec, const std::string& bucket, const TunedWalk& winner, double winner_us,
                        const TunedWalk& chosen_before, double chosen_before_us, int candidates) {
-  tune::TuningDb db = database();
-  const tune::TuningEntry e = measured_entry("attention_walk", key(spec), bucket, walk_choice_text(winner), winner_us,
-                                             walk_choice_text(chosen_before), chosen_before_us, candidates);
-  const bool stored = db.store(e);
-  std::lock_guard lock(remembered().mutex);
-  remembered().walk_by_key.erase(remembered_key(db, e.key.device, spec) + "|" + bucket);
-  return stored;
+  return store_choice(&Remembered::walk_by_key, "attention_walk", spec, bucket, walk_choice_text(winner), winner_us,
+                      walk_choice_text(chosen_before), chosen_before_us, candidates);
 }
 
 bool is_forward_pick(std::string_view pick) {
@@ -269,32 +276,16 @@ std::string forward_pick_bucket(std::uint64_t pattern_digest, int heads) {
 }
 
 std::optional<std::string> tuned_forward_pick(const AttentionSpec& spec, std::uint64_t pattern_digest, int heads) {
-  if (autotune_policy() == AutotunePolicy::off) return std::nullopt;  // opted into, as tilings are
-  const std::optional<tune::DeviceModel> device = hook_device();
-  if (!device) return std::nullopt;
-  const tune::TuningDb db = database();
-  const std::string bucket = forward_pick_bucket(pattern_digest, heads);
-  const std::string memo = remembered_key(db, *device, spec) + "|" + bucket;
-  return remembered_lookup(remembered().pick_by_key, memo, [&]() -> std::optional<std::string> {
-    const auto entry = current_entry(db, {*device, "attention_pattern", key(spec), bucket});
-    if (!entry) return std::nullopt;
-    if (is_forward_pick(entry->winner_config)) return entry->winner_config;
-    tune::warn_once(memo, fmt::format("the stored tiling pick '{}' for {} ({}) is not one of narrow, wide, "
-                                      "gathered_heads=1|2|4; the forward picks by its rules: tune again",
-                                      entry->winner_config, key(spec), bucket));
-    return std::nullopt;
-  });
+  return stored_choice(
+      &Remembered::pick_by_key, "attention_pattern", spec, forward_pick_bucket(pattern_digest, heads),
+      [](const std::string& text) { return is_forward_pick(text) ? std::optional<std::string>(text) : std::nullopt; },
+      "narrow, wide or gathered_heads=1|2|4");
 }
 
 bool store_forward_pick(const AttentionSpec& spec, const std::string& bucket, const std::string& pick, double pick_us,
                         const std::string& chosen_before, double chosen_before_us, int candidates) {
-  tune::TuningDb db = database();
-  const tune::TuningEntry e =
-      measured_entry("attention_pattern", key(spec), bucket, pick, pick_us, chosen_before, chosen_before_us, candidates);
-  const bool stored = db.store(e);
-  std::lock_guard lock(remembered().mutex);
-  remembered().pick_by_key.erase(remembered_key(db, e.key.device, spec) + "|" + bucket);
-  return stored;
+  return store_choice(&Remembered::pick_by_key, "attention_pattern", spec, bucket, pick, pick_us, chosen_before,
+                      chosen_before_us, candidates);
 }
 
 void set_attention_device_for_tests(std::optional<tune::DeviceModel> device) {

@@ -15,6 +15,7 @@
 
 #include "sparsejit/sparsejit.h"
 #include "codegen/embedded_templates.h"
+#include "support/run_tool.h"
 #include "support/temp_dir.h"
 #include "tune/attention_tuned_configs.h"
 #include "tune/tuned_configs.h"
@@ -584,4 +585,19 @@ TEST_CASE("tune_backward_walk refuses a shape without a pattern and a dense spec
   spec.sparsity = Sparsity::dense;
   spec.block_size = 0;
   CHECK_THROWS_AS(tune_backward_walk(spec, shape), InvalidArgument);
+}
+
+// The CLI checks its flags before anything else (no GPU needed to be refused).
+TEST_CASE("sjit tune --walk needs --backward and --pattern, and op attention", "[tune][attention][tool]") {
+  const std::string spec = "attention:d=64,dtype=bf16,causal=none,sparsity=bsr,block=32,pass=fwd";
+  int status = 0;
+  std::string out = test::run_tool(fmt::format("tune attention {} --shape 1,2,2,256,256 --walk", spec), &status);
+  CHECK(status != 0);
+  CHECK_THAT(out, Contains("--walk tunes how the backward walks a pattern: add --backward"));
+  out = test::run_tool(fmt::format("tune attention {} --shape 1,2,2,256,256 --walk --backward", spec), &status);
+  CHECK(status != 0);
+  CHECK_THAT(out, Contains("give it with --pattern FILE"));
+  out = test::run_tool("tune rownorm rownorm:kind=softmax,n=64 --walk", &status);
+  CHECK(status != 0);
+  CHECK_THAT(out, Contains("use them with op attention"));
 }

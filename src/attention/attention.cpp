@@ -1047,12 +1047,18 @@ AttentionInternals::ForwardPicks AttentionInternals::forward_picks(const Attenti
   return out;
 }
 
-AttentionInternals::DqChoiceInputs AttentionInternals::backward_dq_choice_inputs(Attention& attention,
-                                                                                  const AttentionBackwardArgs& in) {
+AttentionInternals::BackwardChoices AttentionInternals::backward_choices(Attention& attention,
+                                                                         const AttentionBackwardArgs& in) {
   const auto plan = attention.state_->plan_of_call(in);
-  const bool gathered = plan.kv_tiling.gathered_block > 0;
-  return {plan.dq_rule.tiles_per_row, gathered, plan.accumulator_spills, plan.narrow_queries, plan.dq_rule.banded,
-          gathered ? 0 : plan.kv_tiling.block_cols};
+  const BackwardWalk walk = Attention::State::walk_of(plan);
+  return {walk,
+          plan.atomic ? DqSummation::atomic : DqSummation::pass,
+          codegen::key(plan.kv_tiling),
+          walk == BackwardWalk::gathered ? 0 : plan.kv_tiling.block_cols,
+          plan.dq_rule.tiles_per_row,
+          plan.accumulator_spills,
+          plan.narrow_queries,
+          plan.dq_rule.banded};
 }
 
 std::string Attention::backward_tiling(const AttentionBackwardArgs& in) {

@@ -10,18 +10,20 @@
 namespace sjit {
 
 struct AttentionInternals {
-  // What the backward of args chooses its way of summing dQ by: the mean number of active key tiles
-  // (of the 128-key dK/dV pass's tiling, counted contiguous) a query row sees, and whether the pattern
-  // runs the gathered backward. Checks args as backward does; launches nothing.
-  struct DqChoiceInputs {
+  // What the backward of args runs, from one plan, and what it chose its way of summing dQ by: the
+  // mean number of active key tiles (of the 128-key dK/dV pass's tiling, counted contiguous) a query
+  // row sees, and the rest of a dQ tuning's bucket. Checks args as backward does; launches nothing.
+  struct BackwardChoices {
+    BackwardWalk walk = BackwardWalk::tiles;  // Attention::backward_walk
+    DqSummation dq = DqSummation::atomic;     // Attention::dq_summation
+    std::string tiling;                       // Attention::backward_tiling
+    int query_tile_cols = 0;                  // the queries of the dK/dV pass's tiles; 0 on the gathered walk
     double key_tiles_per_row = 0;
-    bool gathered = false;
     bool accumulator_spills = false;  // atomic dQ's working set outgrows the L2 (backward_policy.h)
     bool narrow_queries = false;      // d = 64's 64-query dK/dV tiles (attention/packed_queries.h)
     bool banded = false;              // its dK/dV walks make a band (attention::contiguous_walks)
-    int query_tile_cols = 0;          // the queries of the dK/dV pass's tiles; 0 on the gathered walk
   };
-  static DqChoiceInputs backward_dq_choice_inputs(Attention& attention, const AttentionBackwardArgs& args);
+  static BackwardChoices backward_choices(Attention& attention, const AttentionBackwardArgs& args);
 
   // What a forward of `spec` (bsr) with `pattern` and these heads runs on the current device where no
   // tiling is asked for or stored, whatever a stored tiling says: `untuned`, the tiling

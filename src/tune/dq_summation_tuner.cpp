@@ -28,14 +28,14 @@ DqTuneReport tune_dq_summation(const AttentionSpec& spec_in, const AttentionTune
   tuning::BackwardTuneRun run(spec, shape, who);
   report.density = run.pattern() ? run.pattern()->stats().density : 1.0;
   AttentionBackwardArgs args = run.args();
-  const AttentionInternals::DqChoiceInputs inputs = AttentionInternals::backward_dq_choice_inputs(run.attention(), args);
-  report.key_tiles_per_row = inputs.key_tiles_per_row;
+  const AttentionInternals::BackwardChoices chosen = AttentionInternals::backward_choices(run.attention(), args);
+  report.key_tiles_per_row = chosen.key_tiles_per_row;
   report.bucket = tuning::dq_bucket(shape.heads_q / shape.heads_kv, report.key_tiles_per_row,
-                                    {.gathered = inputs.gathered,
-                                     .beyond_l2 = inputs.accumulator_spills,
-                                     .narrow_queries = inputs.narrow_queries,
-                                     .banded = inputs.banded});
-  report.chosen_before = run.attention().dq_summation(args);
+                                    {.gathered = chosen.walk == BackwardWalk::gathered,
+                                     .beyond_l2 = chosen.accumulator_spills,
+                                     .narrow_queries = chosen.narrow_queries,
+                                     .banded = chosen.banded});
+  report.chosen_before = chosen.dq;
 
   // Each way once; the two must agree within the rounding of the dtype.
   auto gradients = [&](DqSummation way) {

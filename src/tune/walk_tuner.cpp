@@ -50,10 +50,8 @@ WalkTuneReport tune_backward_walk(const AttentionSpec& spec_in, const AttentionT
   auto add = [&](const AttentionBackwardArgs& a) {
     WalkTuneCandidate c;
     try {
-      c.walk = attention.backward_walk(a);
-      c.dq = attention.dq_summation(a);
-      c.tiling = attention.backward_tiling(a);
-      c.query_tile_cols = AttentionInternals::backward_dq_choice_inputs(attention, a).query_tile_cols;
+      const AttentionInternals::BackwardChoices runs = AttentionInternals::backward_choices(attention, a);
+      c.walk = runs.walk, c.dq = runs.dq, c.tiling = runs.tiling, c.query_tile_cols = runs.query_tile_cols;
     } catch (const InvalidArgument&) {
       ++report.not_runnable;  // (a walk, tile width or way this pattern or spec cannot take)
       return;

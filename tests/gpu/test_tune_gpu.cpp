@@ -29,6 +29,14 @@ double median_us(RowNorm& op, DeviceBuffer& x, DeviceBuffer& y, std::int64_t row
   return us[25];
 }
 
+// The autotune policy for a scope, off again however the scope ends.
+struct PolicyScope {
+  explicit PolicyScope(AutotunePolicy policy) { set_autotune_policy(policy); }
+  ~PolicyScope() { set_autotune_policy(AutotunePolicy::off); }
+  PolicyScope(const PolicyScope&) = delete;
+  PolicyScope& operator=(const PolicyScope&) = delete;
+};
+
 }  // namespace
 
 TEST_CASE("the tuner refuses a layout whose output is wrong and keeps one no slower than the default", "[gpu][tune]") {
@@ -169,11 +177,8 @@ TEST_CASE("tuning the forward of small pattern blocks times the picks per patter
   shape.batch = 1, shape.heads_q = 2, shape.heads_kv = 1, shape.seq_q = s, shape.seq_k = s;
   shape.pattern = &pattern;
   auto picked = [&](AutotunePolicy policy, const BlockPattern& p) {
-    set_autotune_policy(policy);
-    Attention attention(spec);
-    const std::string config = key(attention.forward_config(p, 2, 1));
-    set_autotune_policy(AutotunePolicy::off);
-    return config;
+    const PolicyScope scope(policy);
+    return key(Attention(spec).forward_config(p, 2, 1));
   };
   const std::string untuned = picked(AutotunePolicy::off, pattern), spec_tiling = key(Attention(spec).config());
   INFO("picked for the pattern " << untuned << ", the spec's tiling " << spec_tiling);
@@ -373,10 +378,7 @@ TEST_CASE("tuning how the backward walks a pattern stores the fastest way, and a
   ShapeArgs problem(spec, shape);
   AttentionBackwardArgs& args = problem.args;
   auto chosen = [&](AutotunePolicy policy, const AttentionBackwardArgs& a) {
-    struct PolicyFor {  // off again however the scope ends
-      explicit PolicyFor(AutotunePolicy p) { set_autotune_policy(p); }
-      ~PolicyFor() { set_autotune_policy(AutotunePolicy::off); }
-    } scope(policy);
+    const PolicyScope scope(policy);
     Attention attention(spec);
     const tuning::TunedWalk c{attention.backward_walk(a), 0, attention.dq_summation(a)};
     return std::pair{c, attention.backward_tiling(a)};

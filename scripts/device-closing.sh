@@ -33,10 +33,10 @@ timeout 120 ./build-gpu/sjit bench attention --iters 10 --density 1,0.5,0.25,0.1
   # Pattern blocks of 64 (the dK/dV pass skips a warpgroup's inactive keys), at d = 128 and 96.
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 64 --density 0.5,0.1 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 64 --d 96 --density 0.1 --backward
-  # Blocks of 64 where the key-block backward runs: d = 64, deterministic, and the 128-key pass forced
+  # Blocks of 64 where the key-block backward runs: d = 64, deterministic, and the 128-key pass asked
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 64 --d 64 --batch 4 --heads 32 --seq 4096 --density 0.25,0.1 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 64 --deterministic --density 0.25,0.1 --backward
-  SJIT_BACKWARD_WALK=tiles timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 64 --deterministic --density 0.25,0.1 --backward
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 64 --deterministic --density 0.25,0.1 --backward --walk tiles
   # Pattern blocks of 32 and 16: each pattern on the narrow or the wide tiles (the config column says
   # which), random blocks and a sliding window of 16 blocks.
   timeout 90 ./build-gpu/sjit bench attention --iters 10 --block 32 --density 0.5,0.25,0.1,0.02 --backward
@@ -47,11 +47,11 @@ timeout 120 ./build-gpu/sjit bench attention --iters 10 --density 1,0.5,0.25,0.1
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --d 64 --batch 4 --heads 32 --seq 4096 --density 0.25,0.1,0.02 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 32 --d 64 --batch 4 --heads 32 --seq 4096 --density 0.25,0.1,0.02 --backward
   # The gathered backward (chosen above for sparse random blocks of 16 and 32) against the 128-key
-  # CTAs' walk (forced), at d = 128 and 64.
-  SJIT_BACKWARD_WALK=packed timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --density 0.1,0.05 --backward
-  SJIT_BACKWARD_WALK=packed timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 32 --density 0.1,0.05 --backward
-  SJIT_BACKWARD_WALK=packed timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --d 64 --batch 4 --heads 32 --seq 4096 --density 0.25,0.1 --backward
-  SJIT_BACKWARD_WALK=packed timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 32 --d 64 --batch 4 --heads 32 --seq 4096 --density 0.25,0.1 --backward
+  # CTAs' walk (asked), at d = 128 and 64.
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --density 0.1,0.05 --backward --walk packed
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 32 --density 0.1,0.05 --backward --walk packed
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --d 64 --batch 4 --heads 32 --seq 4096 --density 0.25,0.1 --backward --walk packed
+  timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 32 --d 64 --batch 4 --heads 32 --seq 4096 --density 0.25,0.1 --backward --walk packed
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --window 8,7 --backward
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 16 --window 8,7 --config warps=4,mt=1,bn=16,stages=2,qreg=0,path=wgmma
   timeout 60 ./build-gpu/sjit bench attention --iters 10 --block 32 --window 4,3 --backward

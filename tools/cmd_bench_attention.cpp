@@ -26,6 +26,8 @@ struct AttentionBenchOptions {
   bool backward = false;
   bool deterministic = false;
   std::string dq;  // "" (chosen per call), atomic or pass
+  std::string walk;     // "" (chosen per call), tiles, packed or gathered: the pattern rows' backward
+  int query_tiles = 0;  // 0 (chosen per call), 64 or 128: the pattern rows' dK/dV query tiles
   bool queued = false;
   bool graph = false;
   std::string last_round = "auto";  // the persistent kernel's last round: auto, whole or split
@@ -54,6 +56,17 @@ int run_attention(const AttentionBenchOptions& o) {
   if (o.dq == "atomic") dq_asked = DqSummation::atomic;
   else if (o.dq == "pass") dq_asked = DqSummation::pass;
   else if (!o.dq.empty()) throw InvalidArgument(fmt::format("--dq {}: use atomic or pass", o.dq));
+  // --walk and --query-tiles: how the pattern rows' dK/dV pass walks their queries, where asked. A row
+  // whose pattern cannot take it shows why under the table; the dense row always walks tiles.
+  std::optional<BackwardWalk> walk_asked;
+  if (o.walk == "tiles") walk_asked = BackwardWalk::tiles;
+  else if (o.walk == "packed") walk_asked = BackwardWalk::packed;
+  else if (o.walk == "gathered") walk_asked = BackwardWalk::gathered;
+  else if (!o.walk.empty()) throw InvalidArgument(fmt::format("--walk {}: use tiles, packed or gathered", o.walk));
+  if (o.query_tiles != 0 && o.query_tiles != 64 && o.query_tiles != 128)
+    throw InvalidArgument(fmt::format("--query-tiles {}: use 64 or 128", o.query_tiles));
+  if (!o.backward && (dq_asked || walk_asked || o.query_tiles != 0))
+    throw InvalidArgument("--dq, --walk and --query-tiles choose how the backward runs: add --backward");
   const LastRound last_round = parse_last_round(o.last_round);
   if (!gpu_available()) throw NoDevice("sjit bench needs a GPU: " + system_info().no_gpu_reason);
   const DeviceInfo dev = current_device();
@@ -81,10 +94,13 @@ int run_attention(const AttentionBenchOptions& o) {
   const std::string dq_method = dq_asked                                   ? fmt::format("--dq {}", o.dq)
                                 : dq_env != nullptr && *dq_env != '\0' ? fmt::format("SJIT_BACKWARD_DQ={}", dq_env)
                                                                           : "chosen per call";
+  const std::string walk_method =
+      (walk_asked ? fmt::format(", --walk {}", o.walk) : "") +
+      (o.query_tiles ? fmt::format(", --query-tiles {}", o.query_tiles) : "");
   const std::string backward_mode = !o.backward ? ""
                                     : o.deterministic
-                                        ? "; deterministic backward"
-                                        : fmt::format("; backward, dQ atomic or by a pass ({})", dq_method);
+                                        ? fmt::format("; deterministic backward{}", walk_method)
+                                        : fmt::format("; backward, dQ atomic or by a pass ({}){}", dq_method, walk_method);
   fmt::print("device {}; B={} Hq={} Hkv={} Sq={} Sk={} D={} {} causal={}{}{}; median of {} runs{}\n",
              describe_device(dev), o.batch, o.heads, heads_kv, o.seq, seq_k, o.head_dim, name(dtype), o.causal,
              backward_mode, o.last_round == "auto" ? "" : "; last round " + o.last_round, o.iterations,
@@ -111,6 +127,14 @@ int run_attention(const AttentionBenchOptions& o) {
     bargs.batch = o.batch, bargs.heads_q = o.heads, bargs.heads_kv = heads_kv, bargs.seq_q = o.seq, bargs.seq_k = seq_k;
     bargs.dq_summation = dq_asked;
   }
+  // The backward's args for a row: its pattern, and the walk asked for pattern rows only.
+  auto backward_args_for = [&](const BlockPattern* pattern) {
+    bargs.pattern = pattern;
+    bargs.walk = pattern ? walk_asked : std::nullopt;
+    bargs.query_tile_cols = pattern ? o.query_tiles : 0;
+  };
+  // Pattern rows whose backward refused the walk or query tiles asked: the row's label and why.
+  std::vector<std::pair<std::string, std::string>> refusals;
   // The dense rows and the 'vs dense' columns: the tiling asked for, unless it takes patterns only
   // (wgmma_gather), where the device's dense default.
   Attention dense_attention(dense, config.path == AttentionPath::wgmma_gather ? AttentionConfig{} : config);
@@ -138,9 +162,14 @@ int run_attention(const AttentionBenchOptions& o) {
   // work), and its speedup over the dense step, timed once with the dense row. `args` holds the row's
   // pattern already.
   double dense_step_ms = 0;
-  auto backward_cells = [&](Attention& attention, const BlockPattern* pattern, double flops) {
+  auto backward_cells = [&](Attention& attention, const BlockPattern* pattern, double flops, bool refused) {
     if (!o.backward) return std::vector<std::string>{};
-    bargs.pattern = pattern;
+    if (refused) {
+      std::vector<std::string> cells(o.graph ? 9 : 7, "-");
+      cells[1] = "refused (below)";
+      return cells;
+    }
+    backward_args_for(pattern);
     const double bwd_ms = median_ms(o, [&] { attention.backward(bargs); });
     const StepTimes step = median_step_ms(
         o.warmup, o.iterations, {[&] { attention.forward(args); }, [&] { attention.backward(bargs); }}, o.queued);
@@ -159,7 +188,7 @@ int run_attention(const AttentionBenchOptions& o) {
     double bwd_vs_dense = 1;
     if (pattern != nullptr) {
       AttentionBackwardArgs dense_bargs = bargs;
-      dense_bargs.pattern = nullptr;
+      dense_bargs.pattern = nullptr, dense_bargs.walk = std::nullopt, dense_bargs.query_tile_cols = 0;
       const auto [ms, dense_now_ms] =
           paired_median_gpu_ms(o.warmup, o.iterations, [&] { attention.backward(bargs); },
                                [&] { dense_attention.backward(dense_bargs); }, o.queued);
@@ -182,10 +211,11 @@ int run_attention(const AttentionBenchOptions& o) {
   };
   // How long a call keeps the host (checks, lookups, tensor maps, launches), the GPU idle before it: a
   // run timed alone pays it before its first kernel, a queued one hides it.
-  auto host_cell = [&](Attention& attention, const BlockPattern* pattern) {
+  auto host_cell = [&](Attention& attention, const BlockPattern* pattern, bool refused) {
     const double fwd_us = median_host_us(o.iterations, [&] { attention.forward(args); });
     if (!o.backward) return fmt::format("{:.1f}", fwd_us);
-    bargs.pattern = pattern;
+    if (refused) return fmt::format("{:.1f} / -", fwd_us);
+    backward_args_for(pattern);
     return fmt::format("{:.1f} / {:.1f}", fwd_us, median_host_us(o.iterations, [&] { attention.backward(bargs); }));
   };
 
@@ -195,8 +225,8 @@ int run_attention(const AttentionBenchOptions& o) {
       "dense", "1", "-", fmt::format("{:.3f} ms", dense_ms), fmt::format("{:.0f}", dense_flops / dense_ms / 1e9),
       fmt::format("{:.0f}%", 100 * dense_flops / dense_ms / 1e9 / kH100PeakTflops), "1.00x", "-",
       key(dense_attention.config())};
-  for (auto& cell : backward_cells(dense_attention, nullptr, dense_flops)) dense_row.push_back(cell);
-  dense_row.push_back(host_cell(dense_attention, nullptr));
+  for (auto& cell : backward_cells(dense_attention, nullptr, dense_flops, false)) dense_row.push_back(cell);
+  dense_row.push_back(host_cell(dense_attention, nullptr, false));
   table.add(dense_row);
 
   std::vector<std::pair<std::string, BlockPattern>> patterns_to_run;
@@ -229,8 +259,18 @@ int run_attention(const AttentionBenchOptions& o) {
           fmt::format("{:.0f}%", 100 * tflops / kH100PeakTflops), fmt::format("{:.2f}x", dense_now_ms / ms),
           stats.density > 0 ? fmt::format("{:.2f}", ms / (dense_now_ms * stats.density)) : "-",
           key(attention.forward_config(pattern, o.heads, heads_kv))};
-      for (auto& cell : backward_cells(attention, &pattern, flops)) row.push_back(cell);
-      row.push_back(host_cell(attention, &pattern));
+      // A walk or query tiles asked that this pattern's backward cannot take: checked (nothing timed)
+      // before its backward columns, which then say so.
+      bool refused = false;
+      if (o.backward && (walk_asked || o.query_tiles != 0)) try {
+          backward_args_for(&pattern);
+          attention.backward_walk(bargs);
+        } catch (const InvalidArgument& e) {
+          refusals.emplace_back(kernel, e.what());
+          refused = true;
+        }
+      for (auto& cell : backward_cells(attention, &pattern, flops, refused)) row.push_back(cell);
+      row.push_back(host_cell(attention, &pattern, refused));
       table.add(row);
     };
     Attention runtime(sparse, config);
@@ -242,6 +282,7 @@ int run_attention(const AttentionBenchOptions& o) {
     args.pattern = nullptr;
   }
   table.print();
+  for (const auto& [row, why] : refusals) fmt::print("{}: backward not run: {}\n", row, why);
   fmt::print("TFLOP/s count 4*D per (query, key) pair the mask allows, over the active blocks only.\n"
              "'vs dense x density' is the time over (dense time x density): 1.00 is perfect scaling.\n"
              "A row's 'vs dense' columns use the dense kernels timed alternately with the row's (a, b, a, b, ..),\n"
@@ -254,9 +295,9 @@ int run_attention(const AttentionBenchOptions& o) {
                "dQ: summed atomically or by a pass of its own; 'gathered': the pattern ran the gathered backward\n"
                "(pattern blocks of 16, 32 and 64, a block a CTA); 'packed': the 128-key pass filled its query tiles\n"
                "from the blocks its keys see (blocks narrower than the tiles); neither: contiguous query tiles\n"
-               "(SJIT_BACKWARD_WALK=tiles|packed|gathered forces one, where it exists);\n"
+               "(--walk tiles|packed|gathered asks one of the pattern rows; SJIT_BACKWARD_WALK=... forces one where it exists);\n"
                "'64-query': at d = 64 the dK/dV pass ran 64-query tiles (blocks of 64, and of 16 or 32 on short walks;\n"
-               "128 otherwise).\n"
+               "128 otherwise; --query-tiles 64|128 asks one of the pattern rows).\n"
                "'bwd vs dense': the dense backward's time over the row's, the two timed alternately (a, b, a, b, ..);\n"
                "'bwd' is the row's timed apart, as 'fwd+bwd vs dense' compares with the dense row's step, timed first.\n");
   return 0;
@@ -291,6 +332,12 @@ Runner add_bench_attention(CLI::App& bench) {
   cmd->add_option("--dq", o->dq,
                   "With --backward: sum dQ this way, atomic or pass (default: chosen per call; "
                   "AttentionBackwardArgs::dq_summation)");
+  cmd->add_option("--walk", o->walk,
+                  "How the pattern rows' backward walks their queries: tiles | packed | gathered (default: chosen "
+                  "per call; AttentionBackwardArgs::walk). A row that cannot take it says why under the table");
+  cmd->add_option("--query-tiles", o->query_tiles,
+                  "The pattern rows' dK/dV query tiles: 64 | 128 (default: chosen per call; only d = 64 with pattern "
+                  "blocks of 16 or 32 has both; AttentionBackwardArgs::query_tile_cols)");
   cmd->add_option("--last-round", o->last_round,
                   "The persistent kernel's (wgmma_ws) last round of CTAs: auto, whole (every item on one CTA) or split "
                   "(its items shared out by key tiles)");

@@ -528,15 +528,17 @@ struct Attention::State {
     // The walk and its query tiles asked for, first to last: by the call, by the environment, by a
     // tuning stored for this pattern (tune_backward_walk, with its way of summing dQ; read only where
     // neither of the others asks, and the autotune policy is on or force).
-    const bool asked_elsewhere = a.walk || a.query_tile_cols != 0 || (!forced_walk.empty() && forced_walk != "auto") ||
-                                 forced_cols.has_value();
+    const bool environment_walks = !forced_walk.empty() && forced_walk != "auto";
+    const bool asked_elsewhere = a.walk || a.query_tile_cols != 0 || environment_walks || forced_cols.has_value();
     const std::optional<tuning::TunedWalk> tuned_walk =
         patterned && plan.sm90 && !asked_elsewhere
             ? tuning::tuned_backward_walk(backward_spec(true), a.pattern->digest(), group)
             : std::nullopt;
+    // (Query tiles asked by the call without a walk: the rules choose between the walks that have them.)
     const std::string_view walk_asked = a.walk       ? name(*a.walk)
                                         : tuned_walk ? name(tuned_walk->walk)
-                                                     : forced_walk;
+                                        : a.query_tile_cols != 0 && !environment_walks ? attention::kWalkWithQueryTiles
+                                                                                        : forced_walk;
     const std::optional<int> cols_asked = a.query_tile_cols != 0 ? std::optional<int>(a.query_tile_cols)
                                           : tuned_walk && tuned_walk->query_tile_cols != 0
                                               ? std::optional<int>(tuned_walk->query_tile_cols)

@@ -340,6 +340,20 @@ TEST_CASE("a walk and query tiles asked in the backward's args run as asked, and
       expect_gradients_close(c, run.gradients(), want);
     }
 
+  // Query tiles asked without a walk: the rules choose between the walks that have query tiles (this
+  // sparse pattern would otherwise gather, where its columns see enough blocks).
+  for (const int cols : {64, 128}) {
+    AttentionBackwardArgs args = run.backward_args();
+    INFO("query tiles " << cols << " asked without a walk; unasked it walks " << name(attention.backward_walk(args)));
+    args.query_tile_cols = cols;
+    CHECK(attention.backward_walk(args) != BackwardWalk::gathered);
+    CHECK_THAT(attention.backward_tiling(args), Catch::Contains(fmt::format("cols={},", cols)));
+    run.reload(in);
+    attention.backward(args);
+    synchronize();
+    expect_gradients_close(c, run.gradients(), want);
+  }
+
   // Asks this backward cannot run: query tiles with the gathered walk, and a tile width other than 64 or 128.
   AttentionBackwardArgs args = run.backward_args();
   args.walk = BackwardWalk::gathered, args.query_tile_cols = 64;

@@ -141,9 +141,11 @@ struct AttentionBackwardArgs {
   // SJIT_BACKWARD_WALK and SJIT_BACKWARD_QUERY_TILES, the winner tune_backward_walk stored for this
   // device, spec, pattern and GQA group (read where SJIT_AUTOTUNE is on or force; with it its way of
   // summing dQ, where dq_summation and SJIT_BACKWARD_DQ leave that open), the rules measured on the H100
-  // and the H200 (docs/attention.md). A walk or tile width this backward cannot run (packed blocks as
-  // wide as the tiles, gathered blocks of 128, a pattern with every block active, 64-query tiles at d
-  // = 128, query tiles with the gathered walk) is refused with InvalidArgument, naming what it runs.
+  // and the H200 (docs/attention.md); query tiles asked without a walk leave the rules to choose
+  // between tiles and packed, the walks that have them. A walk or tile width this backward cannot run
+  // (packed blocks as wide as the tiles, gathered blocks of 128, a pattern with every block active,
+  // 128-query tiles at d = 128, query tiles with the gathered walk) is refused with InvalidArgument,
+  // naming what it runs.
   std::optional<BackwardWalk> walk;
   int query_tile_cols = 0;
 };

@@ -308,7 +308,8 @@ struct Attention::State {
   // `group`: the call's query heads a K/V head (packing a band pays from fewer heads with more);
   // `gathered_sums_by_pass`: whether the gathered pass, if taken, would sum dQ by its dQ pass.
   // `asked`: a walk asked for (the call's, SJIT_BACKWARD_WALK's or a stored tuning's), taken where the
-  // pattern can take it; "" leaves it to the rules, whose choice is remembered.
+  // pattern can take it; "" leaves it to the rules, whose choice is remembered, and
+  // kWalkWithQueryTiles to the rules without the gathered walk (query tiles asked, no walk).
   attention::QueryWalk query_walk(const BlockPattern& pattern, const codegen::BackwardTiling& t, std::int64_t group,
                                   bool gathered_sums_by_pass, std::string_view asked) {
     // Blocks narrower than the tiles may pack or gather, blocks of 64 on 128-key CTAs may gather.
@@ -320,10 +321,13 @@ struct Attention::State {
       const bool gathers = codegen::gathered_backward_tiling(spec, codegen::BackwardPart::dkdv).has_value();
       return attention::choose_query_walk(spec, pattern, t.block_rows(), t.block_cols, group, gathers, by_pass, walk);
     };
-    if (!asked.empty() && asked != "auto") return choose(asked);
+    // (A walk forced by name costs nothing to choose; the rules' choice is remembered, with or without
+    // the gathered walk.)
+    const bool tiled_only = asked == attention::kWalkWithQueryTiles;
+    if (!asked.empty() && asked != "auto" && !tiled_only) return choose(asked);
     const std::uint64_t key = pattern.digest() ^ std::uint64_t(by_pass) ^ (std::uint64_t(t.block_cols) << 32) ^
-                              (std::uint64_t(group) << 40);
-    return remembered_choice(walk_choices, key, [&] { return choose(""); });
+                              (std::uint64_t(group) << 40) ^ (std::uint64_t(tiled_only) << 62);
+    return remembered_choice(walk_choices, key, [&] { return choose(tiled_only ? asked : ""); });
   }
   // The query rows of the key-major schedule the 128-key dK/dV pass of tiling `t` walks for `pattern`:
   // one pattern block where it packs them into its tiles, else its tiles'. (Where the gathered pass

@@ -583,15 +583,17 @@ struct Attention::State {
     // autotune policy off; remembered per process otherwise) decides only where nothing before it in
     // choose_dq_summation does; the gathered backward's, those of d = 64's 64-query tiles and those of
     // an accumulator beyond the L2 are stored apart.
+    const std::optional<DqSummation> walk_tuned_dq =
+        tuned_walk ? std::optional<DqSummation>(tuned_walk->dq) : std::nullopt;
     auto summation = [&](bool gathered) {
       const DqRuleCount count = rule_count(gathered);
       const std::optional<DqSummation> tuned =
-          tuned_walk ? std::optional<DqSummation>(tuned_walk->dq)
-                     : tuning::tuned_dq_summation(backward_spec(true), group, count.tiles_per_row,
-                                     {.gathered = gathered,
-                                      .beyond_l2 = plan.accumulator_spills,
-                                      .narrow_queries = narrow_queries && !gathered,
-                                      .banded = count.banded});
+          walk_tuned_dq ? walk_tuned_dq
+                        : tuning::tuned_dq_summation(backward_spec(true), group, count.tiles_per_row,
+                                                     {.gathered = gathered,
+                                                      .beyond_l2 = plan.accumulator_spills,
+                                                      .narrow_queries = narrow_queries && !gathered,
+                                                      .banded = count.banded});
       return attention::choose_dq_summation(spec, plan.sm90, count.tiles_per_row, group,
                                             attention::forced_dq_summation(), a.dq_summation, tuned, gathered,
                                             plan.accumulator_spills ? plan.key_tiles : 0,

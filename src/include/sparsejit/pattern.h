@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -159,6 +160,21 @@ BlockPattern random(int block_size, std::int64_t seq_q, std::int64_t seq_k, doub
 // one edge. top_k >= 1.
 BlockPattern from_graph(int block_size, std::int64_t seq_q, std::int64_t seq_k,
                         std::span<const std::pair<std::int64_t, std::int64_t>> edges, int top_k, int heads = 1);
+
+// From a function of blocks, as FlexAttention's block masks come from one: tile (r, c) of head h is
+// active iff active(h, r, c). It is called once a tile, heads x block_rows x block_cols times, head by
+// head, row by row, columns in order; what it throws passes through.
+BlockPattern from_predicate(int block_size, std::int64_t seq_q, std::int64_t seq_k,
+                            const std::function<bool(int head, std::int64_t q_block, std::int64_t k_block)>& active,
+                            int heads = 1);
+
+// Tiles active in a or in b (united), in both (intersected): a causal sliding window, a window with
+// global blocks, one head's learned blocks beside a shared band. Both patterns need the same block
+// size, block rows and block columns, and the same heads, or one of them a single head (shared by every
+// head of the other); the result has the larger count of heads. Throws InvalidArgument naming what
+// differs.
+BlockPattern united(const BlockPattern& a, const BlockPattern& b);
+BlockPattern intersected(const BlockPattern& a, const BlockPattern& b);
 
 }  // namespace patterns
 }  // namespace sjit

@@ -3,7 +3,7 @@
 # /usr/local/cuda), builds sparsejit into build/, and runs `sjit demo`. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-packages="cmake g++ make pkg-config libfmt-dev catch2 libcli11-dev nlohmann-json3-dev libxxhash-dev"
+packages="cmake g++ make pkg-config libfmt-dev catch2 libcli11-dev nlohmann-json3-dev libxxhash-dev libpng-dev"
 missing=""
 for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

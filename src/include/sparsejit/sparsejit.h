@@ -11,6 +11,7 @@
 #include "sparsejit/error.h"
 #include "sparsejit/jit.h"
 #include "sparsejit/pattern.h"
+#include "sparsejit/pattern_picture.h"
 #include "sparsejit/reference.h"
 #include "sparsejit/rownorm.h"
 #include "sparsejit/rownorm_spec.h"

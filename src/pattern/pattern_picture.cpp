@@ -1,0 +1,173 @@
+// Pictures of block-sparse patterns: the gray raster, the text picture, and PNG files (libpng, where
+// the build found it). Rules are stated in sparsejit/pattern_picture.h.
+#include "sparsejit/pattern_picture.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+
+#if SJIT_HAVE_PNG
+#include <png.h>
+#endif
+
+#include "cache/atomic_file.h"
+#include "sparsejit/error.h"
+
+namespace sjit {
+
+namespace {
+
+constexpr int kHeadsPerRow = 8;
+constexpr int kGap = 8;                  // white pixels between heads, and around them
+constexpr std::uint8_t kFrame = 96;      // a head's frame
+constexpr std::uint8_t kBackground = 255;
+constexpr float kSparsestCell = 200;     // a cell with any active block is at most this light
+
+void check_picture_args(std::string_view context, const BlockPattern& pattern, int head) {
+  if (pattern.block_size() == 0)
+    throw InvalidArgument(fmt::format("{}: the pattern is empty (default-constructed): nothing to draw", context));
+  if (head < -1 || head >= pattern.heads())
+    throw InvalidArgument(fmt::format("{}: head = {} is not in [0, {}) (the pattern's heads), nor -1 (every head)",
+                                      context, head, pattern.heads()));
+}
+
+// A head's block mask averaged into cells of `cell` x `cell` blocks: the share of each cell's blocks
+// that are active, row-major over ceil(rows / cell) x ceil(cols / cell) cells.
+std::vector<float> cell_shares(const BlockPattern& pattern, int head, std::int64_t cell, std::int64_t cell_rows,
+                               std::int64_t cell_cols) {
+  std::vector<std::int64_t> active(std::size_t(cell_rows * cell_cols), 0);
+  for (std::int64_t r = 0; r < pattern.block_rows(); ++r)
+    for (const std::int32_t c : pattern.row(head, r)) ++active[std::size_t(r / cell * cell_cols + c / cell)];
+  std::vector<float> share(active.size());
+  for (std::int64_t y = 0; y < cell_rows; ++y)
+    for (std::int64_t x = 0; x < cell_cols; ++x) {
+      // (The last row and column of cells may hold fewer blocks.)
+      const std::int64_t blocks = (std::min(pattern.block_rows(), (y + 1) * cell) - y * cell) *
+                                  (std::min(pattern.block_cols(), (x + 1) * cell) - x * cell);
+      share[std::size_t(y * cell_cols + x)] = float(active[std::size_t(y * cell_cols + x)]) / float(blocks);
+    }
+  return share;
+}
+
+}  // namespace
+
+std::uint8_t cell_gray(float share) {
+  return share <= 0.0f ? 255 : std::uint8_t(kSparsestCell * (1.0f - std::min(share, 1.0f)) + 0.5f);
+}
+
+PatternPicture draw(const BlockPattern& pattern, const PictureOptions& options) {
+  constexpr std::string_view context = "draw(pattern)";
+  check_picture_args(context, pattern, options.head);
+  if (options.max_side < 1 || options.min_side < 1)
+    throw InvalidArgument(fmt::format("{}: max_side = {} and min_side = {} must be at least 1", context,
+                                      options.max_side, options.min_side));
+  const std::int64_t longest = std::max(pattern.block_rows(), pattern.block_cols());
+  PatternPicture picture;
+  picture.blocks_per_cell = int((longest + options.max_side - 1) / options.max_side);
+  const std::int64_t cell = picture.blocks_per_cell;
+  const std::int64_t cell_rows = (pattern.block_rows() + cell - 1) / cell;
+  const std::int64_t cell_cols = (pattern.block_cols() + cell - 1) / cell;
+  const std::int64_t cells_longest = std::max(cell_rows, cell_cols);
+  picture.pixels_per_cell =
+      int(std::clamp<std::int64_t>(options.min_side / cells_longest, 1, std::max(1, options.max_side / int(cells_longest))));
+  const int pixels = picture.pixels_per_cell;
+
+  // Heads in a grid, each inside a one-pixel frame, kGap white pixels around and between them.
+  const int first = options.head < 0 ? 0 : options.head;
+  const int count = options.head < 0 ? pattern.heads() : 1;
+  const int grid_cols = std::min(count, kHeadsPerRow), grid_rows = (count + kHeadsPerRow - 1) / kHeadsPerRow;
+  const std::int64_t head_width = cell_cols * pixels + 2, head_height = cell_rows * pixels + 2;
+  const std::int64_t width = kGap + grid_cols * (head_width + kGap), height = kGap + grid_rows * (head_height + kGap);
+  if (width * height > (std::int64_t{1} << 31))
+    throw InvalidArgument(fmt::format("{}: the picture would be {} x {} pixels: give a smaller max_side (now {})",
+                                      context, width, height, options.max_side));
+  picture.width = int(width), picture.height = int(height);
+  picture.gray.assign(std::size_t(width * height), kBackground);
+  for (int i = 0; i < count; ++i) {
+    const std::int64_t left = kGap + (i % kHeadsPerRow) * (head_width + kGap);
+    const std::int64_t top = kGap + (i / kHeadsPerRow) * (head_height + kGap);
+    for (std::int64_t x = 0; x < head_width; ++x)
+      picture.gray[std::size_t(top * width + left + x)] = picture.gray[std::size_t((top + head_height - 1) * width + left + x)] = kFrame;
+    for (std::int64_t y = 0; y < head_height; ++y)
+      picture.gray[std::size_t((top + y) * width + left)] = picture.gray[std::size_t((top + y) * width + left + head_width - 1)] = kFrame;
+    const std::vector<float> share = cell_shares(pattern, first + i, cell, cell_rows, cell_cols);
+    for (std::int64_t y = 0; y < cell_rows * pixels; ++y)
+      for (std::int64_t x = 0; x < cell_cols * pixels; ++x) {
+        const float s = share[std::size_t(y / pixels * cell_cols + x / pixels)];
+        picture.gray[std::size_t((top + 1 + y) * width + left + 1 + x)] = cell_gray(s);
+      }
+  }
+  return picture;
+}
+
+std::string draw_text(const BlockPattern& pattern, int head, int max_cols) {
+  constexpr std::string_view context = "draw_text(pattern)";
+  check_picture_args(context, pattern, head);
+  if (head < 0) throw InvalidArgument(fmt::format("{}: head = -1: a text picture shows one head", context));
+  if (max_cols < 1) throw InvalidArgument(fmt::format("{}: max_cols = {} must be at least 1", context, max_cols));
+  const std::int64_t longest = std::max(pattern.block_rows(), pattern.block_cols());
+  const std::int64_t cell = (longest + max_cols - 1) / max_cols;
+  const std::int64_t cell_rows = (pattern.block_rows() + cell - 1) / cell;
+  const std::int64_t cell_cols = (pattern.block_cols() + cell - 1) / cell;
+  const std::vector<float> share = cell_shares(pattern, head, cell, cell_rows, cell_cols);
+  std::string text;
+  for (std::int64_t y = 0; y < cell_rows; ++y) {
+    for (std::int64_t x = 0; x < cell_cols; ++x) {
+      const float s = share[std::size_t(y * cell_cols + x)];
+      text += s == 1.0f ? '#' : s > 0.0f ? '+' : '.';
+    }
+    text += '\n';
+  }
+  return text;
+}
+
+bool png_support() { return SJIT_HAVE_PNG != 0; }
+
+void save_png(const PatternPicture& picture, const std::filesystem::path& path) {
+  if (picture.width < 1 || picture.height < 1 ||
+      picture.gray.size() != std::size_t(picture.width) * std::size_t(picture.height))
+    throw InvalidArgument(fmt::format("save_png('{}'): the picture is {} x {} pixels with {} values: draw() one first",
+                                      path.string(), picture.width, picture.height, picture.gray.size()));
+#if SJIT_HAVE_PNG
+  // Encoded in memory first, so that the file is written (and renamed over `path`) whole.
+  std::string bytes;
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png ? png_create_info_struct(png) : nullptr;
+  if (!info) {
+    png_destroy_write_struct(&png, nullptr);
+    throw Error(fmt::format("save_png('{}'): libpng could not start (out of memory)", path.string()));
+  }
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_write_struct(&png, &info);
+    throw Error(fmt::format("save_png('{}'): libpng failed to encode the picture", path.string()));
+  }
+  png_set_write_fn(
+      png, &bytes,
+      [](png_structp p, png_bytep data, png_size_t length) {
+        static_cast<std::string*>(png_get_io_ptr(p))->append(reinterpret_cast<const char*>(data), length);
+      },
+      nullptr);
+  png_set_IHDR(png, info, png_uint_32(picture.width), png_uint_32(picture.height), 8, PNG_COLOR_TYPE_GRAY,
+               PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  for (int y = 0; y < picture.height; ++y)
+    png_write_row(png, picture.gray.data() + std::size_t(y) * std::size_t(picture.width));
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  try {
+    cache::TemporaryFile file(path, 0644);
+    file.write(bytes);
+    file.sync();
+    file.publish();
+  } catch (const cache::FileError& e) {
+    throw Error(fmt::format("save_png: cannot save '{}': {}", path.string(), e.what()));
+  }
+#else
+  throw Error(fmt::format("save_png('{}'): this build of sparsejit has no libpng (install libpng-dev and build "
+                          "again); draw() gives the picture's pixels",
+                          path.string()));
+#endif
+}
+
+}  // namespace sjit

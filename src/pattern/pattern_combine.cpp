@@ -1,8 +1,10 @@
-// Patterns made from other patterns or from a function of blocks: from_predicate, united, intersected.
+// Patterns made from other patterns, from a function of blocks or from scores of blocks: united,
+// intersected, from_predicate, from_scores.
 // Rules are stated in pattern.h.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <span>
 #include <vector>
@@ -72,6 +74,62 @@ BlockPattern from_predicate(int block_size, std::int64_t seq_q, std::int64_t seq
           check_total_blocks(context, ++total);  // (before the memory is taken)
           bsr.add(c);
         }
+      bsr.end_row();
+    }
+  return bsr.finish(block_size, shape.block_rows, shape.block_cols, heads);
+}
+
+BlockPattern from_scores(int block_size, std::int64_t seq_q, std::int64_t seq_k, std::span<const float> scores,
+                         const BlockSelection& keep, int heads) {
+  constexpr std::string_view context = "patterns::from_scores";
+  const BlockShape shape = checked_shape(context, block_size, seq_q, seq_k, heads);
+  if (keep.top_k < 0) throw InvalidArgument(fmt::format("{}: top_k = {} must be 0 (no cap) or more", context, keep.top_k));
+  if (!(keep.mass > 0 && keep.mass <= 1))
+    throw InvalidArgument(fmt::format("{}: mass = {} must be in (0, 1]", context, keep.mass));
+  if (keep.top_k == 0 && keep.mass == 1)
+    throw InvalidArgument(fmt::format("{}: top_k = 0 and mass = 1 keep every tile: give a top_k, or a mass below 1",
+                                      context));
+  const std::int64_t cols = shape.block_cols, per_head = shape.block_rows * cols;
+  if (std::int64_t(scores.size()) != heads * per_head)
+    throw InvalidArgument(fmt::format("{}: {} scores for {} head(s) of {} x {} blocks: give {} ([heads][block_rows][block_cols])",
+                                      context, scores.size(), heads, shape.block_rows, cols, heads * per_head));
+  const bool by_mass = keep.mass < 1;
+  for (std::size_t i = 0; i < scores.size(); ++i)
+    if (!std::isfinite(scores[i]) || (by_mass && scores[i] < 0))
+      throw InvalidArgument(fmt::format("{}: the score of head {}, block row {}, block column {} is {}: scores must be "
+                                        "finite{}",
+                                        context, std::int64_t(i) / per_head, std::int64_t(i) % per_head / cols,
+                                        std::int64_t(i) % cols, scores[i],
+                                        by_mass ? ", and at least 0 with a mass below 1 (a share of the row's total)" : ""));
+  BsrAssembler bsr(context);
+  std::vector<std::int64_t> order(static_cast<std::size_t>(cols)), taken;
+  std::int64_t total_taken = 0;
+  for (int head = 0; head < heads; ++head)
+    for (std::int64_t r = 0; r < shape.block_rows; ++r) {
+      const float* row = scores.data() + head * per_head + r * cols;
+      // The tiles best first (ties: the smaller column), the diagonal ahead of them where asked.
+      for (std::int64_t c = 0; c < cols; ++c) order[std::size_t(c)] = c;
+      const bool diagonal_first = keep.diagonal && r < cols;
+      std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+        if (diagonal_first && (a == r || b == r)) return a == r && b != r;
+        return row[a] > row[b];
+      });
+      double total = 0;
+      if (by_mass)
+        for (std::int64_t c = 0; c < cols; ++c) total += row[c];
+      taken.clear();
+      double sum = 0;
+      for (const std::int64_t c : order) {
+        if (keep.top_k > 0 && std::int64_t(taken.size()) >= keep.top_k) break;
+        const bool forced = diagonal_first && c == r;
+        if (by_mass && !forced && (sum >= keep.mass * total || row[c] <= 0)) break;
+        taken.push_back(c);
+        sum += row[c];
+      }
+      std::sort(taken.begin(), taken.end());
+      total_taken += std::int64_t(taken.size());
+      check_total_blocks(context, total_taken);
+      for (const std::int64_t c : taken) bsr.add(c);
       bsr.end_row();
     }
   return bsr.finish(block_size, shape.block_rows, shape.block_cols, heads);

@@ -1,10 +1,13 @@
-// Patterns made from a function of blocks (patterns::from_predicate) and from other patterns
-// (patterns::united, patterns::intersected), checked against their definitions on dense block masks.
+// Patterns made from a function of blocks (patterns::from_predicate), from scores of blocks
+// (patterns::from_scores) and from other patterns (patterns::united, patterns::intersected), checked
+// against their definitions on dense block masks and score tables.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <tuple>
 #include <utility>
@@ -117,4 +120,93 @@ TEST_CASE("combining patterns of different shapes, an empty pattern or predicate
                                                return true;
                                              }),
                     Contains("row 3 is not ready"));
+}
+
+TEST_CASE("from_scores: each row keeps its best tiles, by count or by a share of its total", "[pattern]") {
+  const std::uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const int heads = 2;
+  const std::int64_t rows = 12, cols = 20, bs = 16;
+  std::vector<float> scores(std::size_t(heads * rows * cols));
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  for (auto& s : scores) s = uniform(rng) < 0.2f ? 0.0f : uniform(rng);  // some tiles never attended
+  scores[std::size_t(3 * cols + 5)] = scores[std::size_t(3 * cols + 9)] = 0.99f;  // a tie: column 5 first
+  auto score = [&](int h, std::int64_t r, std::int64_t c) { return scores[std::size_t((h * rows + r) * cols + c)]; };
+
+  // Top k, without the diagonal: no tile left out outscores a kept one (ties to the smaller column).
+  for (const std::int64_t k : {1, 4, 19, 25}) {
+    const BlockPattern p = patterns::from_scores(bs, rows * bs, cols * bs, scores, {.top_k = k, .diagonal = false}, heads);
+    for (int h = 0; h < heads; ++h)
+      for (std::int64_t r = 0; r < rows; ++r) {
+        INFO("top_k " << k << ", head " << h << ", row " << r);
+        REQUIRE(std::int64_t(p.row(h, r).size()) == std::min(k, cols));
+        for (std::int64_t kept : p.row(h, r))
+          for (std::int64_t c = 0; c < cols; ++c)
+            if (!p.active(h, r, c))
+              REQUIRE((score(h, r, kept) > score(h, r, c) || (score(h, r, kept) == score(h, r, c) && kept < c)));
+      }
+  }
+  const BlockPattern one = patterns::from_scores(bs, rows * bs, cols * bs, scores, {.top_k = 1, .diagonal = false}, heads);
+  CHECK(std::vector<std::int32_t>(one.row(0, 3).begin(), one.row(0, 3).end()) == std::vector<std::int32_t>{5});
+  // With the diagonal: it is kept, and counts toward top_k.
+  const BlockPattern diag = patterns::from_scores(bs, rows * bs, cols * bs, scores, {.top_k = 3}, heads);
+  for (int h = 0; h < heads; ++h)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      REQUIRE(diag.active(h, r, r));
+      REQUIRE(diag.row(h, r).size() == 3);
+    }
+
+  // By mass: the fewest tiles, best first, whose scores reach the share; none scored 0.
+  for (const double mass : {0.3, 0.75, 0.999}) {
+    const BlockPattern p =
+        patterns::from_scores(bs, rows * bs, cols * bs, scores, {.mass = mass, .diagonal = false}, heads);
+    for (int h = 0; h < heads; ++h)
+      for (std::int64_t r = 0; r < rows; ++r) {
+        INFO("mass " << mass << ", head " << h << ", row " << r);
+        double total = 0, kept_sum = 0;
+        float smallest_kept = 2, largest_left = -1;
+        for (std::int64_t c = 0; c < cols; ++c) {
+          total += score(h, r, c);
+          if (p.active(h, r, c)) {
+            kept_sum += score(h, r, c);
+            smallest_kept = std::min(smallest_kept, score(h, r, c));
+          } else {
+            largest_left = std::max(largest_left, score(h, r, c));
+          }
+        }
+        REQUIRE(kept_sum >= mass * total * (1 - 1e-6));
+        REQUIRE(kept_sum - smallest_kept < mass * total);  // none could go
+        REQUIRE(smallest_kept >= largest_left);
+        REQUIRE(smallest_kept > 0);
+      }
+  }
+  // A row with nothing attended keeps nothing, or its diagonal.
+  std::vector<float> zeros(std::size_t(rows * cols), 0.0f);
+  CHECK(patterns::from_scores(bs, rows * bs, cols * bs, zeros, {.mass = 0.9, .diagonal = false}).nnz() == 0);
+  CHECK(patterns::from_scores(bs, rows * bs, cols * bs, zeros, {.mass = 0.9}) ==
+        patterns::sliding_window(bs, rows * bs, cols * bs, 0, 0));
+  // Scores that may be negative (pooled q . k) with top_k.
+  std::vector<float> logits(std::size_t(rows * cols));
+  for (std::int64_t i = 0; i < rows * cols; ++i) logits[std::size_t(i)] = -float(i % cols);  // column 0 best
+  CHECK(patterns::from_scores(bs, rows * bs, cols * bs, logits, {.top_k = 2, .diagonal = false}) ==
+        patterns::from_predicate(bs, rows * bs, cols * bs, [](int, std::int64_t, std::int64_t c) { return c < 2; }));
+}
+
+TEST_CASE("from_scores refuses bad scores and selections, naming them", "[pattern]") {
+  std::vector<float> scores(4 * 4, 1.0f);
+  CHECK_THROWS_WITH(patterns::from_scores(16, 64, 64, std::span<const float>(scores).first(15), {.top_k = 2}),
+                    Contains("15 scores for 1 head(s) of 4 x 4 blocks: give 16"));
+  scores[6] = std::nanf("");
+  CHECK_THROWS_WITH(patterns::from_scores(16, 64, 64, scores, {.top_k = 2}),
+                    Contains("head 0, block row 1, block column 2 is nan"));
+  scores[6] = -0.5f;
+  CHECK_NOTHROW(patterns::from_scores(16, 64, 64, scores, {.top_k = 2}));
+  CHECK_THROWS_WITH(patterns::from_scores(16, 64, 64, scores, {.mass = 0.5}),
+                    Contains("is -0.5") && Contains("at least 0 with a mass below 1"));
+  scores[6] = 1.0f;
+  CHECK_THROWS_WITH(patterns::from_scores(16, 64, 64, scores, {.top_k = -1}), Contains("top_k = -1"));
+  CHECK_THROWS_WITH(patterns::from_scores(16, 64, 64, scores, {.mass = 0}), Contains("mass = 0 must be in (0, 1]"));
+  CHECK_THROWS_WITH(patterns::from_scores(16, 64, 64, scores, {.mass = 1.5}), Contains("mass = 1.5"));
+  CHECK_THROWS_WITH(patterns::from_scores(16, 64, 64, scores, {}), Contains("keep every tile"));
 }

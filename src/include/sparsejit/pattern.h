@@ -161,6 +161,23 @@ BlockPattern random(int block_size, std::int64_t seq_q, std::int64_t seq_k, doub
 BlockPattern from_graph(int block_size, std::int64_t seq_q, std::int64_t seq_k,
                         std::span<const std::pair<std::int64_t, std::int64_t>> edges, int top_k, int heads = 1);
 
+// Learned patterns: which tiles a row keeps, by a score per tile (higher is more important).
+struct BlockSelection {
+  std::int64_t top_k = 0;   // at most this many tiles a row (0: no cap)
+  double mass = 1.0;        // below 1: the fewest tiles, best first, whose scores reach this share of
+                            // the row's total (scores >= 0, as attention mass is); 1: no such stop
+  bool diagonal = true;     // keep tile (r, r) of every row that has one, first (it counts toward both)
+};
+
+// From scores [heads][block_rows][block_cols], row-major: attention mass per tile measured on sample
+// inputs, pooled q . k, a gradient's norm. Each row takes its tiles in order of score (ties: the smaller
+// column), the diagonal first where asked, while fewer than top_k are taken (top_k > 0) and, with mass
+// < 1, while their scores sum to less than mass x the row's total and the next scores above 0. Throws
+// InvalidArgument naming the first bad score (NaN or infinite; negative where mass < 1) by head, row and
+// column, a wrong count of scores, top_k < 0, mass outside (0, 1], or top_k 0 with mass 1 (every tile).
+BlockPattern from_scores(int block_size, std::int64_t seq_q, std::int64_t seq_k, std::span<const float> scores,
+                         const BlockSelection& keep, int heads = 1);
+
 // From a function of blocks, as FlexAttention's block masks come from one: tile (r, c) of head h is
 // active iff active(h, r, c). It is called once a tile, heads x block_rows x block_cols times, head by
 // head, row by row, columns in order; what it throws passes through.

@@ -131,7 +131,7 @@ TEST_CASE("from_scores: each row keeps its best tiles, by count or by a share of
   std::vector<float> scores(std::size_t(heads * rows * cols));
   std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
   for (auto& s : scores) s = uniform(rng) < 0.2f ? 0.0f : uniform(rng);  // some tiles never attended
-  scores[std::size_t(3 * cols + 5)] = scores[std::size_t(3 * cols + 9)] = 0.99f;  // a tie: column 5 first
+  scores[std::size_t(3 * cols + 5)] = scores[std::size_t(3 * cols + 9)] = 1.5f;  // a tie above all: column 5 first
   auto score = [&](int h, std::int64_t r, std::int64_t c) { return scores[std::size_t((h * rows + r) * cols + c)]; };
 
   // Top k, without the diagonal: no tile left out outscores a kept one (ties to the smaller column).

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -37,6 +38,10 @@ BlockShape checked_shape(std::string_view context, int block_size, std::int64_t 
 // The XXH3-64 digest of a pattern's fields (pattern_io.cpp: the file body from block_size to col_idx).
 std::uint64_t digest_of(int block_size, std::int64_t block_rows, std::int64_t block_cols, int heads,
                         const std::vector<std::int32_t>& row_ptr, const std::vector<std::int32_t>& col_idx);
+
+// Writes `bytes` to a temporary file in `path`'s folder, synced, then renamed over `path`: readers see
+// the old file or the new one whole. Throws Error "<context>: cannot save '<path>': <OS error>".
+void save_whole_file(std::string_view context, const std::filesystem::path& path, std::string_view bytes);
 
 // Assembles one head's BSR row by row (columns of a row in increasing order), then repeats it for every
 // head or takes further heads' rows, and hands the arrays to BlockPattern's checking constructor.

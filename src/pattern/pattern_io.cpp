@@ -184,17 +184,18 @@ BlockPattern BlockPattern::decode(std::string_view bytes, std::string_view conte
 
 BlockPattern BlockPattern::from_bytes(std::string_view bytes) { return decode(bytes, "pattern bytes"); }
 
-void BlockPattern::save(const fs::path& path) const {
-  const std::string bytes = to_bytes();
+void pattern_detail::save_whole_file(std::string_view context, const fs::path& path, std::string_view bytes) {
   try {
     cache::TemporaryFile file(path, 0644);
     file.write(bytes);
     file.sync();
     file.publish();
   } catch (const cache::FileError& e) {
-    throw Error(fmt::format("pattern: cannot save '{}': {}", path.string(), e.what()));
+    throw Error(fmt::format("{}: cannot save '{}': {}", context, path.string(), e.what()));
   }
 }
+
+void BlockPattern::save(const fs::path& path) const { pattern_detail::save_whole_file("pattern", path, to_bytes()); }
 
 BlockPattern BlockPattern::load(const fs::path& path) {
   const std::string context = fmt::format("pattern file '{}'", path.string());

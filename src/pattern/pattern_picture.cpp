@@ -11,7 +11,7 @@
 #include <png.h>
 #endif
 
-#include "cache/atomic_file.h"
+#include "pattern/pattern_internal.h"
 #include "sparsejit/error.h"
 
 namespace sjit {
@@ -155,14 +155,7 @@ void save_png(const PatternPicture& picture, const std::filesystem::path& path) 
     png_write_row(png, picture.gray.data() + std::size_t(y) * std::size_t(picture.width));
   png_write_end(png, nullptr);
   png_destroy_write_struct(&png, &info);
-  try {
-    cache::TemporaryFile file(path, 0644);
-    file.write(bytes);
-    file.sync();
-    file.publish();
-  } catch (const cache::FileError& e) {
-    throw Error(fmt::format("save_png: cannot save '{}': {}", path.string(), e.what()));
-  }
+  pattern_detail::save_whole_file("save_png", path, bytes);
 #else
   throw Error(fmt::format("save_png('{}'): this build of sparsejit has no libpng (install libpng-dev and build "
                           "again); draw() gives the picture's pixels",

@@ -1,5 +1,6 @@
-// sjit pattern build KIND ... -o FILE | show FILE | draw FILE -o PNG: pattern files for `sjit bench
-// attention --pattern` and `sjit tune attention --pattern`, their statistics and their pictures.
+// sjit pattern build KIND ... -o FILE | combine union|intersection FILES -o FILE | show FILE | draw FILE
+// -o PNG: pattern files for `sjit bench attention --pattern` and `sjit tune attention --pattern`, their
+// statistics and their pictures.
 #include <fmt/format.h>
 
 #include <map>
@@ -96,6 +97,14 @@ Runner add_pattern(CLI::App& app) {
   show->add_option("--head", *show_head, "The head to picture (default 0)");
   show->add_option("--cols", *show_cols, "Characters a line the picture may take (default 64)");
 
+  auto how = std::make_shared<std::string>();
+  auto inputs = std::make_shared<std::vector<std::string>>();
+  auto combined_out = std::make_shared<std::string>();
+  auto* combine = cmd->add_subcommand("combine", "The union or intersection of pattern files (patterns::united, intersected)");
+  combine->add_option("how", *how, "union (tiles active in any file) | intersection (in every file)")->required();
+  combine->add_option("files", *inputs, "Two or more pattern files of one shape")->required()->expected(2, -1);
+  combine->add_option("-o,--out", *combined_out, "The pattern file to write")->required();
+
   auto draw_file = std::make_shared<std::string>();
   auto draw_out = std::make_shared<std::string>();
   auto draw_options = std::make_shared<PictureOptions>();
@@ -118,6 +127,16 @@ Runner add_pattern(CLI::App& app) {
       const std::int64_t cell = (std::max(p.block_rows(), p.block_cols()) + *show_cols - 1) / *show_cols;
       fmt::print("head {} ('#' every block of a cell active, '+' some, '.' none; a cell is {} x {} block{}):\n{}",
                  *show_head, cell, cell, cell == 1 ? "" : "s", picture);
+    } else if (combine->parsed()) {
+      if (*how != "union" && *how != "intersection")
+        throw InvalidArgument(fmt::format("sjit pattern combine {}: use union or intersection", *how));
+      BlockPattern p = BlockPattern::load(inputs->front());
+      for (std::size_t i = 1; i < inputs->size(); ++i) {
+        const BlockPattern next = BlockPattern::load((*inputs)[i]);
+        p = *how == "union" ? patterns::united(p, next) : patterns::intersected(p, next);
+      }
+      p.save(*combined_out);
+      print_summary(fmt::format("wrote {}", *combined_out), p);
     } else if (draw_cmd->parsed()) {
       const BlockPattern p = BlockPattern::load(*draw_file);
       const PatternPicture picture = draw(p, *draw_options);

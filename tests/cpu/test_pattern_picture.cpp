@@ -132,7 +132,8 @@ TEST_CASE("save_png writes the picture that libpng reads back, or says the build
   CHECK_THROWS_WITH(save_png(picture, dir.path() / "no-such-folder" / "p.png"), Contains("cannot save"));
 }
 
-TEST_CASE("sjit pattern build writes the builder's pattern, show prints its statistics, draw its picture",
+TEST_CASE("sjit pattern build writes the builder's pattern, show prints its statistics, draw its picture, "
+          "combine unites or intersects files",
           "[pattern][tool]") {
   const test::TempDir dir("sjit-picture");
   const std::string file = (dir.path() / "w.bsr").string();
@@ -168,6 +169,21 @@ TEST_CASE("sjit pattern build writes the builder's pattern, show prints its stat
     CHECK(status != 0);
     CHECK_THAT(out, Contains("has no libpng"));
   }
+  // The union and intersection of files: the library's.
+  const std::string window_file = (dir.path() / "a.bsr").string(), random_file = (dir.path() / "b.bsr").string();
+  want.save(window_file);
+  const BlockPattern random = patterns::random(32, 1000, 800, 0.2, 5);
+  random.save(random_file);
+  for (const std::string how : {"union", "intersection"}) {
+    out = test::run_tool(fmt::format("pattern combine {} '{}' '{}' -o '{}'", how, window_file, random_file, file), &status);
+    INFO(how);
+    CHECK(status == 0);
+    CHECK(BlockPattern::load(file) ==
+          (how == "union" ? patterns::united(want, random) : patterns::intersected(want, random)));
+  }
+  out = test::run_tool(fmt::format("pattern combine xor '{}' '{}' -o '{}'", window_file, random_file, file), &status);
+  CHECK(status != 0);
+  CHECK_THAT(out, Contains("use union or intersection"));
   // Refusals, each naming what was wrong.
   out = test::run_tool(fmt::format("pattern build window --seq 1000 --density 0.3 -o '{}'", file), &status);
   CHECK(status != 0);

@@ -19,48 +19,6 @@
 namespace sjit::tool {
 namespace {
 
-// ---- Row normalizers: forward and backward of 64 rows against reference::rownorm_*.
-
-struct RowNormOutcome {
-  double max_error = 0;    // largest |gpu - reference| over forward and backward
-  double worst_sum = 0;    // largest |sum(y) - 1| over the rows
-  double mean_support = 0;
-};
-
-RowNormOutcome check_rownorm(const RowNormSpec& spec, std::mt19937_64& rng) {
-  const int n = spec.n;
-  const std::int64_t rows = 64;
-  const std::size_t elements = std::size_t(rows) * n, bytes = elements * size_of(spec.dtype);
-  const demo::Tensor x = demo::random_tensor(std::int64_t(elements), spec.dtype, rng, 2.0f);
-  const demo::Tensor g = demo::random_tensor(std::int64_t(elements), spec.dtype, rng, 2.0f);
-  DeviceBuffer dy = demo::poisoned(bytes), dgrad = demo::poisoned(bytes), support(rows * 4);
-  RowNorm op(spec);
-  op.forward({x.device.data(), dy.data(), rows, 0, 0, 1.0f, support.as<std::int32_t>()});
-  op.backward({dy.data(), g.device.data(), dgrad.data(), rows});
-  synchronize();
-  const std::vector<float> y = demo::download(dy, spec.dtype, elements), grad = demo::download(dgrad, spec.dtype, elements);
-  std::vector<std::int32_t> sizes(rows);
-  support.download(sizes.data(), rows * 4);
-
-  RowNormOutcome out;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const std::vector<double> z(x.values.begin() + r * n, x.values.begin() + (r + 1) * n);
-    const std::vector<double> yr(y.begin() + r * n, y.begin() + (r + 1) * n);
-    const std::vector<double> gr(g.values.begin() + r * n, g.values.begin() + (r + 1) * n);
-    const auto want_y = reference::rownorm_forward(spec, z);
-    const auto want_dx = reference::rownorm_backward(spec, yr, gr);
-    double sum = 0;
-    for (int i = 0; i < n; ++i) {
-      out.max_error = std::max({out.max_error, std::abs(y[r * n + i] - want_y[i]), std::abs(grad[r * n + i] - want_dx[i])});
-      if (std::isnan(y[r * n + i]) || std::isnan(grad[r * n + i])) out.max_error = INFINITY;
-      sum += y[r * n + i];
-    }
-    out.worst_sum = std::max(out.worst_sum, std::abs(sum - 1.0));
-    out.mean_support += double(sizes[r]) / rows;
-  }
-  return out;
-}
-
 // ---- Compiling every kernel key up front, in parallel, with progress.
 
 struct Compiled {
@@ -185,9 +143,8 @@ Runner add_demo(CLI::App& app) {
       } else if (!run) {
         row.insert(row.end(), {"-", "-", "-", not_run});
       } else {
-        const RowNormOutcome o = check_rownorm(spec, rng);
-        const double tolerance = spec.dtype == DType::f32 ? 1e-4 : 2e-2;
-        const bool ok = o.max_error <= tolerance && o.worst_sum <= (spec.dtype == DType::f32 ? 1e-5 : 2e-2);
+        const demo::RowNormOutcome o = demo::check_rownorm(spec, 64, rng);
+        const bool ok = o.ok(spec.dtype);
         ++checks, failures += ok ? 0 : 1;
         row.insert(row.end(), {fmt::format("{:.1e}", o.max_error), fmt::format("{:.1e}", o.worst_sum),
                                fmt::format("{:.1f}/{}", o.mean_support, spec.n), ok ? "ok" : "MISMATCH"});

@@ -23,6 +23,7 @@ Runner add_warmup(CLI::App& app);
 Runner add_cache(CLI::App& app);
 Runner add_tune(CLI::App& app);
 Runner add_pattern(CLI::App& app);
+Runner add_check(CLI::App& app);
 Runner add_bench_jit(CLI::App& bench);        // "bench jit", under the bench command
 Runner add_bench_attention(CLI::App& bench);  // "bench attention"
 Runner add_bench_e23(CLI::App& bench);        // "bench e23"

@@ -30,6 +30,30 @@ struct Case {
   std::function<Outcome()> check;        // runs on the GPU against the float64 reference
 };
 
+// Attention checked on random inputs against the float64 reference (the GPU tests' bounds): the forward,
+// or the forward then the backward, of `spec` with `config` (a baked spec around `pattern`) on `shape`.
+struct AttentionCheckShape {
+  std::int64_t batch = 1, heads_q = 2, heads_kv = 2, seq_q = 512, seq_k = 512;
+};
+Outcome check_attention_forward(const AttentionSpec& spec, const AttentionCheckShape& shape,
+                                const BlockPattern* pattern, const AttentionConfig& config, std::mt19937_64& rng);
+Outcome check_attention_backward(const AttentionSpec& spec, const AttentionCheckShape& shape,
+                                 const BlockPattern* pattern, const AttentionConfig& config, std::mt19937_64& rng);
+
+// The E23 cell at the demo's shape (B2 T4): the forward, or the backward through time.
+Outcome check_e23_forward(const E23Spec& spec, std::mt19937_64& rng);
+Outcome check_e23_backward(const E23Spec& spec, std::mt19937_64& rng);
+std::string e23_check_run();  // "B2 T4"
+
+// A row normalizer's forward and backward of `rows` random rows: the largest error against the float64
+// reference, the worst |sum(y) - 1|, the mean support; ok() with the demo's bounds (f32 1e-4 and 1e-5,
+// half precision 2e-2).
+struct RowNormOutcome {
+  double max_error = 0, worst_sum = 0, mean_support = 0;
+  bool ok(DType dtype) const;
+};
+RowNormOutcome check_rownorm(const RowNormSpec& spec, std::int64_t rows, std::mt19937_64& rng);
+
 // The attention and E23 cases. `gpu`: whether they will run here (the kernel keys are then those of
 // the current device; without one, those of `arch`, sm_90a). `rng` must outlive the cases.
 std::vector<Case> attention_cases(bool gpu, const std::string& arch, std::mt19937_64& rng);

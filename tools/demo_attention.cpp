@@ -12,14 +12,13 @@
 namespace sjit::tool::demo {
 namespace {
 
-struct Shape {
-  std::int64_t batch = 1, heads = 2, seq = 512;
-};
+using Shape = AttentionCheckShape;
 
 // The reference's view of `spec` on `shape`, the pattern expanded to its element-wise key filter.
 reference::AttentionProblem reference_problem(const AttentionSpec& spec, const Shape& s, const BlockPattern* pattern) {
   reference::AttentionProblem p;
-  p.batch = s.batch, p.heads_q = p.heads_kv = s.heads, p.seq_q = p.seq_k = s.seq, p.head_dim = spec.head_dim;
+  p.batch = s.batch, p.heads_q = s.heads_q, p.heads_kv = s.heads_kv, p.seq_q = s.seq_q, p.seq_k = s.seq_k;
+  p.head_dim = spec.head_dim;
   p.causal = spec.causal != Causal::none;
   p.causal_bottom_right = spec.causal == Causal::bottom_right;
   if (pattern != nullptr)
@@ -51,21 +50,32 @@ struct Inputs {
 };
 
 Inputs random_inputs(const AttentionSpec& spec, const Shape& s, std::mt19937_64& rng) {
-  const std::int64_t elements = s.batch * s.heads * s.seq * spec.head_dim;
-  Inputs in{random_tensor(elements, spec.dtype, rng), random_tensor(elements, spec.dtype, rng),
-            random_tensor(elements, spec.dtype, rng), {}};
+  const std::int64_t q_elements = s.batch * s.heads_q * s.seq_q * spec.head_dim;
+  const std::int64_t kv_elements = s.batch * s.heads_kv * s.seq_k * spec.head_dim;
+  Inputs in{random_tensor(q_elements, spec.dtype, rng), random_tensor(kv_elements, spec.dtype, rng),
+            random_tensor(kv_elements, spec.dtype, rng), {}};
   in.args.q = in.q.device.data(), in.args.k = in.k.device.data(), in.args.v = in.v.device.data();
-  in.args.batch = s.batch, in.args.heads_q = in.args.heads_kv = s.heads, in.args.seq_q = in.args.seq_k = s.seq;
+  in.args.batch = s.batch, in.args.heads_q = s.heads_q, in.args.heads_kv = s.heads_kv;
+  in.args.seq_q = s.seq_q, in.args.seq_k = s.seq_k;
   return in;
 }
 
+// The Attention a check runs: `spec` with `config`; a baked spec is built around `pattern`.
+Attention attention_for(const AttentionSpec& spec, const BlockPattern* pattern, const AttentionConfig& config) {
+  if (spec.sparsity == Sparsity::baked) return Attention(spec, *pattern, config);
+  return Attention(spec, config);
+}
+
+}  // namespace
+
 // o within 2e-2 + 1e-2 |o| (bf16; f16 four times tighter), lse within 2e-3 max(1, |lse|).
-Outcome check_forward(const AttentionSpec& spec, const Shape& s, const BlockPattern* pattern, std::mt19937_64& rng) {
+Outcome check_attention_forward(const AttentionSpec& spec, const Shape& s, const BlockPattern* pattern,
+                                const AttentionConfig& config, std::mt19937_64& rng) {
   Inputs in = random_inputs(spec, s, rng);
-  const std::size_t rows = std::size_t(s.batch * s.heads * s.seq), elements = rows * spec.head_dim;
+  const std::size_t rows = std::size_t(s.batch * s.heads_q * s.seq_q), elements = rows * spec.head_dim;
   DeviceBuffer o = poisoned(elements * size_of(spec.dtype)), lse = poisoned(rows * 4);
   in.args.o = o.data(), in.args.lse = lse.as<float>(), in.args.pattern = pattern;
-  Attention(spec).forward(in.args);
+  attention_for(spec, pattern, config).forward(in.args);
   synchronize();
   const std::vector<float> got_o = download(o, spec.dtype, elements), got_lse = download(lse, DType::f32, rows);
   const auto want = reference::attention_forward(reference_problem(spec, s, pattern), in.q.values, in.k.values, in.v.values);
@@ -81,19 +91,20 @@ Outcome check_forward(const AttentionSpec& spec, const Shape& s, const BlockPatt
 }
 
 // Each of dq, dk, dv within tol (|largest entry| + |entry|) + 1e-5: tol 2.5e-2 for bf16, 6e-3 for f16.
-Outcome check_backward(const AttentionSpec& spec, const Shape& s, const BlockPattern* pattern, std::mt19937_64& rng) {
+Outcome check_attention_backward(const AttentionSpec& spec, const Shape& s, const BlockPattern* pattern,
+                                 const AttentionConfig& config, std::mt19937_64& rng) {
   Inputs in = random_inputs(spec, s, rng);
   const Tensor d_o = random_tensor(std::int64_t(in.q.values.size()), spec.dtype, rng);
-  const std::size_t rows = std::size_t(s.batch * s.heads * s.seq), elements = rows * spec.head_dim;
-  const std::size_t bytes = elements * size_of(spec.dtype);
-  DeviceBuffer o(bytes), lse(rows * 4), dq = poisoned(bytes), dk = poisoned(bytes), dv = poisoned(bytes);
+  const std::size_t rows = std::size_t(s.batch * s.heads_q * s.seq_q), elements = rows * spec.head_dim;
+  const std::size_t bytes = elements * size_of(spec.dtype), kv_bytes = in.k.values.size() * size_of(spec.dtype);
+  DeviceBuffer o(bytes), lse(rows * 4), dq = poisoned(bytes), dk = poisoned(kv_bytes), dv = poisoned(kv_bytes);
   in.args.o = o.data(), in.args.lse = lse.as<float>(), in.args.pattern = pattern;
-  Attention attention(spec);
+  Attention attention = attention_for(spec, pattern, config);
   attention.forward(in.args);
   AttentionBackwardArgs b;
   b.q = in.args.q, b.k = in.args.k, b.v = in.args.v, b.o = o.data(), b.lse = lse.as<float>(), b.d_o = d_o.device.data();
   b.dq = dq.data(), b.dk = dk.data(), b.dv = dv.data(), b.pattern = pattern;
-  b.batch = s.batch, b.heads_q = b.heads_kv = s.heads, b.seq_q = b.seq_k = s.seq;
+  b.batch = s.batch, b.heads_q = s.heads_q, b.heads_kv = s.heads_kv, b.seq_q = s.seq_q, b.seq_k = s.seq_k;
   attention.backward(b);
   synchronize();
   const auto want = reference::attention_backward(reference_problem(spec, s, pattern), in.q.values, in.k.values,
@@ -102,17 +113,19 @@ Outcome check_backward(const AttentionSpec& spec, const Shape& s, const BlockPat
   const double tol = spec.dtype == DType::bf16 ? 2.5e-2 : 6e-3;
   Outcome out;
   for (const auto& [buffer, exact] : {std::pair{&dq, &want.dq}, std::pair{&dk, &want.dk}, std::pair{&dv, &want.dv}}) {
-    const std::vector<float> got = download(*buffer, spec.dtype, elements);
+    const std::vector<float> got = download(*buffer, spec.dtype, exact->size());
     double largest = 0;
     for (double w : *exact) largest = std::max(largest, std::abs(w));
-    for (std::size_t i = 0; i < elements; ++i)
+    for (std::size_t i = 0; i < exact->size(); ++i)
       out.add(std::abs(got[i] - (*exact)[i]), tol * largest + tol * std::abs((*exact)[i]) + 1e-5);
   }
   return out;
 }
 
+namespace {
+
 std::string describe(const Shape& s, const BlockPattern* pattern) {
-  std::string text = fmt::format("B{} H{} S{}", s.batch, s.heads, s.seq);
+  std::string text = fmt::format("B{} H{} S{}", s.batch, s.heads_q, s.seq_q);
   if (pattern != nullptr) text += fmt::format(", bigbird {:.0f}% of blocks", 100 * pattern->stats().density);
   return text;
 }
@@ -127,15 +140,15 @@ std::vector<Case> attention_cases(bool gpu, const std::string& arch, std::mt1993
   sparse_backward.pass = Pass::backward;
   // Local window 1, one global block, one random block a row: 5 of the 8 key blocks of most rows (a
   // pattern with every block active would run on the dense kernel instead).
-  auto pattern = std::make_shared<const BlockPattern>(patterns::bigbird(64, shape.seq, shape.seq, 1, 1, 1, rng()));
+  auto pattern = std::make_shared<const BlockPattern>(patterns::bigbird(64, shape.seq_q, shape.seq_k, 1, 1, 1, rng()));
   const std::string fwd_tolerance = "2e-2 + 1e-2 |o|";
   return {
       {key(canonical(dense)), "fwd " + describe(shape, nullptr), {forward_key(dense, gpu, arch)}, fwd_tolerance,
-       [=, &rng] { return check_forward(dense, shape, nullptr, rng); }},
+       [=, &rng] { return check_attention_forward(dense, shape, nullptr, {}, rng); }},
       {key(canonical(sparse)), "fwd " + describe(shape, pattern.get()), {forward_key(sparse, gpu, arch)},
-       fwd_tolerance, [=, &rng] { return check_forward(sparse, shape, pattern.get(), rng); }},
+       fwd_tolerance, [=, &rng] { return check_attention_forward(sparse, shape, pattern.get(), {}, rng); }},
       {key(canonical(sparse_backward)), "fwd+bwd " + describe(shape, pattern.get()), backward_keys(sparse, arch),
-       "2.5e-2 (max|d*| + |d*|)", [=, &rng] { return check_backward(sparse, shape, pattern.get(), rng); }},
+       "2.5e-2 (max|d*| + |d*|)", [=, &rng] { return check_attention_backward(sparse, shape, pattern.get(), {}, rng); }},
   };
 }
 

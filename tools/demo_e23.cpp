@@ -52,7 +52,9 @@ void add_rows(Outcome& out, const std::vector<float>& got, const std::vector<dou
 // y, h_final and m_final relative to max(1, max |want| in the row): bf16 1e-2, f32 5e-4 (several steps).
 double forward_tolerance(DType dtype) { return dtype == DType::f32 ? 5e-4 : dtype == DType::f16 ? 5e-3 : 1e-2; }
 
-Outcome check_forward(const E23Spec& spec, std::mt19937_64& rng) {
+}  // namespace
+
+Outcome check_e23_forward(const E23Spec& spec, std::mt19937_64& rng) {
   const Inputs in = random_inputs(spec, rng);
   const std::size_t e = size_of(spec.dtype), bd = std::size_t(kBatch * spec.dim), bnd = bd * spec.n_slots;
   DeviceBuffer y = poisoned(kSteps * bd * e), h = poisoned(bd * e), m = poisoned(bnd * e), support = poisoned(kSteps * 4);
@@ -74,7 +76,7 @@ Outcome check_forward(const E23Spec& spec, std::mt19937_64& rng) {
 
 // du, dh0, dm0, dW_h, dW_w relative to max(max |want| in the row, 0.1 max |want| in the tensor): bf16
 // 2e-2, f32 2e-3 (several steps).
-Outcome check_backward(const E23Spec& spec, std::mt19937_64& rng) {
+Outcome check_e23_backward(const E23Spec& spec, std::mt19937_64& rng) {
   const Inputs in = random_inputs(spec, rng);
   const std::int64_t d = spec.dim, bd = kBatch * d, bnd = bd * spec.n_slots;
   const Tensor dy = random_tensor(kSteps * bd, spec.dtype, rng, 0.5f), dh_final = random_tensor(bd, spec.dtype, rng, 0.5f),
@@ -109,19 +111,19 @@ Outcome check_backward(const E23Spec& spec, std::mt19937_64& rng) {
   return out;
 }
 
-}  // namespace
+std::string e23_check_run() { return fmt::format("B{} T{}", kBatch, kSteps); }
 
 std::vector<Case> e23_cases(std::mt19937_64& rng) {
   const E23Spec entmax = e23_spec(NormKind::entmax, 1.5f, 8, 64, DType::bf16);
   const E23Spec softmax = e23_spec(NormKind::softmax, 1.0f, 8, 64, DType::bf16);
-  const std::string run = fmt::format("B{} T{}", kBatch, kSteps);
+  const std::string run = e23_check_run();
   return {
       {key(entmax), "fwd " + run, {key(entmax) + "|pass=fwd"}, "1e-2 x row scale",
-       [=, &rng] { return check_forward(entmax, rng); }},
+       [=, &rng] { return check_e23_forward(entmax, rng); }},
       {key(softmax), "fwd " + run, {key(softmax) + "|pass=fwd"}, "1e-2 x row scale",
-       [=, &rng] { return check_forward(softmax, rng); }},
+       [=, &rng] { return check_e23_forward(softmax, rng); }},
       {key(softmax), "fwd+bwd " + run, {key(softmax) + "|pass=bwd"}, "2e-2 x row scale",
-       [=, &rng] { return check_backward(softmax, rng); }},
+       [=, &rng] { return check_e23_backward(softmax, rng); }},
   };
 }
 

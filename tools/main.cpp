@@ -8,7 +8,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::vector<std::pair<CLI::App*, sjit::tool::Runner>> commands;
   for (auto add : {sjit::tool::add_info, sjit::tool::add_compile, sjit::tool::add_warmup, sjit::tool::add_cache,
-                   sjit::tool::add_pattern, sjit::tool::add_tune, sjit::tool::add_bench, sjit::tool::add_demo}) {
+                   sjit::tool::add_pattern, sjit::tool::add_tune, sjit::tool::add_bench, sjit::tool::add_check, sjit::tool::add_demo}) {
     const std::size_t before = app.get_subcommands({}).size();
     sjit::tool::Runner run = add(app);
     commands.emplace_back(app.get_subcommands({})[before], std::move(run));

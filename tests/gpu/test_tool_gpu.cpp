@@ -1,9 +1,13 @@
-// `sjit bench attention` on the GPU: the walk and query tiles asked with --walk and --query-tiles run
-// where a pattern row can take them, and a row that cannot says why under the table.
+// The sjit tool on the GPU: `sjit bench attention`'s walk and query tiles asked with --walk and
+// --query-tiles run where a pattern row can take them, and a row that cannot says why under the table;
+// `sjit check` runs a spec of every op against the float64 reference.
 #include <catch2/catch.hpp>
 
 #include <sstream>
 
+#include "support/temp_dir.h"
+
+#include "sparsejit/sparsejit.h"
 #include "support/attention_support.h"
 #include "support/run_tool.h"
 
@@ -48,4 +52,31 @@ TEST_CASE("sjit bench attention --walk and --query-tiles run where a pattern can
   CHECK(status == 0);
   CHECK_THAT(line_with(out, "bsr 16 (0.25)"), Contains("refused (below)"));
   CHECK_THAT(out, Contains("bsr 16 (0.25): backward not run: attention backward: query_tile_cols = 128 asked"));
+}
+
+TEST_CASE("sjit check runs a normalizer, block-sparse and baked attention with GQA and odd lengths, and E23, "
+          "against the float64 reference",
+          "[gpu][tool]") {
+  const sjit::test::TempDir dir("sjit-check");
+  const sjit::BlockPattern pattern = sjit::patterns::bigbird(32, 300, 250, 1, 1, 1, 11);
+  const std::string file = (dir.path() / "p.bsr").string();
+  pattern.save(file);
+  sjit::AttentionSpec baked;
+  baked.head_dim = 64, baked.sparsity = sjit::Sparsity::baked, baked.block_size = 32;
+  baked.pattern_digest = pattern.digest();
+  const std::string specs = fmt::format(
+      "rownorm:kind=entmax,alpha=1.5,n=64,dtype=bf16 attention:d=64,dtype=bf16,causal=none,sparsity=bsr,block=32 "
+      "{} {}",
+      sjit::key(sjit::canonical(baked)), sjit::key(sjit::e23_spec(sjit::NormKind::softmax, 1.0f, 8, 64, sjit::DType::bf16)));
+  int status = -1;
+  // The file's pattern for both the bsr spec and the baked one (which needs it).
+  std::string out = sjit::test::run_tool(fmt::format("check {} --shape 1,4,2,300,250 --backward --pattern '{}'", specs, file),
+                                         &status);
+  INFO(out);
+  CHECK(status == 0);
+  CHECK_THAT(out, Contains("4 of 4 matched the float64 reference") && Contains("fwd+bwd B1 Hq4 Hkv2 Sq300 Sk250") &&
+                      Contains("random inputs from --seed"));
+  out = sjit::test::run_tool(fmt::format("check {} --shape 1,4,2,300,250", specs), &status);
+  CHECK(status != 0);
+  CHECK_THAT(out, Contains("a baked spec needs its pattern: give it with --pattern FILE"));
 }

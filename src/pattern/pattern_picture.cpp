@@ -69,8 +69,8 @@ PatternPicture draw(const BlockPattern& pattern, const PictureOptions& options) 
   const std::int64_t cell_rows = (pattern.block_rows() + cell - 1) / cell;
   const std::int64_t cell_cols = (pattern.block_cols() + cell - 1) / cell;
   const std::int64_t cells_longest = std::max(cell_rows, cell_cols);
-  picture.pixels_per_cell =
-      int(std::clamp<std::int64_t>(options.min_side / cells_longest, 1, std::max(1, options.max_side / int(cells_longest))));
+  const std::int64_t most_pixels = std::max<std::int64_t>(1, options.max_side / cells_longest);
+  picture.pixels_per_cell = int(std::clamp<std::int64_t>(options.min_side / cells_longest, 1, most_pixels));
   const int pixels = picture.pixels_per_cell;
 
   // Heads in a grid, each inside a one-pixel frame, kGap white pixels around and between them.
@@ -87,16 +87,16 @@ PatternPicture draw(const BlockPattern& pattern, const PictureOptions& options) 
   for (int i = 0; i < count; ++i) {
     const std::int64_t left = kGap + (i % kHeadsPerRow) * (head_width + kGap);
     const std::int64_t top = kGap + (i / kHeadsPerRow) * (head_height + kGap);
-    for (std::int64_t x = 0; x < head_width; ++x)
-      picture.gray[std::size_t(top * width + left + x)] = picture.gray[std::size_t((top + head_height - 1) * width + left + x)] = kFrame;
-    for (std::int64_t y = 0; y < head_height; ++y)
-      picture.gray[std::size_t((top + y) * width + left)] = picture.gray[std::size_t((top + y) * width + left + head_width - 1)] = kFrame;
+    // Pixel (x, y) of this head's frame: (0, 0) its top left corner, its cells from (1, 1).
+    auto pixel = [&](std::int64_t x, std::int64_t y) -> std::uint8_t& {
+      return picture.gray[std::size_t((top + y) * width + left + x)];
+    };
+    for (std::int64_t x = 0; x < head_width; ++x) pixel(x, 0) = pixel(x, head_height - 1) = kFrame;
+    for (std::int64_t y = 0; y < head_height; ++y) pixel(0, y) = pixel(head_width - 1, y) = kFrame;
     const std::vector<float> share = cell_shares(pattern, first + i, cell, cell_rows, cell_cols);
     for (std::int64_t y = 0; y < cell_rows * pixels; ++y)
-      for (std::int64_t x = 0; x < cell_cols * pixels; ++x) {
-        const float s = share[std::size_t(y / pixels * cell_cols + x / pixels)];
-        picture.gray[std::size_t((top + 1 + y) * width + left + 1 + x)] = cell_gray(s);
-      }
+      for (std::int64_t x = 0; x < cell_cols * pixels; ++x)
+        pixel(1 + x, 1 + y) = cell_gray(share[std::size_t(y / pixels * cell_cols + x / pixels)]);
   }
   return picture;
 }

@@ -14,6 +14,7 @@ Runner add_info(CLI::App& app) {
     fmt::print("sparsejit       {}\n", info.library_version);
     fmt::print("NVRTC           {}\n", info.nvrtc_version);
     fmt::print("CUDA headers    {}\n", info.cuda_include_dir);
+    fmt::print("PNG pictures    {}\n", png_support() ? "yes (libpng)" : "no: built without libpng (libpng-dev)");
     if (!info.gpu_available) {
       fmt::print("GPU             none: {}\n", info.no_gpu_reason);
       return 0;

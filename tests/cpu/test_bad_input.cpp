@@ -54,3 +54,16 @@ TEST_CASE("without a GPU a launch fails with one clear error", "[args][nogpu]") 
   }
   CHECK_FALSE(system_info().no_gpu_reason.empty());
 }
+
+TEST_CASE("attention_block_mass refuses a bad block size, a sparse spec and a bad GQA group before any GPU work",
+          "[args]") {
+  AttentionForwardArgs args;
+  args.q = fake(4096), args.k = fake(1 << 20);
+  args.heads_q = 3, args.heads_kv = 2, args.seq_q = 128, args.seq_k = 128;
+  AttentionSpec dense;
+  CHECK_THROWS_WITH(attention_block_mass(dense, args, 48), Contains("block_size = 48: use 16, 32, 64 or 128"));
+  AttentionSpec sparse = dense;
+  sparse.sparsity = Sparsity::block_sparse, sparse.block_size = 64;
+  CHECK_THROWS_WITH(attention_block_mass(sparse, args, 64), Contains("is not dense"));
+  CHECK_THROWS_WITH(attention_block_mass(dense, args, 64), Contains("heads_q = 3 must be a positive multiple of heads_kv = 2"));
+}

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "sparsejit/attention.h"
+#include "sparsejit/attention_mass.h"
 #include "sparsejit/attention_spec.h"
 #include "sparsejit/device.h"
 #include "sparsejit/dtype.h"

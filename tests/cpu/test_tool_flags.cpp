@@ -2,6 +2,8 @@
 // refused here too, with the flag, its value and what is allowed.
 #include <catch2/catch.hpp>
 
+#include <utility>
+
 #include "sparsejit/device.h"
 #include "support/run_tool.h"
 
@@ -25,27 +27,24 @@ TEST_CASE("sjit bench attention refuses a bad --walk or --query-tiles, and backw
 }
 
 TEST_CASE("sjit check refuses a bad spec, shape, tiling or count before it looks for a GPU", "[tool]") {
-  int status = 0;
-  std::string out = sjit::test::run_tool("check foo:x", &status);
-  CHECK(status != 0);
-  CHECK_THAT(out, Contains("spec 'foo:x': the op comes first, rownorm:, attention: or e23:"));
-  out = sjit::test::run_tool("check attention:d=63", &status);
-  CHECK(status != 0);
-  CHECK_THAT(out, Contains("head_dim = 63"));
-  out = sjit::test::run_tool("check attention:d=64 --shape 1,2", &status);
-  CHECK(status != 0);
-  CHECK_THAT(out, Contains("--shape has 2 numbers: give B,Hq,Hkv,Sq,Sk"));
-  out = sjit::test::run_tool("check attention:d=64 --config bogus=1", &status);
-  CHECK(status != 0);
-  CHECK_THAT(out, Contains("--config bogus=1:"));
-  out = sjit::test::run_tool("check rownorm:kind=softmax,n=64 --rows 0", &status);
-  CHECK(status != 0);
-  CHECK_THAT(out, Contains("--rows 0: give at least 1"));
-  out = sjit::test::run_tool("check attention:d=64,sparsity=bsr,block=64 --density 2", &status);
-  CHECK(status != 0);
-  CHECK_THAT(out, Contains("--density 2: give a density in (0, 1]"));
+  const std::pair<const char*, const char*> refusals[] = {
+      {"check foo:x", "spec 'foo:x': the op comes first, rownorm:, attention: or e23:"},
+      {"check attention:d=63", "head_dim = 63"},
+      {"check attention:d=64 --shape 1,2", "--shape has 2 numbers: give B,Hq,Hkv,Sq,Sk"},
+      {"check attention:d=64 --config bogus=1", "--config bogus=1:"},
+      {"check rownorm:kind=softmax,n=64 --rows 0", "--rows 0: give at least 1"},
+      {"check attention:d=64,sparsity=bsr,block=64 --density 2", "--density 2: give a density in (0, 1]"},
+  };
+  for (const auto& [args, message] : refusals) {
+    int status = 0;
+    const std::string out = sjit::test::run_tool(args, &status);
+    INFO(args);
+    CHECK(status != 0);
+    CHECK_THAT(out, Contains(message));
+  }
   if (!sjit::gpu_available()) {
-    out = sjit::test::run_tool("check rownorm:kind=softmax,n=64", &status);
+    int status = 0;
+    const std::string out = sjit::test::run_tool("check rownorm:kind=softmax,n=64", &status);
     CHECK(status != 0);
     CHECK_THAT(out, Contains("sjit check needs a GPU"));
   }

@@ -3,8 +3,14 @@
 // statistics and their pictures.
 #include <fmt/format.h>
 
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
+#include <span>
 
 #include "commands.h"
 
@@ -20,6 +26,10 @@ struct BuildOptions {
   int local = 1, global = 1, random = 2;
   double density = 0.1;
   std::uint64_t seed = 7;
+  std::string scores;  // scores: a raw little-endian float32 file, [heads][block_rows][block_cols]
+  std::int64_t top_k = 0;
+  double mass = 1.0;
+  bool no_diagonal = false;
   std::string out;
 };
 
@@ -31,16 +41,33 @@ const std::map<std::string, std::set<std::string>>& kind_options() {
       {"window", {"--before", "--after"}},
       {"bigbird", {"--local", "--global", "--random", "--seed"}},
       {"random", {"--density", "--seed"}},
+      {"scores", {"--scores", "--top-k", "--mass", "--no-diagonal"}},
   };
   return kinds;
+}
+
+// A raw little-endian float32 file (numpy: scores.astype("<f4").tofile(path)).
+std::vector<float> read_scores(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InvalidArgument(fmt::format("--scores {}: cannot open: {}", path, std::strerror(errno)));
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() % 4 != 0)
+    throw InvalidArgument(fmt::format("--scores {}: {} bytes is not a whole number of float32 values", path, bytes.size()));
+  std::vector<float> scores(bytes.size() / 4);
+  for (std::size_t i = 0; i < scores.size(); ++i) {
+    std::uint32_t bits = 0;
+    for (int b = 3; b >= 0; --b) bits = bits << 8 | static_cast<unsigned char>(bytes[4 * i + std::size_t(b)]);
+    scores[i] = std::bit_cast<float>(bits);
+  }
+  return scores;
 }
 
 BlockPattern build(const BuildOptions& o, CLI::App& cmd) {
   const auto kind = kind_options().find(o.kind);
   if (kind == kind_options().end())
-    throw InvalidArgument(fmt::format("pattern kind '{}': use dense, causal, window, bigbird or random", o.kind));
+    throw InvalidArgument(fmt::format("pattern kind '{}': use dense, causal, window, bigbird, random or scores", o.kind));
   for (const std::string name : {"--align", "--before", "--after", "--local", "--global", "--random", "--density",
-                                 "--seed"})
+                                 "--seed", "--scores", "--top-k", "--mass", "--no-diagonal"})
     if (cmd.count(name) > 0 && !kind->second.contains(name))
       throw InvalidArgument(fmt::format("{} does not apply to a {} pattern (it takes {})", name, o.kind,
                                         kind->second.empty() ? "none of them" : fmt::format("{}", fmt::join(kind->second, ", "))));
@@ -54,7 +81,11 @@ BlockPattern build(const BuildOptions& o, CLI::App& cmd) {
   if (o.kind == "window") return patterns::sliding_window(o.block, o.seq, seq_k, o.before, o.after, o.heads);
   if (o.kind == "bigbird")
     return patterns::bigbird(o.block, o.seq, seq_k, o.local, o.global, o.random, o.seed, o.heads);
-  return patterns::random(o.block, o.seq, seq_k, o.density, o.seed, o.heads);
+  if (o.kind == "random") return patterns::random(o.block, o.seq, seq_k, o.density, o.seed, o.heads);
+  if (o.scores.empty()) throw InvalidArgument("a scores pattern reads its scores from a file: give it with --scores FILE");
+  const std::vector<float> scores = read_scores(o.scores);
+  return patterns::from_scores(o.block, o.seq, seq_k, scores,
+                               {.top_k = o.top_k, .mass = o.mass, .diagonal = !o.no_diagonal}, o.heads);
 }
 
 void print_summary(const std::string& name, const BlockPattern& p) {
@@ -64,6 +95,18 @@ void print_summary(const std::string& name, const BlockPattern& p) {
              p.heads() == 1 ? "" : " (one pattern each)", p.digest());
   fmt::print("{} active blocks, density {:.4f}; blocks a row: min {}, mean {:.1f}, max {}; {} empty row{}\n", s.nnz,
              s.density, s.min_per_row, s.mean_per_row, s.max_per_row, s.empty_rows, s.empty_rows == 1 ? "" : "s");
+  if (p.heads() == 1) return;
+  // Learned patterns differ from head to head: the sparsest and the densest.
+  const std::span<const std::int32_t> row_ptr = p.row_ptr();
+  auto head_nnz = [&](int h) { return row_ptr[std::size_t((h + 1) * p.block_rows())] - row_ptr[std::size_t(h * p.block_rows())]; };
+  int sparsest = 0, densest = 0;
+  for (int h = 1; h < p.heads(); ++h) {
+    if (head_nnz(h) < head_nnz(sparsest)) sparsest = h;
+    if (head_nnz(h) > head_nnz(densest)) densest = h;
+  }
+  const double tiles = double(p.block_rows()) * double(p.block_cols());
+  fmt::print("per head: density {:.4f} (head {}) to {:.4f} (head {})\n", head_nnz(sparsest) / tiles, sparsest,
+             head_nnz(densest) / tiles, densest);
 }
 
 }  // namespace
@@ -74,7 +117,7 @@ Runner add_pattern(CLI::App& app) {
 
   auto b = std::make_shared<BuildOptions>();
   auto* build_cmd = cmd->add_subcommand("build", "Build a pattern and save it (BlockPattern::save): KIND -o FILE");
-  build_cmd->add_option("kind", b->kind, "dense | causal | window | bigbird | random")->required();
+  build_cmd->add_option("kind", b->kind, "dense | causal | window | bigbird | random | scores")->required();
   build_cmd->add_option("--block", b->block, "Block size: 16, 32, 64 or 128 (default 128)");
   build_cmd->add_option("--seq", b->seq, "Query length in elements")->required();
   build_cmd->add_option("--seq-k", b->seq_k, "Key length (default: --seq)");
@@ -87,6 +130,12 @@ Runner add_pattern(CLI::App& app) {
   build_cmd->add_option("--random", b->random, "bigbird: random blocks a row (default 2)");
   build_cmd->add_option("--density", b->density, "random: share of each row's blocks, the diagonal kept (default 0.1)");
   build_cmd->add_option("--seed", b->seed, "bigbird, random: seed of the draws (default 7)");
+  build_cmd->add_option("--scores", b->scores,
+                        "scores: a raw little-endian float32 file of a score per tile, [heads][block_rows][block_cols] "
+                        "(attention_block_mass's; numpy: a.astype('<f4').tofile(path))");
+  build_cmd->add_option("--top-k", b->top_k, "scores: at most this many tiles a row (patterns::from_scores)");
+  build_cmd->add_option("--mass", b->mass, "scores: the fewest tiles a row carrying this share of its total (in (0, 1])");
+  build_cmd->add_flag("--no-diagonal", b->no_diagonal, "scores: do not keep each row's diagonal tile first");
   build_cmd->add_option("-o,--out", b->out, "The pattern file to write")->required();
 
   auto show_file = std::make_shared<std::string>();

@@ -2,6 +2,8 @@
 // picture, PNG files read back with libpng, and `sjit pattern build | show | draw`.
 #include <catch2/catch.hpp>
 
+#include <bit>
+#include <cstdint>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -169,6 +171,30 @@ TEST_CASE("sjit pattern build writes the builder's pattern, show prints its stat
     CHECK(status != 0);
     CHECK_THAT(out, Contains("has no libpng"));
   }
+  // A pattern learned from a raw little-endian float32 file of scores: from_scores's, per head.
+  std::vector<float> scores(2 * 8 * 8);
+  for (std::size_t i = 0; i < scores.size(); ++i) scores[i] = float((i * 37) % 23);
+  const std::string scores_file = (dir.path() / "scores.f32").string();
+  {
+    std::ofstream raw(scores_file, std::ios::binary);
+    for (const float x : scores) {  // (little-endian, whatever the host)
+      const auto bits = std::bit_cast<std::uint32_t>(x);
+      for (int b = 0; b < 4; ++b) raw.put(char(bits >> (8 * b) & 0xFF));
+    }
+  }
+  out = test::run_tool(
+      fmt::format("pattern build scores --scores '{}' --block 32 --seq 256 --heads 2 --top-k 3 --mass 0.5 -o '{}'",
+                  scores_file, file),
+      &status);
+  CHECK(status == 0);
+  const BlockPattern learned = patterns::from_scores(32, 256, 256, scores, {.top_k = 3, .mass = 0.5}, 2);
+  CHECK(BlockPattern::load(file) == learned);
+  CHECK_THAT(out, Contains("per head: density"));
+  out = test::run_tool(fmt::format("pattern build scores --scores '{}' --block 32 --seq 512 --heads 2 --top-k 3 -o '{}'",
+                                   scores_file, file),
+                       &status);
+  CHECK(status != 0);
+  CHECK_THAT(out, Contains("128 scores for 2 head(s) of 16 x 16 blocks: give 512"));
   // The union and intersection of files: the library's.
   const std::string window_file = (dir.path() / "a.bsr").string(), random_file = (dir.path() / "b.bsr").string();
   want.save(window_file);
@@ -190,7 +216,7 @@ TEST_CASE("sjit pattern build writes the builder's pattern, show prints its stat
   CHECK_THAT(out, Contains("--density does not apply to a window pattern"));
   out = test::run_tool(fmt::format("pattern build blob --seq 100 -o '{}'", file), &status);
   CHECK(status != 0);
-  CHECK_THAT(out, Contains("pattern kind 'blob': use dense, causal, window, bigbird or random"));
+  CHECK_THAT(out, Contains("pattern kind 'blob': use dense, causal, window, bigbird, random or scores"));
   out = test::run_tool(fmt::format("pattern build dense --block 48 --seq 100 -o '{}'", file), &status);
   CHECK(status != 0);
   CHECK_THAT(out, Contains("block_size = 48"));

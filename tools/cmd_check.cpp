@@ -107,7 +107,7 @@ Checked check_one(const std::string& text, const CheckOptions& o, std::mt19937_6
     const E23Spec& spec = std::get<E23Spec>(parsed);
     const demo::Outcome out = o.backward ? demo::check_e23_backward(spec, rng) : demo::check_e23_forward(spec, rng);
     return {fmt::format("{} {}", o.backward ? "fwd+bwd" : "fwd", demo::e23_check_run()),
-            fmt::format("{:.1e}", out.max_error), o.backward ? "2e-2 x row scale" : "1e-2 x row scale", verdict(out),
+            fmt::format("{:.1e}", out.max_error), demo::e23_bound(spec.dtype, o.backward), verdict(out),
             out.ok()};
   }
 }

@@ -43,7 +43,8 @@ Outcome check_attention_backward(const AttentionSpec& spec, const AttentionCheck
 // The E23 cell at the demo's shape (B2 T4): the forward, or the backward through time.
 Outcome check_e23_forward(const E23Spec& spec, std::mt19937_64& rng);
 Outcome check_e23_backward(const E23Spec& spec, std::mt19937_64& rng);
-std::string e23_check_run();  // "B2 T4"
+std::string e23_check_run();                         // "B2 T4"
+std::string e23_bound(DType dtype, bool backward);  // "0.01 x row scale": the checks' bound, in words
 
 // A row normalizer's forward and backward of `rows` random rows: the largest error against the float64
 // reference, the worst |sum(y) - 1|, the mean support; ok() with the demo's bounds (f32 1e-4 and 1e-5,

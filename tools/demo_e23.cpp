@@ -51,6 +51,7 @@ void add_rows(Outcome& out, const std::vector<float>& got, const std::vector<dou
 
 // y, h_final and m_final relative to max(1, max |want| in the row): bf16 1e-2, f32 5e-4 (several steps).
 double forward_tolerance(DType dtype) { return dtype == DType::f32 ? 5e-4 : dtype == DType::f16 ? 5e-3 : 1e-2; }
+double backward_tolerance(DType dtype) { return dtype == DType::f32 ? 2e-3 : dtype == DType::f16 ? 5e-3 : 2e-2; }
 
 }  // namespace
 
@@ -100,7 +101,7 @@ Outcome check_e23_backward(const E23Spec& spec, std::mt19937_64& rng) {
   const reference::E23Gradients want =
       reference::e23_backward(spec, kBatch, kSteps, in.u.values, in.h0.values, in.m0.values,
                               {in.w_h.values, in.w_w.values}, dy.values, dh_final.values, dm_final.values);
-  const double tol = spec.dtype == DType::f32 ? 2e-3 : spec.dtype == DType::f16 ? 5e-3 : 2e-2;
+  const double tol = backward_tolerance(spec.dtype);
   Outcome out;
   for (const auto& [buffer, exact] : {std::pair{&du, &want.du}, std::pair{&dh0, &want.dh0}, std::pair{&dm0, &want.dm0},
                                       std::pair{&dw_h, &want.dw_h}, std::pair{&dw_w, &want.dw_w}}) {
@@ -113,16 +114,20 @@ Outcome check_e23_backward(const E23Spec& spec, std::mt19937_64& rng) {
 
 std::string e23_check_run() { return fmt::format("B{} T{}", kBatch, kSteps); }
 
+std::string e23_bound(DType dtype, bool backward) {
+  return fmt::format("{:g} x row scale", backward ? backward_tolerance(dtype) : forward_tolerance(dtype));
+}
+
 std::vector<Case> e23_cases(std::mt19937_64& rng) {
   const E23Spec entmax = e23_spec(NormKind::entmax, 1.5f, 8, 64, DType::bf16);
   const E23Spec softmax = e23_spec(NormKind::softmax, 1.0f, 8, 64, DType::bf16);
   const std::string run = e23_check_run();
   return {
-      {key(entmax), "fwd " + run, {key(entmax) + "|pass=fwd"}, "1e-2 x row scale",
+      {key(entmax), "fwd " + run, {key(entmax) + "|pass=fwd"}, e23_bound(entmax.dtype, false),
        [=, &rng] { return check_e23_forward(entmax, rng); }},
-      {key(softmax), "fwd " + run, {key(softmax) + "|pass=fwd"}, "1e-2 x row scale",
+      {key(softmax), "fwd " + run, {key(softmax) + "|pass=fwd"}, e23_bound(softmax.dtype, false),
        [=, &rng] { return check_e23_forward(softmax, rng); }},
-      {key(softmax), "fwd+bwd " + run, {key(softmax) + "|pass=bwd"}, "2e-2 x row scale",
+      {key(softmax), "fwd+bwd " + run, {key(softmax) + "|pass=bwd"}, e23_bound(softmax.dtype, true),
        [=, &rng] { return check_e23_backward(softmax, rng); }},
   };
 }

@@ -39,12 +39,13 @@ Outcome check_attention_forward(const AttentionSpec& spec, const AttentionCheckS
                                 const BlockPattern* pattern, const AttentionConfig& config, std::mt19937_64& rng);
 Outcome check_attention_backward(const AttentionSpec& spec, const AttentionCheckShape& shape,
                                  const BlockPattern* pattern, const AttentionConfig& config, std::mt19937_64& rng);
+std::string attention_bound(DType dtype, bool backward);  // "2e-2 + 1e-2 |o|": their bound, in words
 
 // The E23 cell at the demo's shape (B2 T4): the forward, or the backward through time.
 Outcome check_e23_forward(const E23Spec& spec, std::mt19937_64& rng);
 Outcome check_e23_backward(const E23Spec& spec, std::mt19937_64& rng);
 std::string e23_check_run();                         // "B2 T4"
-std::string e23_bound(DType dtype, bool backward);  // "0.01 x row scale": the checks' bound, in words
+std::string e23_bound(DType dtype, bool backward);  // "1e-2 x row scale": the checks' bound, in words
 
 // A row normalizer's forward and backward of `rows` random rows: the largest error against the float64
 // reference, the worst |sum(y) - 1|, the mean support; ok() with the demo's bounds (f32 1e-4 and 1e-5,
@@ -54,6 +55,7 @@ struct RowNormOutcome {
   bool ok(DType dtype) const;
 };
 RowNormOutcome check_rownorm(const RowNormSpec& spec, std::int64_t rows, std::mt19937_64& rng);
+std::string rownorm_bound(DType dtype);  // "1e-4, |sum-1| 1e-5": ok()'s bounds, in words
 
 // The attention and E23 cases. `gpu`: whether they will run here (the kernel keys are then those of
 // the current device; without one, those of `arch`, sm_90a). `rng` must outlive the cases.
@@ -67,6 +69,8 @@ struct Tensor {
   std::vector<double> values;
 };
 Tensor random_tensor(std::int64_t elements, DType dtype, std::mt19937_64& rng, float scale = 1.0f);
+// A bound as the checks' tables print it: 0.025 as "2.5e-2", 1e-05 as "1e-5".
+std::string compact(double value);
 // A device buffer of `bytes` filled with 0xFF (NaN in every dtype), so an element a kernel forgets to
 // write fails its check.
 DeviceBuffer poisoned(std::size_t bytes);

@@ -66,9 +66,25 @@ Attention attention_for(const AttentionSpec& spec, const BlockPattern* pattern, 
   return Attention(spec, config);
 }
 
+// The GPU tests' bounds: o within atol + rtol |o| (bf16 2e-2 + 1e-2 |o|, f16 four times tighter); each of
+// dq, dk, dv within tol (|largest entry| + |entry|) + 1e-5 (bf16 2.5e-2, f16 6e-3).
+struct ForwardTolerance {
+  double atol, rtol;
+};
+ForwardTolerance forward_tolerance(DType dtype) {
+  return dtype == DType::bf16 ? ForwardTolerance{2e-2, 1e-2} : ForwardTolerance{5e-3, 2.5e-3};
+}
+double backward_tolerance(DType dtype) { return dtype == DType::bf16 ? 2.5e-2 : 6e-3; }
+
 }  // namespace
 
-// o within 2e-2 + 1e-2 |o| (bf16; f16 four times tighter), lse within 2e-3 max(1, |lse|).
+std::string attention_bound(DType dtype, bool backward) {
+  if (backward) return fmt::format("{} (max|d*| + |d*|)", compact(backward_tolerance(dtype)));
+  const ForwardTolerance t = forward_tolerance(dtype);
+  return fmt::format("{} + {} |o|", compact(t.atol), compact(t.rtol));
+}
+
+// o within forward_tolerance, lse within 2e-3 max(1, |lse|).
 Outcome check_attention_forward(const AttentionSpec& spec, const Shape& s, const BlockPattern* pattern,
                                 const AttentionConfig& config, std::mt19937_64& rng) {
   Inputs in = random_inputs(spec, s, rng);
@@ -80,7 +96,7 @@ Outcome check_attention_forward(const AttentionSpec& spec, const Shape& s, const
   const std::vector<float> got_o = download(o, spec.dtype, elements), got_lse = download(lse, DType::f32, rows);
   const auto want = reference::attention_forward(reference_problem(spec, s, pattern), in.q.values, in.k.values, in.v.values);
 
-  const double atol = spec.dtype == DType::bf16 ? 2e-2 : 5e-3, rtol = spec.dtype == DType::bf16 ? 1e-2 : 2.5e-3;
+  const auto [atol, rtol] = forward_tolerance(spec.dtype);
   Outcome out;
   for (std::size_t i = 0; i < elements; ++i) out.add(std::abs(got_o[i] - want.o[i]), atol + rtol * std::abs(want.o[i]));
   for (std::size_t i = 0; i < rows; ++i) {
@@ -90,7 +106,7 @@ Outcome check_attention_forward(const AttentionSpec& spec, const Shape& s, const
   return out;
 }
 
-// Each of dq, dk, dv within tol (|largest entry| + |entry|) + 1e-5: tol 2.5e-2 for bf16, 6e-3 for f16.
+// Each of dq, dk, dv within backward_tolerance (|largest entry| + |entry|) + 1e-5.
 Outcome check_attention_backward(const AttentionSpec& spec, const Shape& s, const BlockPattern* pattern,
                                  const AttentionConfig& config, std::mt19937_64& rng) {
   Inputs in = random_inputs(spec, s, rng);
@@ -110,7 +126,7 @@ Outcome check_attention_backward(const AttentionSpec& spec, const Shape& s, cons
   const auto want = reference::attention_backward(reference_problem(spec, s, pattern), in.q.values, in.k.values,
                                                   in.v.values, d_o.values);
 
-  const double tol = spec.dtype == DType::bf16 ? 2.5e-2 : 6e-3;
+  const double tol = backward_tolerance(spec.dtype);
   Outcome out;
   for (const auto& [buffer, exact] : {std::pair{&dq, &want.dq}, std::pair{&dk, &want.dk}, std::pair{&dv, &want.dv}}) {
     const std::vector<float> got = download(*buffer, spec.dtype, exact->size());
@@ -141,14 +157,14 @@ std::vector<Case> attention_cases(bool gpu, const std::string& arch, std::mt1993
   // Local window 1, one global block, one random block a row: 5 of the 8 key blocks of most rows (a
   // pattern with every block active would run on the dense kernel instead).
   auto pattern = std::make_shared<const BlockPattern>(patterns::bigbird(64, shape.seq_q, shape.seq_k, 1, 1, 1, rng()));
-  const std::string fwd_tolerance = "2e-2 + 1e-2 |o|";
+  const std::string fwd_tolerance = attention_bound(DType::bf16, false);
   return {
       {key(canonical(dense)), "fwd " + describe(shape, nullptr), {forward_key(dense, gpu, arch)}, fwd_tolerance,
        [=, &rng] { return check_attention_forward(dense, shape, nullptr, {}, rng); }},
       {key(canonical(sparse)), "fwd " + describe(shape, pattern.get()), {forward_key(sparse, gpu, arch)},
        fwd_tolerance, [=, &rng] { return check_attention_forward(sparse, shape, pattern.get(), {}, rng); }},
       {key(canonical(sparse_backward)), "fwd+bwd " + describe(shape, pattern.get()), backward_keys(sparse, arch),
-       "2.5e-2 (max|d*| + |d*|)", [=, &rng] { return check_attention_backward(sparse, shape, pattern.get(), {}, rng); }},
+       attention_bound(DType::bf16, true), [=, &rng] { return check_attention_backward(sparse, shape, pattern.get(), {}, rng); }},
   };
 }
 

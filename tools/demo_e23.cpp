@@ -115,7 +115,7 @@ Outcome check_e23_backward(const E23Spec& spec, std::mt19937_64& rng) {
 std::string e23_check_run() { return fmt::format("B{} T{}", kBatch, kSteps); }
 
 std::string e23_bound(DType dtype, bool backward) {
-  return fmt::format("{:g} x row scale", backward ? backward_tolerance(dtype) : forward_tolerance(dtype));
+  return fmt::format("{} x row scale", compact(backward ? backward_tolerance(dtype) : forward_tolerance(dtype)));
 }
 
 std::vector<Case> e23_cases(std::mt19937_64& rng) {

@@ -3,12 +3,22 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "demo.h"
 
 namespace sjit::tool::demo {
 
-bool RowNormOutcome::ok(DType dtype) const {
-  return max_error <= (dtype == DType::f32 ? 1e-4 : 2e-2) && worst_sum <= (dtype == DType::f32 ? 1e-5 : 2e-2);
+namespace {
+// The largest error against the reference, and the largest |sum(y) - 1|, each check allows.
+double error_bound(DType dtype) { return dtype == DType::f32 ? 1e-4 : 2e-2; }
+double sum_bound(DType dtype) { return dtype == DType::f32 ? 1e-5 : 2e-2; }
+}  // namespace
+
+bool RowNormOutcome::ok(DType dtype) const { return max_error <= error_bound(dtype) && worst_sum <= sum_bound(dtype); }
+
+std::string rownorm_bound(DType dtype) {
+  return fmt::format("{}, |sum-1| {}", compact(error_bound(dtype)), compact(sum_bound(dtype)));
 }
 
 RowNormOutcome check_rownorm(const RowNormSpec& spec, std::int64_t rows, std::mt19937_64& rng) {

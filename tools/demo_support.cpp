@@ -1,5 +1,8 @@
 // Helpers shared by the parts of `sjit demo` (demo.h).
+#include <fmt/format.h>
+
 #include <cmath>
+#include <string>
 
 #include "demo.h"
 
@@ -16,6 +19,16 @@ Tensor random_tensor(std::int64_t elements, DType dtype, std::mt19937_64& rng, f
   const std::vector<float> values = download(t.device, dtype, std::size_t(elements));
   t.values.assign(values.begin(), values.end());
   return t;
+}
+
+std::string compact(double value) {
+  std::string text = fmt::format("{:e}", value);  // "2.500000e-02"
+  const std::size_t e = text.find('e');
+  std::string mantissa = text.substr(0, e);
+  mantissa.erase(mantissa.find_last_not_of('0') + 1);
+  if (mantissa.back() == '.') mantissa.pop_back();
+  const int exponent = std::stoi(text.substr(e + 1));
+  return exponent == 0 ? mantissa : fmt::format("{}e{}", mantissa, exponent);
 }
 
 DeviceBuffer poisoned(std::size_t bytes) {

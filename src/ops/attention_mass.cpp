@@ -63,20 +63,24 @@ std::vector<float> attention_block_mass(const AttentionSpec& spec, const Attenti
   std::vector<double> mass(std::size_t(args.heads_q * rows * cols), 0.0);
   std::vector<float> one_hot(q_elements), got(kv_elements);
   std::vector<unsigned char> bytes(std::max(q_elements, kv_elements) * element);
+  std::int64_t uploaded = -1;  // the chunk whose dO the device holds (the backward only reads it)
   for (std::int64_t g = 0; g < group; ++g) {
     f.q = bw.q = static_cast<const unsigned char*>(args.q) + std::size_t(g * q_strides.head) * element;
     attention.forward(f, stream);
     for (std::int64_t first = 0; first < rows; first += d) {
-      // dO: row i of every (batch, head) the one-hot of its query block's column in this chunk.
-      std::fill(one_hot.begin(), one_hot.end(), 0.0f);
-      for (std::int64_t bh = 0; bh < b * hkv; ++bh)
-        for (std::int64_t i = 0; i < sq; ++i) {
-          const std::int64_t column = i / block_size - first;
-          if (column >= 0 && column < d) one_hot[std::size_t((bh * sq + i) * d + column)] = 1.0f;
-        }
-      encode(spec.dtype, one_hot, bytes.data());
-      synchronize(stream);  // (the last backward has read the last dO)
-      d_o.upload(bytes.data(), q_elements * element);
+      if (first != uploaded) {
+        // dO: row i of every (batch, head) the one-hot of its query block's column in this chunk.
+        std::fill(one_hot.begin(), one_hot.end(), 0.0f);
+        for (std::int64_t bh = 0; bh < b * hkv; ++bh)
+          for (std::int64_t i = 0; i < sq; ++i) {
+            const std::int64_t column = i / block_size - first;
+            if (column >= 0 && column < d) one_hot[std::size_t((bh * sq + i) * d + column)] = 1.0f;
+          }
+        encode(spec.dtype, one_hot, bytes.data());
+        synchronize(stream);  // (the last backward has read the last dO)
+        d_o.upload(bytes.data(), q_elements * element);
+        uploaded = first;
+      }
       attention.backward(bw, stream);
       synchronize(stream);
       dv.download(bytes.data(), kv_elements * element);

@@ -42,17 +42,18 @@ int combined_heads(std::string_view context, const BlockPattern& a, const BlockP
 template <class Merge>
 BlockPattern combined(std::string_view context, const BlockPattern& a, const BlockPattern& b, Merge merge) {
   const int heads = combined_heads(context, a, b);
-  std::vector<std::int32_t> row_ptr = {0}, col_idx;
-  row_ptr.reserve(std::size_t(heads * a.block_rows()) + 1);
+  BsrAssembler bsr(context);
+  std::vector<std::int32_t> row;
   for (int head = 0; head < heads; ++head)
     for (std::int64_t r = 0; r < a.block_rows(); ++r) {
       const std::span<const std::int32_t> x = a.row(a.heads() == 1 ? 0 : head, r);
       const std::span<const std::int32_t> y = b.row(b.heads() == 1 ? 0 : head, r);
-      merge(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(col_idx));
-      check_total_blocks(context, std::int64_t(col_idx.size()));  // (a row at most past the limit)
-      row_ptr.push_back(static_cast<std::int32_t>(col_idx.size()));
+      row.clear();
+      merge(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(row));
+      for (const std::int32_t c : row) bsr.add(c);
+      bsr.end_row();
     }
-  return BlockPattern(a.block_size(), a.block_rows(), a.block_cols(), heads, std::move(row_ptr), std::move(col_idx));
+  return bsr.finish(a.block_size(), a.block_rows(), a.block_cols(), heads);
 }
 
 }  // namespace
@@ -103,7 +104,6 @@ BlockPattern from_scores(int block_size, std::int64_t seq_q, std::int64_t seq_k,
                                         by_mass ? ", and at least 0 with a mass below 1 (a share of the row's total)" : ""));
   BsrAssembler bsr(context);
   std::vector<std::int64_t> order(static_cast<std::size_t>(cols)), taken;
-  std::int64_t total_taken = 0;
   for (int head = 0; head < heads; ++head)
     for (std::int64_t r = 0; r < shape.block_rows; ++r) {
       const float* row = scores.data() + head * per_head + r * cols;
@@ -127,10 +127,8 @@ BlockPattern from_scores(int block_size, std::int64_t seq_q, std::int64_t seq_k,
         sum += row[c];
       }
       std::sort(taken.begin(), taken.end());
-      total_taken += std::int64_t(taken.size());
-      check_total_blocks(context, total_taken);
       for (const std::int64_t c : taken) bsr.add(c);
-      bsr.end_row();
+      bsr.end_row();  // (which checks the running count)
     }
   return bsr.finish(block_size, shape.block_rows, shape.block_cols, heads);
 }

@@ -32,6 +32,18 @@ std::string program_log(nvrtcProgram prog) {
   return log;
 }
 
+// SJIT_LINEINFO=1 compiles kernels with line information, so that compute-sanitizer's reports and
+// Nsight Compute's source view name the template's file and line. It changes the NVRTC options, and
+// with them the cache key: such binaries never serve a run without it.
+bool line_info_asked() {
+  const char* env = std::getenv("SJIT_LINEINFO");
+  const std::string value = env == nullptr ? "" : env;
+  if (value.empty() || value == "0" || value == "off") return false;
+  if (value == "1" || value == "on") return true;
+  throw InvalidArgument(fmt::format("SJIT_LINEINFO='{}': use 1 or on to compile kernels with line information, "
+                                    "0, off or unset for none", value));
+}
+
 }  // namespace
 
 std::string cuda_include_dir() {
@@ -73,6 +85,7 @@ std::vector<std::string> nvrtc_options(const CompileRequest& request) {
       "--include-path=" + cuda_include_dir(),
   };
   if (!request.ptx) options.push_back("--ptxas-options=-v");  // resource report in the log
+  if (line_info_asked()) options.push_back("--generate-line-info");
   return options;
 }
 

@@ -5,6 +5,7 @@
 #include <future>
 
 #include "sparsejit/sparsejit.h"
+#include "support/test_support.h"
 
 using namespace sjit;
 using Catch::Matchers::Contains;
@@ -54,6 +55,21 @@ TEST_CASE("PTX on request", "[codegen][nvrtc]") {
   const CompiledKernel k = compile(entmax_spec(1.5f, 64), {}, "sm_90a", Emit::ptx);
   CHECK_THAT(k.binary, Contains(".target sm_90a"));
   CHECK_THAT(k.binary, Contains(".entry"));
+}
+
+TEST_CASE("SJIT_LINEINFO=1 compiles with line information, and a bad value is refused", "[codegen][nvrtc]") {
+  const sjit::test::EnvironmentGuard guard({"SJIT_LINEINFO"});
+  const RowNormSpec spec = softmax_spec(24);
+  guard.clear_all();
+  const CompiledKernel plain = compile(spec, {}, "sm_90a", Emit::ptx);
+  ::setenv("SJIT_LINEINFO", "1", 1);
+  const CompiledKernel lined = compile(spec, {}, "sm_90a", Emit::ptx);
+  // PTX names its source lines in .loc directives; the template's file is in the .file table.
+  CHECK_THAT(lined.binary, Contains(".loc") && Contains("sparsejit/rownorm.cuh"));
+  CHECK_THAT(plain.binary, !Contains(".loc"));
+  ::setenv("SJIT_LINEINFO", "yes please", 1);
+  CHECK_THROWS_AS(compile(spec, {}, "sm_90a", Emit::ptx), InvalidArgument);
+  CHECK_THROWS_WITH(compile(spec, {}, "sm_90a", Emit::ptx), Contains("yes please") && Contains("1 or on"));
 }
 
 TEST_CASE("an unknown arch is refused with the list of targets", "[codegen][nvrtc]") {

@@ -133,29 +133,10 @@ bool one_of(const std::optional<Entry>& got, const std::vector<std::string>& var
          got->meta.key_text == stored.meta.key_text && got->meta.lowered_name == stored.meta.lowered_name;
 }
 
-// Saves the cache's environment variables and puts them back at the end of the test.
-class EnvironmentGuard {
- public:
-  EnvironmentGuard() {
-    for (const char* name : kNames)
-      if (const char* value = std::getenv(name)) saved_[name] = value;
-  }
-  ~EnvironmentGuard() {
-    for (const char* name : kNames) {
-      auto it = saved_.find(name);
-      if (it == saved_.end()) ::unsetenv(name);
-      else ::setenv(name, it->second.c_str(), 1);
-    }
-  }
-  static void clear_all() {
-    for (const char* name : kNames) ::unsetenv(name);
-  }
-
- private:
-  static constexpr const char* kNames[] = {"SJIT_CACHE_DIR", "XDG_CACHE_HOME", "HOME", "SJIT_CACHE",
-                                           "SJIT_CACHE_MAX_SIZE"};
-  std::map<std::string, std::string> saved_;
-};
+// The cache's environment variables, put back at the end of a test.
+sjit::test::EnvironmentGuard cache_environment() {
+  return sjit::test::EnvironmentGuard({"SJIT_CACHE_DIR", "XDG_CACHE_HOME", "HOME", "SJIT_CACHE", "SJIT_CACHE_MAX_SIZE"});
+}
 
 }  // namespace
 
@@ -627,8 +608,8 @@ TEST_CASE("clear removes every entry and leaves the user's own files", "[cache]"
 }
 
 TEST_CASE("settings come from the environment", "[cache]") {
-  EnvironmentGuard guard;
-  EnvironmentGuard::clear_all();
+  const auto guard = cache_environment();
+  guard.clear_all();
   ::setenv("HOME", "/home/someone", 1);
   Settings s = settings_from_environment();
   CHECK(s.root == fs::path("/home/someone/.cache/sparsejit"));
@@ -661,8 +642,8 @@ TEST_CASE("settings come from the environment", "[cache]") {
 
 TEST_CASE("bad cache settings in the environment are refused, naming the variable and value", "[cache]") {
   using Catch::Matchers::Contains;
-  EnvironmentGuard guard;
-  EnvironmentGuard::clear_all();
+  const auto guard = cache_environment();
+  guard.clear_all();
   ::setenv("HOME", "/home/someone", 1);
 
   ::setenv("SJIT_CACHE", "readonly", 1);

@@ -20,6 +20,7 @@
 
 #include "sparsejit/error.h"
 #include "support/temp_dir.h"
+#include "support/test_support.h"
 #include "tune/tuning_db.h"
 
 using namespace sjit;
@@ -89,27 +90,10 @@ fs::path only_file(const fs::path& root) {
   return files.front();
 }
 
-// Saves the variables this suite changes and puts them back at the end of the test.
-class EnvironmentGuard {
- public:
-  EnvironmentGuard() {
-    for (const char* name : kNames)
-      if (const char* value = std::getenv(name)) saved_[name] = value;
-  }
-  EnvironmentGuard(const EnvironmentGuard&) = delete;
-  EnvironmentGuard& operator=(const EnvironmentGuard&) = delete;
-  ~EnvironmentGuard() {
-    for (const char* name : kNames) {
-      const auto it = saved_.find(name);
-      if (it == saved_.end()) ::unsetenv(name);
-      else ::setenv(name, it->second.c_str(), 1);
-    }
-  }
-
- private:
-  static constexpr const char* kNames[] = {"SJIT_AUTOTUNE", "SJIT_TUNE_DIR", "XDG_DATA_HOME", "HOME"};
-  std::map<std::string, std::string> saved_;
-};
+// The variables this suite changes, put back at the end of a test.
+sjit::test::EnvironmentGuard tuning_environment() {
+  return sjit::test::EnvironmentGuard({"SJIT_AUTOTUNE", "SJIT_TUNE_DIR", "XDG_DATA_HOME", "HOME"});
+}
 
 // The document export_json writes, holding `entries` as given (a JSON array's text).
 std::string import_document(const std::string& entries, const std::string& format = "\"sparsejit-tuning\"",
@@ -526,7 +510,7 @@ TEST_CASE("a malformed import document is refused with its problem named, and no
 }
 
 TEST_CASE("the autotune policy is off, on or force", "[tune]") {
-  EnvironmentGuard guard;
+  const auto guard = tuning_environment();
   CHECK(parse_policy("off") == Policy::off);
   CHECK(parse_policy("on") == Policy::on);
   CHECK(parse_policy("force") == Policy::force);
@@ -550,7 +534,7 @@ TEST_CASE("the autotune policy is off, on or force", "[tune]") {
 }
 
 TEST_CASE("the default tuning folder follows SJIT_TUNE_DIR, XDG_DATA_HOME, then HOME", "[tune]") {
-  EnvironmentGuard guard;
+  const auto guard = tuning_environment();
   ::setenv("SJIT_TUNE_DIR", "/srv/tuning", 1);
   ::setenv("XDG_DATA_HOME", "/xdg", 1);
   ::setenv("HOME", "/home/someone", 1);

@@ -48,4 +48,21 @@ std::vector<float> quantized(DType dtype, const std::vector<float>& values) {
 double atol_for(DType dtype) { return dtype == DType::f32 ? 2e-6 : dtype == DType::f16 ? 1e-3 : 8e-3; }
 double rtol_for(DType dtype) { return dtype == DType::f32 ? 1e-4 : dtype == DType::f16 ? 2e-3 : 1.6e-2; }
 
+EnvironmentGuard::EnvironmentGuard(std::initializer_list<const char*> names) : names_(names.begin(), names.end()) {
+  for (const std::string& name : names_)
+    if (const char* value = std::getenv(name.c_str())) saved_[name] = value;
+}
+
+EnvironmentGuard::~EnvironmentGuard() {
+  for (const std::string& name : names_) {
+    const auto it = saved_.find(name);
+    if (it == saved_.end()) ::unsetenv(name.c_str());
+    else ::setenv(name.c_str(), it->second.c_str(), 1);
+  }
+}
+
+void EnvironmentGuard::clear_all() const {
+  for (const std::string& name : names_) ::unsetenv(name.c_str());
+}
+
 }  // namespace sjit::test

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -31,5 +33,20 @@ std::vector<float> from_bytes(DType dtype, const std::vector<unsigned char>& byt
 // Output tolerance of a kernel writing `dtype` (fp32 arithmetic, rounding of the result).
 double atol_for(DType dtype);
 double rtol_for(DType dtype);
+
+// Saves the environment variables `names` and puts them back (or unsets them) at the end of the scope,
+// so that a test may set and clear them freely.
+class EnvironmentGuard {
+ public:
+  explicit EnvironmentGuard(std::initializer_list<const char*> names);
+  EnvironmentGuard(const EnvironmentGuard&) = delete;
+  EnvironmentGuard& operator=(const EnvironmentGuard&) = delete;
+  ~EnvironmentGuard();
+  void clear_all() const;  // unsets every guarded variable
+
+ private:
+  std::vector<std::string> names_;
+  std::map<std::string, std::string> saved_;
+};
 
 }  // namespace sjit::test

@@ -7,6 +7,7 @@
 # errors stay in $OUT/sanitize, and the lines in $OUT/sanitize/summary.txt as they come. Usage there
 # (carrying .deps):
 #   TOOL=memcheck PARALLEL=12 LIMIT=420 DEADLINE=480 bash scripts/device-sanitize.sh
+# With SJIT_LINEINFO=1 the reports name the templates' lines; PRINT_LIMIT (20) caps the reports a test.
 set -uo pipefail
 source scripts/device-build.sh
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -25,7 +26,7 @@ extra = {"memcheck": ["--leak-check", "no"], "racecheck": ["--racecheck-report",
 def run(index_test):
     index, test = index_test
     cwd = next((p["value"] for p in test.get("properties", []) if p["name"] == "WORKING_DIRECTORY"), None)
-    command = [sanitizer, "--tool", tool, "--error-exitcode", "99", "--print-limit", "20", *extra, *test["command"]]
+    command = [sanitizer, "--tool", tool, "--error-exitcode", "99", "--print-limit", os.environ.get("PRINT_LIMIT", "20"), *extra, *test["command"]]
     start = time.time()
     if deadline - start < 5:
         return test["name"], "not run (deadline)", 0.0

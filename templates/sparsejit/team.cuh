@@ -62,7 +62,9 @@ struct Team {
     for (int offset = width / 2; offset > 0; offset /= 2) v = V::combine(v, shuffle_xor(v, offset, width));
     if constexpr (spans_warps) {
       static_assert(sizeof(V) <= 4 * sizeof(float), "scratch holds four floats a warp");
-      V* slot = reinterpret_cast<V*>(scratch) + turn * warps;
+      // Buffer `turn` starts at the same float whatever V's size: reductions of different structs
+      // share the buffers, and one indexed in V's would overlap the other buffer of a larger V.
+      V* slot = reinterpret_cast<V*>(scratch + turn * warps * 4);
       turn ^= 1;
       const int lane = threadIdx.x % 32;
       if (lane == 0) slot[threadIdx.x / 32] = v;

@@ -171,7 +171,9 @@ __device__ void tape_step(const E23ForwardParams& p, int b, int t, float* smem) 
   }
   // z_t and w_{t-1} arrive as tagged words (tag t + 1): polling them is the wait.
   // z_t waits in registers through the normalizer (its latency then overlaps w's); the f32 build has no
-  // registers to spare for it (it would spill) and polls it where it is used.
+  // registers to spare for it (it would spill) and polls it where it is used. Then a thread's words show
+  // only that the tiles of its own columns are done with h_t, while every z tile reads all of h_t, so
+  // that build stores h_{t+1} over it only after a barrier (below).
   constexpr bool early_z = Cfg::tensor_cores;
   const unsigned tag = unsigned(t) + 1;
   float4 z[per_thread];
@@ -216,10 +218,19 @@ __device__ void tape_step(const E23ForwardParams& p, int b, int t, float* smem) 
     const float4 h = make_float4(fast_tanh(z[j].x + v.x), fast_tanh(z[j].y + v.y), fast_tanh(z[j].z + v.z),
                                  fast_tanh(z[j].w + v.w));
     *reinterpret_cast<float4*>(x + k) = h;
-    store_state4(p.h + b * D + k, h);
+    if constexpr (early_z) store_state4(p.h + b * D + k, h);  // every z word was polled before the barrier
     if (p.save_h != nullptr) store_state4(p.save_h + ((long long)(t + 1) * p.batch + b) * D + k, h);
     store_output4(y + k, h);
     if (h_final != nullptr) store_output4(h_final + k, h);
+  }
+  if constexpr (!early_z) {
+    // Every thread has polled its z words, so every z tile of the group is done with h_t. (Storing
+    // each column of h_{t+1} right after its own words let a slower z tile read it in place of h_t:
+    // found by compute-sanitizer's racecheck, whose slow shared memory makes the tiles lag, and seen
+    // once in 36 f32 runs without it on a busy GPU.) Each thread stores the columns it computed.
+    __syncthreads();
+    for (int k = 4 * threadIdx.x; k < D; k += 4 * Cfg::threads)
+      store_state4(p.h + b * D + k, *reinterpret_cast<const float4*>(x + k));
   }
   signal_counter(hs_counter(p, g));  // h_{t+1} is out: the group's tiles may start step t + 1
   profile_mark(p, t, kMarkTapeSignalled);

@@ -67,3 +67,13 @@ for _, verdict, _ in results:
     counts[key] = counts.get(key, 0) + 1
 print(f"{tool}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
 EOF
+# racecheck and the ring slots the sm_90 backward's math warps hand back with one lane a warp: the probe
+# of tests/sanitizer/mbarrier_hand_over.cu, run both ways (docs/sanitizers.md).
+if [[ ${TOOL:-memcheck} == racecheck ]] && nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) &&
+  "$nvcc" -arch=sm_90a -o "$OUT/sanitize/hand_over" tests/sanitizer/mbarrier_hand_over.cu; then
+  for way in every-lane one-lane; do
+    "$sanitizer" --tool racecheck --print-limit 2 "$OUT/sanitize/hand_over" "$way" 2>&1 |
+      grep -E "expected|RACECHECK SUMMARY" | tr '\n' ' '
+    echo
+  done
+fi

@@ -403,6 +403,7 @@ namespace {
 struct ProcessCache {
   std::mutex mutex;
   DiskCache* current = nullptr;  // made from the environment on first use
+  std::vector<DiskCache*> replaced;  // kept reachable, so that leak checkers see them as kept on purpose
 };
 
 ProcessCache& process_cache() {
@@ -423,6 +424,7 @@ void replace_process_disk_cache(Settings settings) {
   auto replacement = std::make_unique<DiskCache>(std::move(settings));  // if this throws, nothing changes
   ProcessCache& process = process_cache();
   std::lock_guard lock(process.mutex);
+  if (process.current != nullptr) process.replaced.push_back(process.current);
   process.current = replacement.release();
 }
 

@@ -67,7 +67,7 @@ void put_array(std::string& out, const std::vector<std::int32_t>& values) {
 std::vector<std::int32_t> get_array(std::string_view bytes, std::size_t offset, std::size_t count) {
   std::vector<std::int32_t> values(count);
   if constexpr (std::endian::native == std::endian::little) {
-    std::memcpy(values.data(), bytes.data() + offset, count * sizeof(std::int32_t));
+    if (count > 0) std::memcpy(values.data(), bytes.data() + offset, count * sizeof(std::int32_t));  // (null when empty)
   } else {
     for (std::size_t i = 0; i < count; ++i) values[i] = get<std::int32_t>(bytes, offset + 4 * i);
   }

@@ -47,7 +47,7 @@ float f16_to_float(std::uint16_t h) {
 
 void encode(DType dtype, std::span<const float> values, void* bytes) {
   if (dtype == DType::f32) {
-    std::memcpy(bytes, values.data(), values.size_bytes());
+    if (!values.empty()) std::memcpy(bytes, values.data(), values.size_bytes());  // an empty span may hold null
     return;
   }
   auto* out = static_cast<std::uint16_t*>(bytes);
@@ -57,7 +57,7 @@ void encode(DType dtype, std::span<const float> values, void* bytes) {
 
 void decode(DType dtype, const void* bytes, std::span<float> values) {
   if (dtype == DType::f32) {
-    std::memcpy(values.data(), bytes, values.size_bytes());
+    if (!values.empty()) std::memcpy(values.data(), bytes, values.size_bytes());
     return;
   }
   const auto* in = static_cast<const std::uint16_t*>(bytes);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <mutex>
 #include <string_view>
@@ -57,6 +58,19 @@ int resident_ctas(const jit::Target& target, CUfunction function, int shared_byt
 bool tape_on_chip_allowed() {
   const char* v = std::getenv("SJIT_E23_TAPE");
   return v == nullptr || std::string_view(v) != "global";
+}
+
+// SJIT_E23_TILE_LAG_NS=n (tests only): the forward's z tile of row tile r waits r x n ns before reading
+// h_t, from step 1 on (E23ForwardParams::tile_lag_ns). Unset or empty: 0.
+unsigned tile_lag_ns() {
+  const char* v = std::getenv("SJIT_E23_TILE_LAG_NS");
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long long ns = std::strtoll(v, &end, 10);
+  if (*end != '\0' || errno == ERANGE || ns < 0 || ns > 1000000)
+    throw InvalidArgument(fmt::format("SJIT_E23_TILE_LAG_NS='{}': use a whole number of nanoseconds from 0 to 1000000", v));
+  return unsigned(ns);
 }
 
 LoadedE23Kernel load_e23_kernel(const jit::Target& target, const E23Spec& spec, bool backward) {
@@ -294,6 +308,7 @@ void E23::launch_forward(const E23ForwardArgs& a, Stream stream, unsigned long l
   const Launch launch = plan_forward(per.forward, spec, a.batch);
   p.tape_in_shared = launch.tape_in_shared ? 1 : 0;
   p.profile = profile;
+  p.tile_lag_ns = tile_lag_ns();
 
   const CUstream s = reinterpret_cast<CUstream>(stream);
   const runtime::DriverApi& cu = runtime::driver();

@@ -91,6 +91,19 @@ __device__ __forceinline__ void profile_mark(const E23ForwardParams& p, int t, i
   profile_store(p.profile, p.steps, kE23Marks, t, mark);
 }
 
+// E23ForwardParams::tile_lag_ns: thread 0 waits `ns` nanoseconds by the global timer, then the CTA.
+__device__ __forceinline__ void lag_for_tests(unsigned ns) {
+  if (threadIdx.x == 0) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+      __nanosleep(100);
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+  }
+  __syncthreads();
+}
+
 // Operands of the products (e23_gemv.cuh): x_b[k], x_b[k + 1] in fp32 for the FMA path; data() and
 // four(p) = p[0 .. 3] in fp32 for the tensor-core path.
 template <class T, int D>
@@ -302,6 +315,7 @@ __device__ void tile_step(const E23ForwardParams& p, int tile, int t, const Weig
   // latency hides under it.
   auto wait_h = [&] {
     if (t > 0) wait_counter(hs_counter(p, g), unsigned(rows_in_group) * unsigned(t));
+    if (p.tile_lag_ns != 0 && t > 0 && !write_side) lag_for_tests(p.tile_lag_ns * unsigned(tile % Tr::row_tiles));
     profile_mark(p, t, kMarkTileGo);
   };
   auto mark_products = [&] { profile_mark(p, t, kMarkTileProducts); };

@@ -85,6 +85,10 @@ struct E23ForwardParams {
   int tape_in_shared;
   // Null, or [grid, steps, kE23Marks, 2] 64-bit words, zeroed before launch: the per-phase timing above.
   unsigned long long* profile;
+  // Testing the hand-overs (SJIT_E23_TILE_LAG_NS, docs/e23.md): from step 1 on, the z tile of row tile r
+  // waits r x tile_lag_ns nanoseconds before it reads h_t, so that the tape items go on (their w words
+  // and the first z words are in) while later z tiles have yet to read h_t. 0 in every normal launch.
+  unsigned tile_lag_ns;
 };
 
 struct E23BackwardParams {

@@ -97,6 +97,25 @@ TEST_CASE("E23 forward: dims 8 to 1024, including dims that are not multiples of
   check_all(dim_cases(), false, [](const Case& c, std::mt19937_64& rng) { check_case(c, rng); });
 }
 
+// The tape items of a step overwrite h_t with h_{t+1} once the tiles of the step are done reading it.
+// With SJIT_E23_TILE_LAG_NS the z tile of row tile r reads h_t r x 3 us late, so the tape items have
+// their w words and the first z words long before the last z tiles read h_t: a tape item that stored
+// a column of h_{t+1} as soon as that column's own z words were in (the f32 build until 2026-11-28)
+// fails here on every draw. f32 (z polled where used), and bf16 on the held-weights tiles.
+TEST_CASE("E23 forward: z tiles that read h_t late still read h_t (SJIT_E23_TILE_LAG_NS)", "[gpu][e23]") {
+  const test::EnvironmentGuard guard({"SJIT_E23_TILE_LAG_NS"});
+  ::setenv("SJIT_E23_TILE_LAG_NS", "3000", 1);
+  check_all({{spec_of(NormKind::sparsemax, 2.0f, 16, 256, DType::f32), 3, 5},
+             {spec_of(NormKind::softmax, 1.0f, 33, 520, DType::f32), 2, 5},
+             {spec_of(NormKind::entmax, 1.5f, 8, 512, DType::bf16), 4, 5}},
+            false, [](const Case& c, std::mt19937_64& rng) { check_case(c, rng); });
+  ::setenv("SJIT_E23_TILE_LAG_NS", "-5", 1);
+  const Case c{spec_of(NormKind::softmax, 1.0f, 8, 256, DType::f32), 1, 2};
+  std::mt19937_64 rng(1);
+  E23 cell(c.spec);
+  CHECK_THROWS_WITH(run_gpu(c, cell, draw(c, rng)), Catch::Matchers::Contains("SJIT_E23_TILE_LAG_NS='-5'"));
+}
+
 TEST_CASE("E23 forward: 1, 5 and 64 steps; batches of one to three 32-row groups", "[gpu][e23]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);

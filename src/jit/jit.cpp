@@ -202,12 +202,17 @@ void launch(const LoadedKernel& kernel, unsigned grid_x, unsigned block_x, CUstr
 namespace sjit {
 
 ResourceUsage parse_resource_usage(const std::string& log) {
+  // Compiled once: compiling a std::regex on several threads at once (parallel warm-ups) races on
+  // libstdc++'s locale caches (ThreadSanitizer reports it), and recompiling them each time costs more
+  // than the search.
+  static const std::regex registers(R"(Used (\d+) registers)"), smem(R"((\d+) bytes smem)"),
+      frame(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
   ResourceUsage u;
   std::smatch m;
-  if (std::regex_search(log, m, std::regex(R"(Used (\d+) registers)"))) u.registers = std::stoi(m[1]);
-  if (std::regex_search(log, m, std::regex(R"((\d+) bytes smem)"))) u.shared_bytes = std::stoi(m[1]);
+  if (std::regex_search(log, m, registers)) u.registers = std::stoi(m[1]);
+  if (std::regex_search(log, m, smem)) u.shared_bytes = std::stoi(m[1]);
   else if (u.registers >= 0) u.shared_bytes = 0;
-  if (std::regex_search(log, m, std::regex(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)"))) {
+  if (std::regex_search(log, m, frame)) {
     u.stack_frame_bytes = std::stoi(m[1]);
     u.spill_store_bytes = std::stoi(m[2]);
     u.spill_load_bytes = std::stoi(m[3]);

@@ -241,7 +241,9 @@ int run_attention(const AttentionBenchOptions& o) {
       patterns_to_run.emplace_back(fmt::format("{:g}", density),
                                    patterns::random(o.block, o.seq, seq_k, density, 7, o.per_head ? int(o.heads) : 1));
   }
-  for (const auto& [label, pattern] : patterns_to_run) {
+  for (const auto& [label, pattern_of_row] : patterns_to_run) {
+    const BlockPattern& pattern = pattern_of_row;  // (a reference the lambdas below can capture: clang 14
+                                                   // does not capture structured bindings)
     AttentionSpec sparse = dense;
     sparse.sparsity = Sparsity::block_sparse;
     sparse.block_size = pattern.block_size();

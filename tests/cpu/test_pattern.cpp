@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <limits>
 #include <random>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,15 +50,6 @@ RandomMask random_mask(std::mt19937_64& rng) {
 
 BlockPattern pattern_of(const RandomMask& m) {
   return BlockPattern::from_block_mask(m.block_size, m.heads, m.block_rows, m.block_cols, m.mask);
-}
-
-// Which (head, row, col) are active, as a set: for comparing patterns with a definition.
-std::set<std::tuple<int, std::int64_t, std::int64_t>> active_set(const BlockPattern& p) {
-  std::set<std::tuple<int, std::int64_t, std::int64_t>> s;
-  for (int h = 0; h < p.heads(); ++h)
-    for (std::int64_t r = 0; r < p.block_rows(); ++r)
-      for (std::int32_t c : p.row(h, r)) s.insert({h, r, c});
-  return s;
 }
 
 // Little-endian field writers, for building files by hand.

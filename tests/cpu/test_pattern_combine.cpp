@@ -75,7 +75,7 @@ TEST_CASE("united and intersected: the tiles of either pattern and of both, one-
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   const std::int64_t rows = 9, cols = 12;
-  for (const auto [heads_a, heads_b] : {std::pair{1, 1}, {4, 4}, {1, 4}, {4, 1}}) {
+  for (const auto& [heads_a, heads_b] : {std::pair{1, 1}, {4, 4}, {1, 4}, {4, 1}}) {
     CAPTURE(heads_a, heads_b);
     const auto mask_a = random_mask(heads_a, rows, cols, 0.4, rng), mask_b = random_mask(heads_b, rows, cols, 0.4, rng);
     const BlockPattern a = BlockPattern::from_block_mask(64, heads_a, rows, cols, mask_a);

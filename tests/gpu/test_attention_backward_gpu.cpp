@@ -517,7 +517,7 @@ TEST_CASE("at d = 64 a window on 128-query tiles packs with four query heads a K
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   Attention attention(spec_of(64, DType::bf16, Causal::none, Sparsity::block_sparse, 32));
-  for (const auto [heads_q, walk] : {std::pair{1, BackwardWalk::tiles}, {4, BackwardWalk::packed}}) {
+  for (const auto& [heads_q, walk] : {std::pair{1, BackwardWalk::tiles}, {4, BackwardWalk::packed}}) {
     const Problem c{attention.spec(), 1, heads_q, 1, 1500, 1500, 0};
     INFO(c.name());
     const Inputs in = random_inputs(c, rng);
@@ -533,7 +533,7 @@ TEST_CASE("with no active block every gradient is exactly 0 and nothing is NaN",
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  for (const auto [d, bs] : {std::pair{128, 64}, {256, 64}, {128, 16}, {64, 32}}) {
+  for (const auto& [d, bs] : {std::pair{128, 64}, {256, 64}, {128, 16}, {64, 32}}) {
     const Problem c{spec_of(d, DType::bf16, Causal::none, Sparsity::block_sparse, bs), 2, 2, 1, 300, 200, 0.0};
     CAPTURE(c.name());
     const Inputs in = random_inputs(c, rng);

@@ -528,7 +528,7 @@ TEST_CASE("wgmma_gather path: blocks of 16 and 32 for every head dim, dtype, cau
   // query heads sharing one pattern, every head dim, causal modes and densities rotating.
   variant = 0;
   for (const int d : {64, 96, 128, 256})
-    for (const auto [bs, heads] : {std::pair{16, 2}, std::pair{16, 4}, std::pair{32, 2}})
+    for (const auto& [bs, heads] : {std::pair{16, 2}, std::pair{16, 4}, std::pair{32, 2}})
       for (const double density : {0.5, 0.1, 0.0}) {
         ++variant;
         const Causal causal = std::array{Causal::none, Causal::top_left, Causal::bottom_right}[variant % 3];

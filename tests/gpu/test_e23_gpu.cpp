@@ -101,7 +101,8 @@ TEST_CASE("E23 forward: dims 8 to 1024, including dims that are not multiples of
 // With SJIT_E23_TILE_LAG_NS the z tile of row tile r reads h_t r x 3 us late, so the tape items have
 // their w words and the first z words long before the last z tiles read h_t: a tape item that stored
 // a column of h_{t+1} as soon as that column's own z words were in (the f32 build until 2026-11-28)
-// fails here on every draw. f32 (z polled where used), and bf16 on the held-weights tiles.
+// must fail here on every draw: scripts/device-e23-races.sh runs this test with that fix undone. f32
+// (z polled where used), and bf16 on the held-weights tiles.
 TEST_CASE("E23 forward: z tiles that read h_t late still read h_t (SJIT_E23_TILE_LAG_NS)", "[gpu][e23]") {
   const test::EnvironmentGuard guard({"SJIT_E23_TILE_LAG_NS"});
   ::setenv("SJIT_E23_TILE_LAG_NS", "3000", 1);

@@ -308,32 +308,36 @@ struct Attention::State {
   // `group`: the call's query heads a K/V head (packing a band pays from fewer heads with more);
   // `gathered_sums_by_pass`: whether the gathered pass, if taken, would sum dQ by its dQ pass.
   // `asked`: a walk asked for (the call's, SJIT_BACKWARD_WALK's or a stored tuning's), taken where the
-  // pattern can take it; "" leaves it to the rules, whose choice is remembered, and
-  // kWalkWithQueryTiles to the rules without the gathered walk (query tiles asked, no walk).
+  // pattern can take it; "" leaves it to the rules, whose choice is remembered; without `may_gather`
+  // the rules choose between the walks that have query tiles (a call that asked for tiles, no walk).
+  struct WalkAsked {
+    std::string_view walk;
+    bool may_gather = true;
+  };
   attention::QueryWalk query_walk(const BlockPattern& pattern, const codegen::BackwardTiling& t, std::int64_t group,
-                                  bool gathered_sums_by_pass, std::string_view asked) {
+                                  bool gathered_sums_by_pass, WalkAsked asked) {
     // Blocks narrower than the tiles may pack or gather, blocks of 64 on 128-key CTAs may gather.
     const bool narrow_keys = t.wgmma && pattern.block_size() < t.block_rows();
     if (codegen::dkdv_query_runs(spec, t) == 1 && !narrow_keys) return attention::QueryWalk::tiles;
     // (Only specs that gather only with the dQ pass depend on it: one remembered choice for the others.)
     const bool by_pass = gathered_sums_by_pass && attention::gathers_only_with_dq_pass(spec);
     auto choose = [&](std::string_view walk) {
-      const bool gathers = codegen::gathered_backward_tiling(spec, codegen::BackwardPart::dkdv).has_value();
+      const bool gathers =
+          asked.may_gather && codegen::gathered_backward_tiling(spec, codegen::BackwardPart::dkdv).has_value();
       return attention::choose_query_walk(spec, pattern, t.block_rows(), t.block_cols, group, gathers, by_pass, walk);
     };
     // (A walk forced by name costs nothing to choose; the rules' choice is remembered, with or without
     // the gathered walk.)
-    const bool tiled_only = asked == attention::kWalkWithQueryTiles;
-    if (!asked.empty() && asked != "auto" && !tiled_only) return choose(asked);
+    if (!asked.walk.empty() && asked.walk != "auto") return choose(asked.walk);
     const std::uint64_t key = pattern.digest() ^ std::uint64_t(by_pass) ^ (std::uint64_t(t.block_cols) << 32) ^
-                              (std::uint64_t(group) << 40) ^ (std::uint64_t(tiled_only) << 62);
-    return remembered_choice(walk_choices, key, [&] { return choose(tiled_only ? asked : ""); });
+                              (std::uint64_t(group) << 40) ^ (std::uint64_t(!asked.may_gather) << 62);
+    return remembered_choice(walk_choices, key, [&] { return choose(""); });
   }
   // The query rows of the key-major schedule the 128-key dK/dV pass of tiling `t` walks for `pattern`:
   // one pattern block where it packs them into its tiles, else its tiles'. (Where the gathered pass
   // takes the pattern, this schedule still says how many tiles a row sees: packed, the exact count.)
   int key_schedule_cols(const BlockPattern& pattern, const codegen::BackwardTiling& t, std::int64_t group,
-                        std::string_view asked) {
+                        WalkAsked asked) {
     if (pattern.block_size() >= t.block_cols) return t.block_cols;  // (gathered or not: a block a tile)
     // (How the gathered pass would sum dQ matters to blocks of 64 only.)
     const attention::QueryWalk walk = query_walk(pattern, t, group, false, asked);
@@ -539,10 +543,10 @@ struct Attention::State {
             ? tuning::tuned_backward_walk(backward_spec(true), a.pattern->digest(), group)
             : std::nullopt;
     // (Query tiles asked by the call without a walk: the rules choose between the walks that have them.)
-    const std::string_view walk_asked = a.walk       ? name(*a.walk)
-                                        : tuned_walk ? name(tuned_walk->walk)
-                                        : a.query_tile_cols != 0 && !environment_walks ? attention::kWalkWithQueryTiles
-                                                                                        : forced_walk;
+    const bool tiles_asked_alone = !a.walk && a.query_tile_cols != 0 && !environment_walks;
+    const WalkAsked walk_asked{a.walk ? name(*a.walk) : tuned_walk ? name(tuned_walk->walk)
+                                                     : tiles_asked_alone ? std::string_view() : forced_walk,
+                               !tiles_asked_alone};
     const std::optional<int> cols_asked = a.query_tile_cols != 0 ? std::optional<int>(a.query_tile_cols)
                                           : tuned_walk && tuned_walk->query_tile_cols != 0
                                               ? std::optional<int>(tuned_walk->query_tile_cols)

@@ -44,9 +44,9 @@ QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& patte
   // Packing needs blocks narrower than the tiles; gathering, blocks narrower than a CTA's keys (blocks
   // of 64: a 128-key CTA walks the union of its two blocks' query tiles).
   const bool narrow = pattern.block_size() < tile_cols;
-  const bool may_gather = gathers && pattern.block_size() < key_rows && forced != kWalkWithQueryTiles;
+  const bool may_gather = gathers && pattern.block_size() < key_rows;
   const QueryWalk fallback = narrow ? QueryWalk::packed : QueryWalk::tiles;
-  if (!forced.empty() && forced != "auto" && forced != kWalkWithQueryTiles) {
+  if (!forced.empty() && forced != "auto") {
     if (forced == "tiles") return QueryWalk::tiles;
     if (forced == "packed") return fallback;
     if (forced == "gathered") return may_gather ? QueryWalk::gathered : fallback;

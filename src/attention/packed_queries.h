@@ -33,10 +33,10 @@ using QueryWalk = BackwardWalk;
 // first that applies decides:
 //   - `forced`, SJIT_BACKWARD_WALK's value: "tiles", "packed" or "gathered" forces that walk where it
 //     exists for the spec (packed: blocks narrower than the tiles; gathered: `gathers` and blocks
-//     narrower than key_rows); "" or "auto" does not; kWalkWithQueryTiles leaves gathering out (a call
-//     that asked for query tiles but no walk); anything else is refused (InvalidArgument);
+//     narrower than key_rows); "" or "auto" does not; anything else is refused (InvalidArgument);
 //   - gathering_queries_pays, then packing_queries_pays.
-inline constexpr std::string_view kWalkWithQueryTiles = "tiles or packed";
+// (A call that asks for query tiles but no walk passes `gathers` false: the rules then choose between
+// the walks that have them.)
 QueryWalk choose_query_walk(const AttentionSpec& spec, const BlockPattern& pattern, int key_rows, int tile_cols,
                             std::int64_t group, bool gathers, bool gathered_sums_by_pass, std::string_view forced);
 // The 128-key dK/dV pass's walks of `pattern` on contiguous tiles of `key_rows` keys by `tile_cols`

@@ -985,12 +985,11 @@ TEST_CASE("SJIT_BACKWARD_WALK forces a walk where it exists, and a bad value is 
   };
   CHECK(walk(sparse, true, "") == QueryWalk::gathered);  // the rule (ratio 5.6)
   CHECK(walk(sparse, true, "auto") == QueryWalk::gathered);
-  CHECK(walk(sparse, false, "") == QueryWalk::packed);  // no gathered pass: packing's rule
+  // No gathered pass (or a call that asked for query tiles but no walk): packing's rule.
+  CHECK(walk(sparse, false, "") == QueryWalk::packed);
   CHECK(walk(sparse, true, "tiles") == QueryWalk::tiles);
   CHECK(walk(sparse, true, "packed") == QueryWalk::packed);
   CHECK(walk(sparse, false, "gathered") == QueryWalk::packed);  // no gathered pass for the spec
-  // A call that asks for query tiles but no walk: the rules choose between the walks that have them.
-  CHECK(walk(sparse, true, attention::kWalkWithQueryTiles) == QueryWalk::packed);
   // The names Attention::backward_walk's answers go by are the values that force them.
   for (const BackwardWalk w : {BackwardWalk::tiles, BackwardWalk::packed, BackwardWalk::gathered}) {
     CAPTURE(name(w));
@@ -1012,7 +1011,7 @@ TEST_CASE("SJIT_BACKWARD_WALK forces a walk where it exists, and a bad value is 
   CHECK(walk(blocks_of_64, true, "") == QueryWalk::tiles);
   CHECK(walk(blocks_of_64, true, "", true) == QueryWalk::gathered);
   CHECK(walk(blocks_of_64, true, "auto", true) == QueryWalk::gathered);
-  CHECK(walk(blocks_of_64, true, attention::kWalkWithQueryTiles, true) == QueryWalk::tiles);
+  CHECK(walk(blocks_of_64, false, "", true) == QueryWalk::tiles);  // query tiles asked, no walk
   CHECK_THROWS_WITH(walk(wide, true, "gather"), Catch::Matchers::Contains("SJIT_BACKWARD_WALK = 'gather'"));
   // The variable itself, read by every backward (also of blocks of 128, where no walk is chosen).
   const char* saved = std::getenv("SJIT_BACKWARD_WALK");

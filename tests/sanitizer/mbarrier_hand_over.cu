@@ -5,8 +5,9 @@
 //   one-lane:   the lanes meet at __syncwarp and lane 0 arrives (count 1), as the sm_90 backward's math
 //               warps release a ring slot (attention_backward_sm90.cuh).
 // Both are ordered by the PTX memory model (the warp barrier orders the lanes' reads before lane 0's
-// release). On the lent H200 (CUDA 13.0, 2026-11-28) racecheck reported nothing for every-lane; the
-// backward's one-lane hand-overs are reported as WAR hazards. Build and run on the GPU machine:
+// release). On the lent H200 (CUDA 13.0, 2026-11-29) racecheck reported 0 hazards for every-lane and
+// 2 (3 errors) for one-lane, both with the right result: the tool does not follow the one-lane form,
+// which is why it reports the backward's hand-overs. Build and run on the GPU machine:
 //   nvcc -arch=sm_90a -o /tmp/hand_over tests/sanitizer/mbarrier_hand_over.cu
 //   compute-sanitizer --tool racecheck /tmp/hand_over every-lane; ... /tmp/hand_over one-lane
 #include <cstdio>

@@ -69,11 +69,22 @@ print(f"{tool}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
 EOF
 # racecheck and the ring slots the sm_90 backward's math warps hand back with one lane a warp: the probe
 # of tests/sanitizer/mbarrier_hand_over.cu, run both ways (docs/sanitizers.md).
-if [[ ${TOOL:-memcheck} == racecheck ]] && nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) &&
-  "$nvcc" -arch=sm_90a -o "$OUT/sanitize/hand_over" tests/sanitizer/mbarrier_hand_over.cu; then
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+if [[ ${TOOL:-memcheck} == racecheck ]] &&
+  "$nvcc" -arch=sm_90a -o /tmp/sjit-hand-over tests/sanitizer/mbarrier_hand_over.cu; then
   for way in every-lane one-lane; do
-    "$sanitizer" --tool racecheck --print-limit 2 "$OUT/sanitize/hand_over" "$way" 2>&1 |
+    "$sanitizer" --tool racecheck --print-limit 2 /tmp/sjit-hand-over "$way" 2>&1 |
       grep -E "expected|RACECHECK SUMMARY" | tr '\n' ' '
+    echo
+  done
+fi
+# initcheck and global memory written by bulk copies from shared memory (the forward's O, the split
+# last round's staged outputs): the probe of tests/sanitizer/bulk_store_initcheck.cu, three ways.
+if [[ ${TOOL:-memcheck} == initcheck ]] &&
+  "$nvcc" -arch=sm_90a -o /tmp/sjit-bulk-store tests/sanitizer/bulk_store_initcheck.cu -lcuda; then
+  for way in plain bulk tensor; do
+    "$sanitizer" --tool initcheck --print-limit 1 /tmp/sjit-bulk-store "$way" 2>&1 |
+      grep -E "expected|ERROR SUMMARY" | tr '\n' ' '
     echo
   done
 fi

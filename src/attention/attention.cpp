@@ -21,6 +21,7 @@
 #include "codegen/attention_codegen.h"
 #include "jit/jit.h"
 #include "runtime/context.h"
+#include "runtime/driver.h"
 #include "sparsejit/error.h"
 #include "templates/sparsejit/attention_params.cuh"
 #include "tune/attention_tuned_configs.h"
@@ -1024,8 +1025,15 @@ void Attention::backward(const AttentionBackwardArgs& in, Stream stream) {
   void* params[] = {&p, &maps};
   void* dq_params[] = {&p, &dq_maps};
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
-  if (rows > 0)
+  if (rows > 0) {
     jit::launch(*kernels.prep, unsigned((rows + per_row_cta_rows - 1) / per_row_cta_rows), 256, cu_stream, params);
+  } else if (atomic && kv_grid > 0) {
+    // No query row, so no pre-pass to reset the groups' counters, which the dK/dV CTAs still count
+    // themselves in and wait on (found by compute-sanitizer's initcheck: they added to whatever the
+    // stream's scratch held, and a count that wrapped would have waited forever).
+    SJIT_CU(runtime::driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p.groups_done), 0,
+                                              std::size_t(groups) * sizeof(unsigned), cu_stream));
+  }
   try {
     if (kv_grid > 0) jit::launch(*kernels.dkdv, unsigned(kv_grid), unsigned(kv_tiling.threads()), cu_stream, params);
     if (q_grid > 0)  // the dQ pass, or dq_convert (256 threads)

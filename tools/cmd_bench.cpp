@@ -34,9 +34,22 @@ int rotation_for(std::size_t bytes_per_set, int l2_bytes) {
 }
 
 int run_rownorm(const BenchOptions& o) {
+  // Every flag refused or taken before any GPU work.
+  require_at_least("--iters", o.iterations, 1);
+  require_at_least("--warmup", o.warmup, 0);
+  if (!(o.elements >= 1 && o.elements <= 0x1p40))  // NaN too
+    throw InvalidArgument(fmt::format("--elements {}: give 1 to 2^40", o.elements));
+  const DType dtype = parse_dtype(o.dtype);
+  for (const std::string& kind : o.kinds)
+    for (int n : o.sizes) kind_from_name(kind, n, dtype);  // an unknown kind, or a row length out of range
+  for (const std::string& config_text : o.configs)
+    if (!config_text.empty()) try {
+        parse_rownorm_config(config_text);
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(fmt::format("--config {}: {}", config_text, e.what()));
+      }
   if (!gpu_available()) throw NoDevice("sjit bench needs a GPU: " + system_info().no_gpu_reason);
   const DeviceInfo dev = current_device();
-  const DType dtype = parse_dtype(o.dtype);
   const std::size_t elem = size_of(dtype);
   const bool fwd = o.passes != "bwd", bwd = o.passes != "fwd";
   fmt::print("device {}, {} elements of {}, median of {} runs after {} warm-up\n", describe_device(dev),

@@ -68,14 +68,44 @@ int run_attention(const AttentionBenchOptions& o) {
   if (!o.backward && (dq_asked || walk_asked || o.query_tiles != 0))
     throw InvalidArgument("--dq, --walk and --query-tiles choose how the backward runs: add --backward");
   const LastRound last_round = parse_last_round(o.last_round);
-  if (!gpu_available()) throw NoDevice("sjit bench needs a GPU: " + system_info().no_gpu_reason);
-  const DeviceInfo dev = current_device();
-  const DType dtype = parse_dtype(o.dtype);
+  // The sizes, the spec, the tiling and the patterns: every other flag refused or taken before any GPU work.
+  require_at_least("--batch", o.batch, 1);
+  require_at_least("--heads", o.heads, 1);
+  require_at_least("--heads-kv", o.heads_kv, 0);  // 0: --heads
+  require_at_least("--seq", o.seq, 1);
+  require_at_least("--seq-k", o.seq_k, 0);  // 0: --seq
+  require_at_least("--iters", o.iterations, 1);
+  require_at_least("--warmup", o.warmup, 0);
   const std::int64_t heads_kv = o.heads_kv ? o.heads_kv : o.heads, seq_k = o.seq_k ? o.seq_k : o.seq;
+  if (o.heads % heads_kv != 0)
+    throw InvalidArgument(fmt::format("--heads {} --heads-kv {}: the query heads must be a multiple of the K/V heads",
+                                      o.heads, heads_kv));
+  const DType dtype = parse_dtype(o.dtype);
   AttentionSpec dense;
   dense.head_dim = o.head_dim, dense.dtype = dtype, dense.causal = causal_from(o.causal);
   dense.deterministic = o.deterministic;
-  const AttentionConfig config = o.config.empty() ? AttentionConfig{} : parse_attention_config(o.config);
+  dense = canonical(dense);  // refuses a head dim or dtype the kernels do not take
+  AttentionConfig config;
+  if (!o.config.empty()) try {
+      config = parse_attention_config(o.config);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(fmt::format("--config {}: {}", o.config, e.what()));
+    }
+  // The patterns (each builder refuses a bad block size, density or window, naming it).
+  std::vector<std::pair<std::string, BlockPattern>> patterns_to_run;
+  if (!o.pattern_file.empty()) {
+    patterns_to_run.emplace_back(o.pattern_file, BlockPattern::load(o.pattern_file));
+  } else if (!o.window.empty()) {
+    patterns_to_run.emplace_back(fmt::format("window {},{}", o.window[0], o.window[1]),
+                                 patterns::sliding_window(o.block, o.seq, seq_k, o.window[0], o.window[1],
+                                                          o.per_head ? int(o.heads) : 1));
+  } else {
+    for (const double density : o.densities)
+      patterns_to_run.emplace_back(fmt::format("{:g}", density),
+                                   patterns::random(o.block, o.seq, seq_k, density, 7, o.per_head ? int(o.heads) : 1));
+  }
+  if (!gpu_available()) throw NoDevice("sjit bench needs a GPU: " + system_info().no_gpu_reason);
+  const DeviceInfo dev = current_device();
 
   std::mt19937_64 rng(2026);
   DeviceBuffer q = random_device_tensor(o.batch * o.heads * o.seq * o.head_dim, dtype, rng);
@@ -229,18 +259,6 @@ int run_attention(const AttentionBenchOptions& o) {
   dense_row.push_back(host_cell(dense_attention, nullptr, false));
   table.add(dense_row);
 
-  std::vector<std::pair<std::string, BlockPattern>> patterns_to_run;
-  if (!o.pattern_file.empty()) {
-    patterns_to_run.emplace_back(o.pattern_file, BlockPattern::load(o.pattern_file));
-  } else if (!o.window.empty()) {
-    patterns_to_run.emplace_back(fmt::format("window {},{}", o.window[0], o.window[1]),
-                                 patterns::sliding_window(o.block, o.seq, seq_k, o.window[0], o.window[1],
-                                                          o.per_head ? int(o.heads) : 1));
-  } else {
-    for (const double density : o.densities)
-      patterns_to_run.emplace_back(fmt::format("{:g}", density),
-                                   patterns::random(o.block, o.seq, seq_k, density, 7, o.per_head ? int(o.heads) : 1));
-  }
   for (const auto& [label, pattern_of_row] : patterns_to_run) {
     const BlockPattern& pattern = pattern_of_row;  // (a reference the lambdas below can capture: clang 14
                                                    // does not capture structured bindings)

@@ -106,9 +106,19 @@ void print_e23_profile(const E23BenchOptions& o, const E23ForwardArgs& args) {
 }
 
 int run_e23(const E23BenchOptions& o) {
+  // Every flag refused or taken before any GPU work.
+  require_at_least("--batch", o.batch, 1);
+  require_at_least("--steps", o.steps, 1);
+  require_at_least("--iters", o.iterations, 1);
+  require_at_least("--warmup", o.warmup, 0);
+  require_at_least("--checkpoint-every", o.checkpoint_every, 0);  // 0: ceil(sqrt(steps))
+  const DType dtype = parse_dtype(o.dtype);
+  for (const std::string& kind : split_commas(o.kinds)) {  // an unknown kind, or N or D out of range
+    const RowNormSpec norm = kind_from_name(kind, o.slots, dtype);
+    e23_spec(norm.kind, norm.alpha, o.slots, o.dim, dtype);
+  }
   if (!gpu_available()) throw NoDevice("sjit bench needs a GPU: " + system_info().no_gpu_reason);
   const DeviceInfo dev = current_device();
-  const DType dtype = parse_dtype(o.dtype);
   const std::int64_t b = o.batch, t = o.steps, n = o.slots, d = o.dim;
   const std::size_t e = size_of(dtype);
 

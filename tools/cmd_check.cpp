@@ -120,7 +120,7 @@ Runner add_check(CLI::App& app) {
   cmd->add_option("--rows", o->rows, "rownorm: rows to check (default 64)");
   CLI::Option* seed_option = cmd->add_option("--seed", o->seed, "The random inputs' seed (default: a fresh one, printed)");
   return [=] {
-    if (o->rows < 1) throw InvalidArgument(fmt::format("--rows {}: give at least 1", o->rows));
+    require_at_least("--rows", o->rows, 1);
     if (!(o->density > 0 && o->density <= 1))
       throw InvalidArgument(fmt::format("--density {}: give a density in (0, 1]", o->density));
     if (!o->shape.empty() && o->shape.size() != 5)

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <random>
 #include <string>
@@ -36,6 +37,9 @@ std::string describe_device(const DeviceInfo& device);
 
 // "a,b,,c" -> {"a", "b", "c"}: the comma-separated lists of the options.
 std::vector<std::string> split_commas(const std::string& text);
+
+// A count flag refused before any GPU work, with the flag and its value: "--iters 0: give at least 1".
+void require_at_least(const char* flag, std::int64_t value, std::int64_t least);
 
 // Median GPU time of run(i) in milliseconds: `warmup` untimed calls, then `iterations` calls timed with
 // events on the default stream. Each call is timed alone, so its time includes the host's work from its

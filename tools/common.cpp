@@ -35,6 +35,10 @@ std::string describe_device(const DeviceInfo& device) {
   return fmt::format("{} ({} SMs, L2 {} MiB{})", device.name, device.multiprocessors, device.l2_bytes >> 20, dram);
 }
 
+void require_at_least(const char* flag, std::int64_t value, std::int64_t least) {
+  if (value < least) throw InvalidArgument(fmt::format("{} {}: give at least {}", flag, value, least));
+}
+
 std::vector<std::string> split_commas(const std::string& text) {
   std::vector<std::string> out;
   std::stringstream in(text);
@@ -74,6 +78,7 @@ DeviceBuffer random_device_tensor(std::int64_t elements, DType dtype, std::mt199
 }
 
 static double median_of(std::vector<double>& ms) {
+  if (ms.empty()) throw InvalidArgument("a median of no timed runs: give at least one (--iters)");
   std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
   return ms[ms.size() / 2];
 }

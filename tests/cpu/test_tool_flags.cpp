@@ -49,3 +49,43 @@ TEST_CASE("sjit check refuses a bad spec, shape, tiling or count before it looks
     CHECK_THAT(out, Contains("sjit check needs a GPU"));
   }
 }
+
+TEST_CASE("sjit bench refuses bad sizes, counts, kinds and patterns before it looks for a GPU", "[tool]") {
+  // Each refusal names the flag or field and its value. (With a GPU, `--iters 0` used to take the
+  // median of no runs, and `bench rownorm --n 0` to divide by zero.)
+  const std::pair<const char*, const char*> refusals[] = {
+      {"bench attention --iters 0", "--iters 0: give at least 1"},
+      {"bench attention --warmup -1", "--warmup -1: give at least 0"},
+      {"bench attention --batch 0", "--batch 0: give at least 1"},
+      {"bench attention --seq -5", "--seq -5: give at least 1"},
+      {"bench attention --heads 6 --heads-kv 4", "--heads 6 --heads-kv 4: the query heads must be a multiple"},
+      {"bench attention --d 48", "head_dim = 48"},
+      {"bench attention --dtype f32", "dtype = f32"},
+      {"bench attention --causal up", "--causal up: use none, tl or br"},
+      {"bench attention --density 0.1,2", "density = 2"},
+      {"bench attention --density 0.1 --block 7", "block_size = 7"},
+      {"bench attention --window 2,-1", "blocks_after = -1"},
+      {"bench attention --config bogus=1", "--config bogus=1:"},
+      {"bench rownorm --n 8,0", "n = 0"},
+      {"bench rownorm --iters 0", "--iters 0: give at least 1"},
+      {"bench rownorm --elements 0", "--elements 0: give 1 to 2^40"},
+      {"bench rownorm --kinds softmax,foo", "kind 'foo' is unknown"},
+      {"bench e23 --steps 0", "--steps 0: give at least 1"},
+      {"bench e23 --dim 12", "dim = 12"},
+      {"bench e23 --slots 1000", "n_slots = 1000"},
+      {"bench e23 --checkpoint-every -2", "--checkpoint-every -2: give at least 0"},
+  };
+  for (const auto& [args, message] : refusals) {
+    int status = 0;
+    const std::string out = sjit::test::run_tool(args, &status);
+    INFO(args);
+    CHECK(status != 0);
+    CHECK_THAT(out, Contains(message));
+  }
+  if (!sjit::gpu_available()) {  // good flags get as far as the GPU
+    int status = 0;
+    const std::string out = sjit::test::run_tool("bench attention --seq 256 --density 0.5", &status);
+    CHECK(status != 0);
+    CHECK_THAT(out, Contains("sjit bench needs a GPU"));
+  }
+}

@@ -1,13 +1,39 @@
-// `sjit bench attention` and `sjit check` check their flags before they look for a GPU, so a bad one is
-// refused here too, with the flag, its value and what is allowed.
+// `sjit bench` and `sjit check` check their flags before they look for a GPU, so a bad one is refused
+// here too, with the flag, its value and what is allowed.
 #include <catch2/catch.hpp>
 
+#include <span>
 #include <utility>
 
 #include "sparsejit/device.h"
 #include "support/run_tool.h"
 
 using Catch::Matchers::Contains;
+
+namespace {
+
+using Refusal = std::pair<const char*, const char*>;  // the tool's arguments, a part of its message
+
+// Each command fails, saying its part; without a GPU, `good` (flags that are all fine) gets as far as
+// the GPU's absence, which `no_gpu` names.
+void expect_refusals(std::span<const Refusal> refusals, const char* good, const char* no_gpu) {
+  for (const auto& [args, message] : refusals) {
+    int status = 0;
+    const std::string out = sjit::test::run_tool(args, &status);
+    INFO(args);
+    CHECK(status != 0);
+    CHECK_THAT(out, Contains(message));
+  }
+  if (!sjit::gpu_available()) {
+    int status = 0;
+    const std::string out = sjit::test::run_tool(good, &status);
+    INFO(good);
+    CHECK(status != 0);
+    CHECK_THAT(out, Contains(no_gpu));
+  }
+}
+
+}  // namespace
 
 TEST_CASE("sjit bench attention refuses a bad --walk or --query-tiles, and backward flags without --backward",
           "[tool][attention][backward]") {
@@ -27,7 +53,7 @@ TEST_CASE("sjit bench attention refuses a bad --walk or --query-tiles, and backw
 }
 
 TEST_CASE("sjit check refuses a bad spec, shape, tiling or count before it looks for a GPU", "[tool]") {
-  const std::pair<const char*, const char*> refusals[] = {
+  const Refusal refusals[] = {
       {"check foo:x", "spec 'foo:x': the op comes first, rownorm:, attention: or e23:"},
       {"check attention:d=63", "head_dim = 63"},
       {"check attention:d=64 --shape 1,2", "--shape has 2 numbers: give B,Hq,Hkv,Sq,Sk"},
@@ -35,25 +61,13 @@ TEST_CASE("sjit check refuses a bad spec, shape, tiling or count before it looks
       {"check rownorm:kind=softmax,n=64 --rows 0", "--rows 0: give at least 1"},
       {"check attention:d=64,sparsity=bsr,block=64 --density 2", "--density 2: give a density in (0, 1]"},
   };
-  for (const auto& [args, message] : refusals) {
-    int status = 0;
-    const std::string out = sjit::test::run_tool(args, &status);
-    INFO(args);
-    CHECK(status != 0);
-    CHECK_THAT(out, Contains(message));
-  }
-  if (!sjit::gpu_available()) {
-    int status = 0;
-    const std::string out = sjit::test::run_tool("check rownorm:kind=softmax,n=64", &status);
-    CHECK(status != 0);
-    CHECK_THAT(out, Contains("sjit check needs a GPU"));
-  }
+  expect_refusals(refusals, "check rownorm:kind=softmax,n=64", "sjit check needs a GPU");
 }
 
 TEST_CASE("sjit bench refuses bad sizes, counts, kinds and patterns before it looks for a GPU", "[tool]") {
   // Each refusal names the flag or field and its value. (With a GPU, `--iters 0` used to take the
   // median of no runs, and `bench rownorm --n 0` to divide by zero.)
-  const std::pair<const char*, const char*> refusals[] = {
+  const Refusal refusals[] = {
       {"bench attention --iters 0", "--iters 0: give at least 1"},
       {"bench attention --warmup -1", "--warmup -1: give at least 0"},
       {"bench attention --batch 0", "--batch 0: give at least 1"},
@@ -75,17 +89,5 @@ TEST_CASE("sjit bench refuses bad sizes, counts, kinds and patterns before it lo
       {"bench e23 --slots 1000", "n_slots = 1000"},
       {"bench e23 --checkpoint-every -2", "--checkpoint-every -2: give at least 0"},
   };
-  for (const auto& [args, message] : refusals) {
-    int status = 0;
-    const std::string out = sjit::test::run_tool(args, &status);
-    INFO(args);
-    CHECK(status != 0);
-    CHECK_THAT(out, Contains(message));
-  }
-  if (!sjit::gpu_available()) {  // good flags get as far as the GPU
-    int status = 0;
-    const std::string out = sjit::test::run_tool("bench attention --seq 256 --density 0.5", &status);
-    CHECK(status != 0);
-    CHECK_THAT(out, Contains("sjit bench needs a GPU"));
-  }
+  expect_refusals(refusals, "bench attention --seq 256 --density 0.5", "sjit bench needs a GPU");
 }

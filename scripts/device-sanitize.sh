@@ -8,6 +8,8 @@
 # (carrying .deps):
 #   TOOL=memcheck PARALLEL=12 LIMIT=420 DEADLINE=480 bash scripts/device-sanitize.sh
 # With SJIT_LINEINFO=1 the reports name the templates' lines; PRINT_LIMIT (20) caps the reports a test.
+# EXCLUDE, a kernel name's substring, leaves those kernels out of the tool's checks (they still run):
+#   EXCLUDE=attention_backward_prep TOOL=initcheck ... (docs/sanitizers.md, "What is left").
 set -uo pipefail
 source scripts/device-build.sh
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -22,6 +24,8 @@ lock = threading.Lock()
 out = os.path.join(os.environ["OUT"], "sanitize")
 tests = [t for t in json.load(open(os.path.join(out, "tests.json")))["tests"] if re.search(only, t["name"])]
 extra = {"memcheck": ["--leak-check", "no"], "racecheck": ["--racecheck-report", "hazard"]}.get(tool, [])
+if os.environ.get("EXCLUDE"):
+    extra += ["--kernel-name-exclude", "kns=" + os.environ["EXCLUDE"]]
 
 def run(index_test):
     index, test = index_test

@@ -114,7 +114,7 @@ int run_e23(const E23BenchOptions& o) {
   require_at_least("--checkpoint-every", o.checkpoint_every, 0);  // 0: ceil(sqrt(steps))
   const DType dtype = parse_dtype(o.dtype);
   for (const std::string& kind : split_commas(o.kinds)) {  // an unknown kind, or N or D out of range
-    const RowNormSpec norm = kind_from_name(kind, o.slots, dtype);
+    const RowNormSpec norm = kind_from_name(kind, 8, dtype);  // the kind alone: e23_spec checks N
     e23_spec(norm.kind, norm.alpha, o.slots, o.dim, dtype);
   }
   if (!gpu_available()) throw NoDevice("sjit bench needs a GPU: " + system_info().no_gpu_reason);

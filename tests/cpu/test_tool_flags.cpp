@@ -86,7 +86,7 @@ TEST_CASE("sjit bench refuses bad sizes, counts, kinds and patterns before it lo
       {"bench rownorm --kinds softmax,foo", "kind 'foo' is unknown"},
       {"bench e23 --steps 0", "--steps 0: give at least 1"},
       {"bench e23 --dim 12", "dim = 12"},
-      {"bench e23 --slots 1000", "n_slots = 1000"},
+      {"bench e23 --slots 100000", "n_slots = 100000"},
       {"bench e23 --checkpoint-every -2", "--checkpoint-every -2: give at least 0"},
   };
   expect_refusals(refusals, "bench attention --seq 256 --density 0.5", "sjit bench needs a GPU");

@@ -43,11 +43,7 @@ int run_rownorm(const BenchOptions& o) {
   for (const std::string& kind : o.kinds)
     for (int n : o.sizes) kind_from_name(kind, n, dtype);  // an unknown kind, or a row length out of range
   for (const std::string& config_text : o.configs)
-    if (!config_text.empty()) try {
-        parse_rownorm_config(config_text);
-      } catch (const InvalidArgument& e) {
-        throw InvalidArgument(fmt::format("--config {}: {}", config_text, e.what()));
-      }
+    if (!config_text.empty()) parse_flag("--config", config_text, parse_rownorm_config);
   if (!gpu_available()) throw NoDevice("sjit bench needs a GPU: " + system_info().no_gpu_reason);
   const DeviceInfo dev = current_device();
   const std::size_t elem = size_of(dtype);

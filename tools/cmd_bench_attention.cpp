@@ -85,12 +85,8 @@ int run_attention(const AttentionBenchOptions& o) {
   dense.head_dim = o.head_dim, dense.dtype = dtype, dense.causal = causal_from(o.causal);
   dense.deterministic = o.deterministic;
   dense = canonical(dense);  // refuses a head dim or dtype the kernels do not take
-  AttentionConfig config;
-  if (!o.config.empty()) try {
-      config = parse_attention_config(o.config);
-    } catch (const InvalidArgument& e) {
-      throw InvalidArgument(fmt::format("--config {}: {}", o.config, e.what()));
-    }
+  const AttentionConfig config =
+      o.config.empty() ? AttentionConfig{} : parse_flag("--config", o.config, parse_attention_config);
   // The patterns (each builder refuses a bad block size, density or window, naming it).
   std::vector<std::pair<std::string, BlockPattern>> patterns_to_run;
   if (!o.pattern_file.empty()) {

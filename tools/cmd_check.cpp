@@ -126,12 +126,8 @@ Runner add_check(CLI::App& app) {
     if (!o->shape.empty() && o->shape.size() != 5)
       throw InvalidArgument(fmt::format("--shape has {} numbers: give B,Hq,Hkv,Sq,Sk", o->shape.size()));
     // Every argument refused or taken before any GPU work.
-    AttentionConfig config;
-    if (!o->config.empty()) try {
-        config = parse_attention_config(o->config);
-      } catch (const InvalidArgument& e) {
-        throw InvalidArgument(fmt::format("--config {}: {}", o->config, e.what()));
-      }
+    const AttentionConfig config =
+        o->config.empty() ? AttentionConfig{} : parse_flag("--config", o->config, parse_attention_config);
     std::vector<AnySpec> specs;
     for (const std::string& text : o->specs) specs.push_back(parse_spec(text));
     if (!gpu_available()) throw NoDevice("sjit check needs a GPU: " + system_info().no_gpu_reason);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <cstdint>
 #include <functional>
@@ -40,6 +41,16 @@ std::vector<std::string> split_commas(const std::string& text);
 
 // A count flag refused before any GPU work, with the flag and its value: "--iters 0: give at least 1".
 void require_at_least(const char* flag, std::int64_t value, std::int64_t least);
+
+// parse(text) for a flag's value, its refusal prefixed with the flag and the text: "--config bogus=1: ...".
+template <class Parse>
+auto parse_flag(const char* flag, const std::string& text, Parse&& parse) {
+  try {
+    return parse(text);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("{} {}: {}", flag, text, e.what()));
+  }
+}
 
 // Median GPU time of run(i) in milliseconds: `warmup` untimed calls, then `iterations` calls timed with
 // events on the default stream. Each call is timed alone, so its time includes the host's work from its

@@ -32,10 +32,20 @@ void check_picture_args(std::string_view context, const BlockPattern& pattern, i
                                       context, head, pattern.heads()));
 }
 
-// A head's block mask averaged into cells of `cell` x `cell` blocks: the share of each cell's blocks
-// that are active, row-major over ceil(rows / cell) x ceil(cols / cell) cells.
-std::vector<float> cell_shares(const BlockPattern& pattern, int head, std::int64_t cell, std::int64_t cell_rows,
-                               std::int64_t cell_cols) {
+// Cells of `cell` x `cell` blocks, as few blocks a side as keep the longer side within `max_cells`
+// cells: ceil(rows / cell) x ceil(cols / cell) of them.
+struct CellGrid {
+  std::int64_t cell, rows, cols;
+};
+CellGrid cell_grid(const BlockPattern& pattern, std::int64_t max_cells) {
+  const std::int64_t cell = (std::max(pattern.block_rows(), pattern.block_cols()) + max_cells - 1) / max_cells;
+  return {cell, (pattern.block_rows() + cell - 1) / cell, (pattern.block_cols() + cell - 1) / cell};
+}
+
+// A head's block mask averaged into the cells of `grid`: the share of each cell's blocks that are
+// active, row-major.
+std::vector<float> cell_shares(const BlockPattern& pattern, int head, const CellGrid& grid) {
+  const std::int64_t cell = grid.cell, cell_rows = grid.rows, cell_cols = grid.cols;
   std::vector<std::int64_t> active(std::size_t(cell_rows * cell_cols), 0);
   for (std::int64_t r = 0; r < pattern.block_rows(); ++r)
     for (const std::int32_t c : pattern.row(head, r)) ++active[std::size_t(r / cell * cell_cols + c / cell)];
@@ -62,12 +72,10 @@ PatternPicture draw(const BlockPattern& pattern, const PictureOptions& options) 
   if (options.max_side < 1 || options.min_side < 1)
     throw InvalidArgument(fmt::format("{}: max_side = {} and min_side = {} must be at least 1", context,
                                       options.max_side, options.min_side));
-  const std::int64_t longest = std::max(pattern.block_rows(), pattern.block_cols());
+  const CellGrid grid = cell_grid(pattern, options.max_side);
+  const std::int64_t cell_rows = grid.rows, cell_cols = grid.cols;
   PatternPicture picture;
-  picture.blocks_per_cell = int((longest + options.max_side - 1) / options.max_side);
-  const std::int64_t cell = picture.blocks_per_cell;
-  const std::int64_t cell_rows = (pattern.block_rows() + cell - 1) / cell;
-  const std::int64_t cell_cols = (pattern.block_cols() + cell - 1) / cell;
+  picture.blocks_per_cell = int(grid.cell);
   const std::int64_t cells_longest = std::max(cell_rows, cell_cols);
   const std::int64_t most_pixels = std::max<std::int64_t>(1, options.max_side / cells_longest);
   picture.pixels_per_cell = int(std::clamp<std::int64_t>(options.min_side / cells_longest, 1, most_pixels));
@@ -93,7 +101,7 @@ PatternPicture draw(const BlockPattern& pattern, const PictureOptions& options) 
     };
     for (std::int64_t x = 0; x < head_width; ++x) pixel(x, 0) = pixel(x, head_height - 1) = kFrame;
     for (std::int64_t y = 0; y < head_height; ++y) pixel(0, y) = pixel(head_width - 1, y) = kFrame;
-    const std::vector<float> share = cell_shares(pattern, first + i, cell, cell_rows, cell_cols);
+    const std::vector<float> share = cell_shares(pattern, first + i, grid);
     for (std::int64_t y = 0; y < cell_rows * pixels; ++y)
       for (std::int64_t x = 0; x < cell_cols * pixels; ++x)
         pixel(1 + x, 1 + y) = cell_gray(share[std::size_t(y / pixels * cell_cols + x / pixels)]);
@@ -106,11 +114,9 @@ std::string draw_text(const BlockPattern& pattern, int head, int max_cols) {
   check_picture_args(context, pattern, head);
   if (head < 0) throw InvalidArgument(fmt::format("{}: head = -1: a text picture shows one head", context));
   if (max_cols < 1) throw InvalidArgument(fmt::format("{}: max_cols = {} must be at least 1", context, max_cols));
-  const std::int64_t longest = std::max(pattern.block_rows(), pattern.block_cols());
-  const std::int64_t cell = (longest + max_cols - 1) / max_cols;
-  const std::int64_t cell_rows = (pattern.block_rows() + cell - 1) / cell;
-  const std::int64_t cell_cols = (pattern.block_cols() + cell - 1) / cell;
-  const std::vector<float> share = cell_shares(pattern, head, cell, cell_rows, cell_cols);
+  const CellGrid grid = cell_grid(pattern, max_cols);
+  const std::int64_t cell_rows = grid.rows, cell_cols = grid.cols;
+  const std::vector<float> share = cell_shares(pattern, head, grid);
   std::string text;
   for (std::int64_t y = 0; y < cell_rows; ++y) {
     for (std::int64_t x = 0; x < cell_cols; ++x) {

@@ -14,9 +14,8 @@ namespace {
 
 using Refusal = std::pair<const char*, const char*>;  // the tool's arguments, a part of its message
 
-// Each command fails, saying its part; without a GPU, `good` (flags that are all fine) gets as far as
-// the GPU's absence, which `no_gpu` names.
-void expect_refusals(std::span<const Refusal> refusals, const char* good, const char* no_gpu) {
+// Each command fails, saying its part.
+void expect_refused(std::span<const Refusal> refusals) {
   for (const auto& [args, message] : refusals) {
     int status = 0;
     const std::string out = sjit::test::run_tool(args, &status);
@@ -24,6 +23,12 @@ void expect_refusals(std::span<const Refusal> refusals, const char* good, const 
     CHECK(status != 0);
     CHECK_THAT(out, Contains(message));
   }
+}
+
+// expect_refused, and without a GPU, `good` (flags that are all fine) gets as far as the GPU's absence,
+// which `no_gpu` names.
+void expect_refusals(std::span<const Refusal> refusals, const char* good, const char* no_gpu) {
+  expect_refused(refusals);
   if (!sjit::gpu_available()) {
     int status = 0;
     const std::string out = sjit::test::run_tool(good, &status);
@@ -37,19 +42,14 @@ void expect_refusals(std::span<const Refusal> refusals, const char* good, const 
 
 TEST_CASE("sjit bench attention refuses a bad --walk or --query-tiles, and backward flags without --backward",
           "[tool][attention][backward]") {
-  int status = 0;
-  std::string out = sjit::test::run_tool("bench attention --backward --walk sideways", &status);
-  CHECK(status != 0);
-  CHECK_THAT(out, Contains("--walk sideways: use tiles, packed or gathered"));
-  out = sjit::test::run_tool("bench attention --backward --query-tiles 96", &status);
-  CHECK(status != 0);
-  CHECK_THAT(out, Contains("--query-tiles 96: use 64 or 128"));
-  for (const char* flag : {"--walk packed", "--query-tiles 64", "--dq atomic"}) {
-    out = sjit::test::run_tool(fmt::format("bench attention {}", flag), &status);
-    INFO(flag);
-    CHECK(status != 0);
-    CHECK_THAT(out, Contains("choose how the backward runs: add --backward"));
-  }
+  const Refusal refusals[] = {
+      {"bench attention --backward --walk sideways", "--walk sideways: use tiles, packed or gathered"},
+      {"bench attention --backward --query-tiles 96", "--query-tiles 96: use 64 or 128"},
+      {"bench attention --walk packed", "choose how the backward runs: add --backward"},
+      {"bench attention --query-tiles 64", "choose how the backward runs: add --backward"},
+      {"bench attention --dq atomic", "choose how the backward runs: add --backward"},
+  };
+  expect_refused(refusals);
 }
 
 TEST_CASE("sjit check refuses a bad spec, shape, tiling or count before it looks for a GPU", "[tool]") {

@@ -17,6 +17,9 @@
 // it (Peters, Niculae & Martins 2019, Prop. 2; softmax c = f, sparsemax c = 1 on the support, Martins &
 // Astudillo 2016): rownorm_backward computes J_f g from the forward's output alone.
 // M_t feeds both the read and the write of step t, so g_M_t collects the three terms of each.
+//
+// The same code runs in fp32 (R = float) for e23_reference_fp32.h: the GPU tests' measure of how far an
+// honest fp32 computation of a draw lands from the float64 one.
 #include "sparsejit/e23_reference.h"
 
 #include <algorithm>
@@ -29,6 +32,7 @@
 
 #include "sparsejit/error.h"
 #include "sparsejit/reference.h"
+#include "reference/e23_reference_fp32.h"
 
 namespace sjit::reference {
 namespace {
@@ -38,22 +42,46 @@ struct Shape {
   std::int64_t batch, steps, slots, dim;
 };
 
-// What one batch row's step needs besides the state: the normalizer, the scale and the weights.
+// What one batch row's step needs besides the state: the normalizer, the scale and the weights, in
+// the arithmetic R (double; float for the fp32 twin).
+template <class R>
 struct Cell {
   RowNormSpec norm;
-  double scale;
+  R scale;
   std::int64_t slots, dim;
-  std::span<const double> w_h, w_w;
+  std::vector<R> w_h, w_w;
 };
 
 // Every state of the forward, kept for the backward.
+template <class R>
 struct Trace {
-  std::vector<double> h;      // [T + 1, B, D]: h_0, then y_0 .. y_{T-1}
-  std::vector<double> m;      // [T + 1, B, N, D]: M_0 .. M_T
-  std::vector<double> read;   // [T, B, N] read weights a
-  std::vector<double> write;  // [T, B, N] write weights b
-  std::vector<double> value;  // [T, B, D] write values w
+  std::vector<R> h;      // [T + 1, B, D]: h_0, then y_0 .. y_{T-1}
+  std::vector<R> m;      // [T + 1, B, N, D]: M_0 .. M_T
+  std::vector<R> read;   // [T, B, N] read weights a
+  std::vector<R> write;  // [T, B, N] write weights b
+  std::vector<R> value;  // [T, B, D] write values w
 };
+
+template <class R>
+std::vector<R> in_arithmetic(std::span<const double> values) {
+  return std::vector<R>(values.begin(), values.end());
+}
+
+// The row normalizers in R: the float64 reference of the rounded scores, rounded once (the fp32 twin
+// leaves out the normalizer's own rounding, a few ulps of the weights).
+template <class R>
+std::vector<R> normalize(const RowNormSpec& spec, const std::vector<R>& scores) {
+  const std::vector<double> wide(scores.begin(), scores.end());
+  const std::vector<double> out = rownorm_forward(spec, wide);
+  return std::vector<R>(out.begin(), out.end());
+}
+
+template <class R>
+std::vector<R> normalize_backward(const RowNormSpec& spec, std::span<const R> weights, const std::vector<R>& g) {
+  const std::vector<double> y(weights.begin(), weights.end()), dy(g.begin(), g.end());
+  const std::vector<double> out = rownorm_backward(spec, y, dy);
+  return std::vector<R>(out.begin(), out.end());
+}
 
 std::string shape_text(std::initializer_list<std::int64_t> dims) {
   std::string text = "[";
@@ -70,7 +98,8 @@ void check_size(std::string_view argument, std::size_t actual, std::string_view 
                                       shape_name, shape_text(dims), expected));
 }
 
-Cell make_cell(const E23Spec& spec, const E23Weights& w) {
+template <class R>
+Cell<R> make_cell(const E23Spec& spec, const E23Weights& w) {
   if (spec.n_slots < 1)
     throw InvalidArgument(fmt::format("e23 reference: spec.n_slots = {} is not allowed; it must be >= 1", spec.n_slots));
   if (spec.dim < 1)
@@ -91,10 +120,11 @@ Cell make_cell(const E23Spec& spec, const E23Weights& w) {
   norm.alpha = spec.alpha;
   norm.n = spec.n_slots;
   const double scale = spec.scale == 0.0f ? 1.0 / std::sqrt(static_cast<double>(d)) : static_cast<double>(spec.scale);
-  return {norm, scale, spec.n_slots, d, w.w_h, w.w_w};
+  return {norm, static_cast<R>(scale), spec.n_slots, d, in_arithmetic<R>(w.w_h), in_arithmetic<R>(w.w_w)};
 }
 
-Shape check_inputs(const Cell& cell, std::int64_t batch, std::int64_t steps, std::span<const double> u,
+template <class R>
+Shape check_inputs(const Cell<R>& cell, std::int64_t batch, std::int64_t steps, std::span<const double> u,
                    std::span<const double> h0, std::span<const double> m0) {
   if (batch < 0) throw InvalidArgument(fmt::format("e23 reference: batch = {} is not allowed; it must be >= 0", batch));
   if (steps < 0) throw InvalidArgument(fmt::format("e23 reference: steps = {} is not allowed; it must be >= 0", steps));
@@ -105,42 +135,46 @@ Shape check_inputs(const Cell& cell, std::int64_t batch, std::int64_t steps, std
   return s;
 }
 
-double dot(const double* x, const double* y, std::int64_t n) {
-  double sum = 0.0;
+template <class R>
+R dot(const R* x, const R* y, std::int64_t n) {
+  R sum = 0;
   for (std::int64_t j = 0; j < n; ++j) sum += x[j] * y[j];
   return sum;
 }
 
 // scores_i = scale * <M_i, x>
-std::vector<double> slot_scores(const Cell& cell, const double* m, const double* x) {
-  std::vector<double> scores(cell.slots);
+template <class R>
+std::vector<R> slot_scores(const Cell<R>& cell, const R* m, const R* x) {
+  std::vector<R> scores(cell.slots);
   for (std::int64_t i = 0; i < cell.slots; ++i) scores[i] = cell.scale * dot(m + i * cell.dim, x, cell.dim);
   return scores;
 }
 
 // One step of one batch row: h, m (the state) and u_t in; h_next, m_next, a, b, w out.
-void step_forward(const Cell& cell, const double* h, const double* m, const double* u_t, double* h_next,
-                  double* m_next, double* a, double* b, double* w) {
+template <class R>
+void step_forward(const Cell<R>& cell, const R* h, const R* m, const R* u_t, R* h_next, R* m_next, R* a, R* b, R* w) {
   const std::int64_t n = cell.slots, d = cell.dim;
-  const std::vector<double> read = rownorm_forward(cell.norm, slot_scores(cell, m, h));
+  const std::vector<R> read = normalize(cell.norm, slot_scores(cell, m, h));
   for (std::int64_t k = 0; k < d; ++k) {
-    double z = dot(&cell.w_h[k * d], h, d) + u_t[k];
+    R z = dot(&cell.w_h[k * d], h, d) + u_t[k];
     for (std::int64_t i = 0; i < n; ++i) z += read[i] * m[i * d + k];  // v = M^T a
     h_next[k] = std::tanh(z);
   }
   for (std::int64_t k = 0; k < d; ++k) w[k] = dot(&cell.w_w[k * d], h_next, d);
-  const std::vector<double> write = rownorm_forward(cell.norm, slot_scores(cell, m, h_next));
+  const std::vector<R> write = normalize(cell.norm, slot_scores(cell, m, h_next));
   for (std::int64_t i = 0; i < n; ++i) {
-    for (std::int64_t k = 0; k < d; ++k) m_next[i * d + k] = (1.0 - write[i]) * m[i * d + k] + write[i] * w[k];
+    for (std::int64_t k = 0; k < d; ++k) m_next[i * d + k] = (R(1) - write[i]) * m[i * d + k] + write[i] * w[k];
     a[i] = read[i];
     b[i] = write[i];
   }
 }
 
-Trace run_forward(const Cell& cell, const Shape& s, std::span<const double> u, std::span<const double> h0,
-                  std::span<const double> m0) {
+template <class R>
+Trace<R> run_forward(const Cell<R>& cell, const Shape& s, std::span<const double> u, std::span<const double> h0,
+                     std::span<const double> m0) {
   const std::int64_t hd = s.batch * s.dim, md = s.batch * s.slots * s.dim, an = s.batch * s.slots;
-  Trace tr;
+  const std::vector<R> u_here = in_arithmetic<R>(u);
+  Trace<R> tr;
   tr.h.resize((s.steps + 1) * hd);
   tr.m.resize((s.steps + 1) * md);
   tr.read.resize(s.steps * an);
@@ -151,7 +185,7 @@ Trace run_forward(const Cell& cell, const Shape& s, std::span<const double> u, s
   for (std::int64_t t = 0; t < s.steps; ++t) {
     for (std::int64_t b = 0; b < s.batch; ++b) {
       const std::int64_t hb = b * s.dim, mb = b * s.slots * s.dim, ab = b * s.slots;
-      step_forward(cell, &tr.h[t * hd + hb], &tr.m[t * md + mb], &u[t * hd + hb], &tr.h[(t + 1) * hd + hb],
+      step_forward(cell, &tr.h[t * hd + hb], &tr.m[t * md + mb], &u_here[t * hd + hb], &tr.h[(t + 1) * hd + hb],
                    &tr.m[(t + 1) * md + mb], &tr.read[t * an + ab], &tr.write[t * an + ab], &tr.value[t * hd + hb]);
     }
   }
@@ -159,41 +193,44 @@ Trace run_forward(const Cell& cell, const Shape& s, std::span<const double> u, s
 }
 
 // Mean over batch rows of the number of positive weights in each [N] row of `weights` ([T, B, N]).
-std::vector<double> mean_support(const std::vector<double>& weights, const Shape& s) {
+template <class R>
+std::vector<double> mean_support(const std::vector<R>& weights, const Shape& s) {
   std::vector<double> support(s.steps, 0.0);
   if (s.batch == 0) return support;
   for (std::int64_t t = 0; t < s.steps; ++t) {
     std::int64_t count = 0;
-    for (std::int64_t j = 0; j < s.batch * s.slots; ++j) count += weights[t * s.batch * s.slots + j] > 0.0;
+    for (std::int64_t j = 0; j < s.batch * s.slots; ++j) count += weights[t * s.batch * s.slots + j] > R(0);
     support[t] = static_cast<double>(count) / static_cast<double>(s.batch);
   }
   return support;
 }
 
 // The state a step's backward reads: the forward values of that step for one batch row.
+template <class R>
 struct StepState {
-  const double *h, *m, *h_next, *a, *b, *w;
+  const R *h, *m, *h_next, *a, *b, *w;
 };
 
 // Backward of one step of one batch row (the equations at the top of the file). In: g_h_next (g_h',
 // already holding dy_t), g_m_next (g_M'). Out: g_h, g_m, g_u; dw_h and dw_w are accumulated.
-void step_backward(const Cell& cell, const StepState& st, std::vector<double> g_h_next,
-                   const double* g_m_next, double* g_h, double* g_m, double* g_u, double* dw_h, double* dw_w) {
+template <class R>
+void step_backward(const Cell<R>& cell, const StepState<R>& st, std::vector<R> g_h_next, const R* g_m_next, R* g_h,
+                   R* g_m, R* g_u, R* dw_h, R* dw_w) {
   const std::int64_t n = cell.slots, d = cell.dim;
   // write: M'_i = (1 - b_i) M_i + b_i w
-  std::vector<double> g_w(d, 0.0), g_b(n);
+  std::vector<R> g_w(d, R(0)), g_b(n);
   for (std::int64_t i = 0; i < n; ++i) {
-    double g_bi = 0.0;
+    R g_bi = 0;
     for (std::int64_t k = 0; k < d; ++k) {
-      const double g = g_m_next[i * d + k];
+      const R g = g_m_next[i * d + k];
       g_w[k] += st.b[i] * g;
       g_bi += g * (st.w[k] - st.m[i * d + k]);
-      g_m[i * d + k] = (1.0 - st.b[i]) * g;
+      g_m[i * d + k] = (R(1) - st.b[i]) * g;
     }
     g_b[i] = g_bi;
   }
   // b = f(q), q = s M h'
-  const std::vector<double> g_q = rownorm_backward(cell.norm, std::span<const double>(st.b, n), g_b);
+  const std::vector<R> g_q = normalize_backward(cell.norm, std::span<const R>(st.b, n), g_b);
   for (std::int64_t i = 0; i < n; ++i) {
     for (std::int64_t k = 0; k < d; ++k) {
       g_m[i * d + k] += cell.scale * g_q[i] * st.h_next[k];
@@ -208,11 +245,11 @@ void step_backward(const Cell& cell, const StepState& st, std::vector<double> g_
     }
   }
   // h' = tanh(z), z = W_h h + u + v
-  std::vector<double> g_z(d);
-  for (std::int64_t k = 0; k < d; ++k) g_z[k] = g_h_next[k] * (1.0 - st.h_next[k] * st.h_next[k]);
+  std::vector<R> g_z(d);
+  for (std::int64_t k = 0; k < d; ++k) g_z[k] = g_h_next[k] * (R(1) - st.h_next[k] * st.h_next[k]);
   for (std::int64_t k = 0; k < d; ++k) {
     g_u[k] = g_z[k];
-    g_h[k] = 0.0;
+    g_h[k] = 0;
   }
   for (std::int64_t r = 0; r < d; ++r) {
     for (std::int64_t c = 0; c < d; ++c) {
@@ -221,13 +258,13 @@ void step_backward(const Cell& cell, const StepState& st, std::vector<double> g_
     }
   }
   // v = M^T a (g_v = g_z)
-  std::vector<double> g_a(n);
+  std::vector<R> g_a(n);
   for (std::int64_t i = 0; i < n; ++i) {
     g_a[i] = dot(st.m + i * d, g_z.data(), d);
     for (std::int64_t k = 0; k < d; ++k) g_m[i * d + k] += st.a[i] * g_z[k];
   }
   // a = f(r), r = s M h
-  const std::vector<double> g_r = rownorm_backward(cell.norm, std::span<const double>(st.a, n), g_a);
+  const std::vector<R> g_r = normalize_backward(cell.norm, std::span<const R>(st.a, n), g_a);
   for (std::int64_t i = 0; i < n; ++i) {
     for (std::int64_t k = 0; k < d; ++k) {
       g_m[i * d + k] += cell.scale * g_r[i] * st.h[k];
@@ -236,57 +273,86 @@ void step_backward(const Cell& cell, const StepState& st, std::vector<double> g_
   }
 }
 
-}  // namespace
+template <class R>
+std::vector<double> widened(const std::vector<R>& values, std::size_t from = 0, std::size_t to = std::size_t(-1)) {
+  return std::vector<double>(values.begin() + from, values.begin() + std::min(to, values.size()));
+}
 
-E23Sequence e23_forward(const E23Spec& spec, std::int64_t batch, std::int64_t steps, std::span<const double> u,
-                        std::span<const double> h0, std::span<const double> m0, const E23Weights& w) {
-  const Cell cell = make_cell(spec, w);
+template <class R>
+E23Sequence forward_in(const E23Spec& spec, std::int64_t batch, std::int64_t steps, std::span<const double> u,
+                       std::span<const double> h0, std::span<const double> m0, const E23Weights& w) {
+  const Cell<R> cell = make_cell<R>(spec, w);
   const Shape s = check_inputs(cell, batch, steps, u, h0, m0);
-  const Trace tr = run_forward(cell, s, u, h0, m0);
-  const std::int64_t hd = s.batch * s.dim, md = s.batch * s.slots * s.dim;
+  const Trace<R> tr = run_forward(cell, s, u, h0, m0);
+  const std::size_t hd = s.batch * s.dim, md = s.batch * s.slots * s.dim;
   E23Sequence out;
-  out.y.assign(tr.h.begin() + hd, tr.h.end());
-  out.h_final.assign(tr.h.end() - hd, tr.h.end());
-  out.m_final.assign(tr.m.end() - md, tr.m.end());
+  out.y = widened(tr.h, hd);
+  out.h_final = widened(tr.h, tr.h.size() - hd);
+  out.m_final = widened(tr.m, tr.m.size() - md);
   out.read_support = mean_support(tr.read, s);
   out.write_support = mean_support(tr.write, s);
   return out;
 }
 
-E23Gradients e23_backward(const E23Spec& spec, std::int64_t batch, std::int64_t steps, std::span<const double> u,
-                          std::span<const double> h0, std::span<const double> m0, const E23Weights& w,
-                          std::span<const double> dy, std::span<const double> dh_final,
-                          std::span<const double> dm_final) {
-  const Cell cell = make_cell(spec, w);
+template <class R>
+E23Gradients backward_in(const E23Spec& spec, std::int64_t batch, std::int64_t steps, std::span<const double> u,
+                         std::span<const double> h0, std::span<const double> m0, const E23Weights& w,
+                         std::span<const double> dy, std::span<const double> dh_final,
+                         std::span<const double> dm_final) {
+  const Cell<R> cell = make_cell<R>(spec, w);
   const Shape s = check_inputs(cell, batch, steps, u, h0, m0);
   check_size("dy", dy.size(), "[steps, batch, dim]", {s.steps, s.batch, s.dim});
   if (!dh_final.empty()) check_size("dh_final", dh_final.size(), "[batch, dim] (or empty for zero)", {s.batch, s.dim});
   if (!dm_final.empty())
     check_size("dm_final", dm_final.size(), "[batch, n_slots, dim] (or empty for zero)", {s.batch, s.slots, s.dim});
 
-  const Trace tr = run_forward(cell, s, u, h0, m0);
+  const Trace<R> tr = run_forward(cell, s, u, h0, m0);
   const std::int64_t hd = s.batch * s.dim, md = s.batch * s.slots * s.dim, an = s.batch * s.slots;
-  E23Gradients g;
-  g.du.assign(s.steps * hd, 0.0);
-  g.dw_h.assign(s.dim * s.dim, 0.0);
-  g.dw_w.assign(s.dim * s.dim, 0.0);
-  // g.dh0 and g.dm0 carry g_{h_t} and g_{M_t} down the steps; at t = 0 they are the answer.
-  g.dh0 = dh_final.empty() ? std::vector<double>(hd, 0.0) : std::vector<double>(dh_final.begin(), dh_final.end());
-  g.dm0 = dm_final.empty() ? std::vector<double>(md, 0.0) : std::vector<double>(dm_final.begin(), dm_final.end());
-  std::vector<double> g_m(md);
+  const std::vector<R> dy_here = in_arithmetic<R>(dy);
+  std::vector<R> du(s.steps * hd, R(0)), dw_h(s.dim * s.dim, R(0)), dw_w(s.dim * s.dim, R(0));
+  // dh and dm carry g_{h_t} and g_{M_t} down the steps; at t = 0 they are dh0 and dm0.
+  std::vector<R> dh = dh_final.empty() ? std::vector<R>(hd, R(0)) : in_arithmetic<R>(dh_final);
+  std::vector<R> dm = dm_final.empty() ? std::vector<R>(md, R(0)) : in_arithmetic<R>(dm_final);
+  std::vector<R> g_m(md);
   for (std::int64_t t = s.steps - 1; t >= 0; --t) {
     for (std::int64_t b = 0; b < s.batch; ++b) {
       const std::int64_t hb = b * s.dim, mb = b * s.slots * s.dim, ab = b * s.slots;
-      const StepState st{&tr.h[t * hd + hb],       &tr.m[t * md + mb],     &tr.h[(t + 1) * hd + hb],
-                         &tr.read[t * an + ab],    &tr.write[t * an + ab], &tr.value[t * hd + hb]};
-      std::vector<double> g_h_next(dy.begin() + t * hd + hb, dy.begin() + t * hd + hb + s.dim);
-      for (std::int64_t k = 0; k < s.dim; ++k) g_h_next[k] += g.dh0[hb + k];
-      step_backward(cell, st, std::move(g_h_next), &g.dm0[mb], &g.dh0[hb], &g_m[mb], &g.du[t * hd + hb],
-                    g.dw_h.data(), g.dw_w.data());
+      const StepState<R> st{&tr.h[t * hd + hb],    &tr.m[t * md + mb],     &tr.h[(t + 1) * hd + hb],
+                            &tr.read[t * an + ab], &tr.write[t * an + ab], &tr.value[t * hd + hb]};
+      std::vector<R> g_h_next(dy_here.begin() + t * hd + hb, dy_here.begin() + t * hd + hb + s.dim);
+      for (std::int64_t k = 0; k < s.dim; ++k) g_h_next[k] += dh[hb + k];
+      step_backward(cell, st, std::move(g_h_next), &dm[mb], &dh[hb], &g_m[mb], &du[t * hd + hb], dw_h.data(),
+                    dw_w.data());
     }
-    g.dm0.swap(g_m);
+    dm.swap(g_m);
   }
-  return g;
+  return {widened(du), widened(dh), widened(dm), widened(dw_h), widened(dw_w)};
+}
+
+}  // namespace
+
+E23Sequence e23_forward(const E23Spec& spec, std::int64_t batch, std::int64_t steps, std::span<const double> u,
+                        std::span<const double> h0, std::span<const double> m0, const E23Weights& w) {
+  return forward_in<double>(spec, batch, steps, u, h0, m0, w);
+}
+
+E23Gradients e23_backward(const E23Spec& spec, std::int64_t batch, std::int64_t steps, std::span<const double> u,
+                          std::span<const double> h0, std::span<const double> m0, const E23Weights& w,
+                          std::span<const double> dy, std::span<const double> dh_final,
+                          std::span<const double> dm_final) {
+  return backward_in<double>(spec, batch, steps, u, h0, m0, w, dy, dh_final, dm_final);
+}
+
+E23Sequence e23_forward_fp32(const E23Spec& spec, std::int64_t batch, std::int64_t steps, std::span<const double> u,
+                             std::span<const double> h0, std::span<const double> m0, const E23Weights& w) {
+  return forward_in<float>(spec, batch, steps, u, h0, m0, w);
+}
+
+E23Gradients e23_backward_fp32(const E23Spec& spec, std::int64_t batch, std::int64_t steps, std::span<const double> u,
+                               std::span<const double> h0, std::span<const double> m0, const E23Weights& w,
+                               std::span<const double> dy, std::span<const double> dh_final,
+                               std::span<const double> dm_final) {
+  return backward_in<float>(spec, batch, steps, u, h0, m0, w, dy, dh_final, dm_final);
 }
 
 }  // namespace sjit::reference

@@ -7,6 +7,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "sparsejit/e23_reference.h"
 #include "sparsejit/e23_spec.h"
 #include "sparsejit/error.h"
+#include "reference/e23_reference_fp32.h"
 #include "support/test_support.h"
 
 namespace {
@@ -370,6 +372,42 @@ TEST_CASE("e23 backward matches central finite differences for every normalizer"
       CHECK(smallest_support < n_slots);
       CHECK(largest_support > 1.0);
     }
+  }
+}
+
+// The GPU suites' fp32 twin (reference/e23_reference_fp32.h) is the reference's code in float: over one
+// step it lands within a few fp32 roundings of the float64 results (2e-5 on these draws; several steps
+// amplify them, which is what the GPU suites use it to measure), and it does round (were it the float64
+// code, every difference would be 0).
+TEST_CASE("the fp32 twin of the reference follows it to fp32 rounding, and does round", "[e23]") {
+  const int n_slots = 5, dim = 24;
+  const std::int64_t batch = 2, steps = 1;
+  for (const Normalizer& norm : kNormalizers) {
+    CAPTURE(norm.label);
+    const E23Spec spec = reference_spec(norm, n_slots, dim);
+    std::mt19937_64 rng(21);
+    const Inputs in = random_inputs(rng, batch, steps, n_slots, dim, 2.5);
+    const Vec dy = uniform(rng, in.u.size(), 1.0), dh = uniform(rng, in.h0.size(), 1.0),
+              dm = uniform(rng, in.m0.size(), 1.0);
+    const ref::E23Sequence wide = forward(spec, in);
+    const ref::E23Sequence narrow = ref::e23_forward_fp32(spec, batch, steps, in.u, in.h0, in.m0, in.weights());
+    CHECK(narrow.read_support == wide.read_support);
+    CHECK(narrow.write_support == wide.write_support);
+    const ref::E23Gradients exact = ref::e23_backward(spec, batch, steps, in.u, in.h0, in.m0, in.weights(), dy, dh, dm);
+    const ref::E23Gradients fp32 =
+        ref::e23_backward_fp32(spec, batch, steps, in.u, in.h0, in.m0, in.weights(), dy, dh, dm);
+    double largest = 0.0;
+    for (const auto& [name, twin, oracle] :
+         {std::tuple{"y", &narrow.y, &wide.y}, std::tuple{"m_final", &narrow.m_final, &wide.m_final},
+          std::tuple{"du", &fp32.du, &exact.du}, std::tuple{"dh0", &fp32.dh0, &exact.dh0},
+          std::tuple{"dm0", &fp32.dm0, &exact.dm0}, std::tuple{"dw_h", &fp32.dw_h, &exact.dw_h},
+          std::tuple{"dw_w", &fp32.dw_w, &exact.dw_w}}) {
+      const double error = relative_error(*twin, *oracle);
+      CAPTURE(name, error);
+      CHECK(error < 1e-4);
+      largest = std::max(largest, error);
+    }
+    CHECK(largest > 1e-9);
   }
 }
 

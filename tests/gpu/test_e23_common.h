@@ -17,6 +17,7 @@
 #include "sparsejit/e23.h"
 #include "sparsejit/e23_reference.h"
 #include "sparsejit/sparsejit.h"
+#include "reference/e23_reference_fp32.h"
 #include "support/test_support.h"
 
 namespace sjit::e23_test {
@@ -151,9 +152,15 @@ inline std::vector<double> jiggled(const std::vector<float>& v, std::mt19937_64&
 // is what a correct kernel cannot meet). Also whether a read or write
 // support size moved: then a score sits within rounding of a support threshold, where sparsemax and
 // entmax switch pieces and the cell's amplification jumps.
+//
+// Moving the inputs misses the roundings inside each step (the tape's blend, the products), which
+// some draws amplify far more: on a 64-step bf16 draw whose gradients moved by 2.4e-4 under it, the
+// reference's own code run in fp32 (e23_reference_fp32.h) was 4.6e-2 off, and the GPU 2.3e-2 (a
+// failure against 2e-2). So the fp32 twin's distance from the float64 reference is measured too.
 struct Sensitivity {
   double distance = 0.0;
   bool support_moved = false;
+  double fp32_error = 0.0;  // the fp32 twin's y, h_final and m_final against the reference's
 };
 
 inline Sensitivity reference_sensitivity(const Case& c, const Inputs& in, const reference::E23Sequence& want,
@@ -168,6 +175,9 @@ inline Sensitivity reference_sensitivity(const Case& c, const Inputs& in, const 
   const int d = c.spec.dim;
   out.distance = std::max({row_relative_distance(moved.y, want.y, d), row_relative_distance(moved.h_final, want.h_final, d),
                            row_relative_distance(moved.m_final, want.m_final, d)});
+  const auto fp32 = reference::e23_forward_fp32(c.spec, c.batch, c.steps, wide(in.u), wide(in.h0), wide(in.m0), {w_h, w_w});
+  out.fp32_error = std::max({row_relative_distance(fp32.y, want.y, d), row_relative_distance(fp32.h_final, want.h_final, d),
+                             row_relative_distance(fp32.m_final, want.m_final, d)});
   return out;
 }
 
@@ -180,8 +190,17 @@ inline Sensitivity reference_sensitivity(const Case& c, const Inputs& in, const 
 inline constexpr double kConditionMargin = 8.0;
 inline constexpr int kDraws = 4;
 
+// The fp32 twin's error against the kernel's: where the twin is far off (above 5e-3 of a row's scale),
+// the GPU measured 0.13 to 1.8 times the twin's error (36 draws at 64 steps, bf16, H200, beyond the
+// output's own rounding to T), so a draw is kept when 4 x the twin's error is within the tolerance
+// (both suites), and the bound of an ill-conditioned last draw is at least that. The twin runs the
+// normalizers in float64 and sums in order, so it does not stand in for the inputs' move (the f32
+// kernel erred by up to 10 x the twin on 5-step entmax draws): a draw must pass both.
+inline constexpr double kFp32Margin = 4.0;
+
 inline bool well_conditioned(const Case& c, const Sensitivity& s) {
-  return !s.support_moved && s.distance * kConditionMargin <= forward_tolerance(c);
+  return !s.support_moved && s.distance * kConditionMargin <= forward_tolerance(c) &&
+         s.fp32_error * kFp32Margin <= forward_tolerance(c);
 }
 
 // The forward's bound on a draw: forward_tolerance(), or kErrorPerSensitivity times its sensitivity
@@ -191,7 +210,7 @@ inline bool well_conditioned(const Case& c, const Sensitivity& s) {
 // with a bound of 5e-3). 32x is also the backward suite's factor for its last draw.
 inline constexpr double kErrorPerSensitivity = 32.0;
 inline double draw_tolerance(const Case& c, const Sensitivity& s) {
-  return std::max(forward_tolerance(c), kErrorPerSensitivity * s.distance);
+  return std::max({forward_tolerance(c), kErrorPerSensitivity * s.distance, kFp32Margin * s.fp32_error});
 }
 
 struct ConditionedDraw {

@@ -57,7 +57,7 @@ Outputs run_gpu(const Case& c, E23& cell, const Inputs& in) {
 // well-conditioned draw, see conditioned_draw()).
 void expect_outputs(const Case& c, const ConditionedDraw& d, const std::vector<float>& y,
                     const std::vector<float>& h_final, const std::vector<float>& m_final) {
-  CAPTURE(d.attempts, d.sensitivity.distance, d.sensitivity.support_moved);
+  CAPTURE(d.attempts, d.sensitivity.distance, d.sensitivity.support_moved, d.sensitivity.fp32_error);
   if (!d.well_conditioned(c)) WARN(c.name() << ": no well-conditioned draw in " << kDraws << "; bound " << d.tolerance(c));
   const double tol = d.tolerance(c);
   const int dim = c.spec.dim;

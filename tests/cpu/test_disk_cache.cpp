@@ -291,7 +291,7 @@ TEST_CASE("malformed digests and arches are refused", "[cache]") {
   CHECK(file_names_under(folder.path()).empty());
 }
 
-TEST_CASE("SJIT_CACHE=ro uses entries and writes nothing; off uses nothing", "[cache]") {
+TEST_CASE("SJIT_CACHE=ro uses entries and writes nothing, and off uses nothing", "[cache]") {
   TemporaryFolder folder;
   const fs::path root = folder.path();
   const std::string digest = random_digest();

@@ -117,7 +117,7 @@ TEST_CASE("E23 forward: z tiles that read h_t late still read h_t (SJIT_E23_TILE
   CHECK_THROWS_WITH(run_gpu(c, cell, draw(c, rng)), Catch::Matchers::Contains("SJIT_E23_TILE_LAG_NS='-5'"));
 }
 
-TEST_CASE("E23 forward: 1, 5 and 64 steps; batches of one to three 32-row groups", "[gpu][e23]") {
+TEST_CASE("E23 forward: 1, 5 and 64 steps, and batches of one to three 32-row groups", "[gpu][e23]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);

@@ -8,8 +8,9 @@
 # (carrying .deps):
 #   TOOL=memcheck PARALLEL=12 LIMIT=420 DEADLINE=480 bash scripts/device-sanitize.sh
 # With SJIT_LINEINFO=1 the reports name the templates' lines; PRINT_LIMIT (20) caps the reports a test.
-# EXCLUDE, a kernel name's substring, leaves those kernels out of the tool's checks (they still run):
-#   EXCLUDE=attention_backward_prep TOOL=initcheck ... (docs/sanitizers.md, "What is left").
+# EXCLUDE, a kernel name's substring, leaves those kernels out of the tool's checks (they still run;
+# with initcheck what they store is untracked too, so later kernels' reads of it are reported:
+# docs/sanitizers.md, "What is left").
 set -uo pipefail
 source scripts/device-build.sh
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

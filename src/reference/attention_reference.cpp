@@ -4,6 +4,9 @@
 // (0 where the key is not allowed) and its lse, exactly the quantities a FlashAttention kernel holds
 // for the row after its online softmax. The forward then takes o_i = P_i V; the backward recomputes P_i
 // instead of storing the seq_q x seq_k matrix, as FlashAttention-2 does (Dao 2023, Algorithm 2).
+//
+// The same code runs in fp32 (R = float) for attention_reference_fp32.h: the GPU tests check the kernels
+// against the reference run in fp32 as well.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -17,11 +20,14 @@
 
 #include "sparsejit/attention_reference.h"
 #include "sparsejit/error.h"
+#include "reference/arithmetic.h"
+#include "reference/attention_reference_fp32.h"
 
 namespace sjit::reference {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+template <class R>
+constexpr R kInf = std::numeric_limits<R>::infinity();
 
 void check_at_least(std::string_view field, std::int64_t value, std::int64_t minimum) {
   if (value < minimum) {
@@ -71,8 +77,9 @@ double effective_scale(const AttentionProblem& p) {
   return p.scale != 0.0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(p.head_dim));
 }
 
-double dot(const double* a, const double* b, std::int64_t n) {
-  double sum = 0.0;
+template <class R>
+R dot(const R* a, const R* b, std::int64_t n) {
+  R sum = 0;
   for (std::int64_t d = 0; d < n; ++d) sum += a[d] * b[d];
   return sum;
 }
@@ -87,28 +94,29 @@ std::size_t slice_offset(const AttentionProblem& p, std::int64_t b, std::int64_t
 // allowed) and returns lse_i, or -inf when no key is allowed (then probs is all 0).
 // Max-subtraction: exp(s - max) lies in (0, 1] and the max term is exactly 1, so the sum is in
 // [1, seq_k] and neither overflows nor underflows; lse = max + log(sum).
-double row_probabilities(const AttentionProblem& p, double scale, std::int64_t head, std::int64_t i,
-                         const double* q_row, const double* k_head, std::vector<double>& probs) {
+template <class R>
+R row_probabilities(const AttentionProblem& p, R scale, std::int64_t head, std::int64_t i, const R* q_row,
+                    const R* k_head, std::vector<R>& probs) {
   std::vector<bool> allowed(static_cast<std::size_t>(p.seq_k));
-  double row_max = -kInf;
+  R row_max = -kInf<R>;
   bool any_allowed = false;
   for (std::int64_t j = 0; j < p.seq_k; ++j) {
-    probs[j] = 0.0;
+    probs[j] = 0;
     if (!attention_allows(p, head, i, j)) continue;
     allowed[j] = true;
     any_allowed = true;
     probs[j] = scale * dot(q_row, k_head + j * p.head_dim, p.head_dim);  // the score s_ij, for now
     if (probs[j] > row_max) row_max = probs[j];
   }
-  if (!any_allowed) return -kInf;
+  if (!any_allowed) return -kInf<R>;
 
-  double sum_exp = 0.0;
+  R sum_exp = 0;
   for (std::int64_t j = 0; j < p.seq_k; ++j) {
     if (allowed[j]) sum_exp += std::exp(probs[j] - row_max);
   }
-  const double lse = row_max + std::log(sum_exp);
+  const R lse = row_max + std::log(sum_exp);
   for (std::int64_t j = 0; j < p.seq_k; ++j) {
-    probs[j] = allowed[j] ? std::exp(probs[j] - row_max) / sum_exp : 0.0;
+    probs[j] = allowed[j] ? std::exp(probs[j] - row_max) / sum_exp : R(0);
   }
   return lse;
 }
@@ -120,6 +128,83 @@ void for_each_head(const AttentionProblem& p, Visit visit) {
   for (std::int64_t b = 0; b < p.batch; ++b) {
     for (std::int64_t h = 0; h < p.heads_q; ++h) visit(b, h, h / group_size);
   }
+}
+
+template <class R>
+AttentionOutput forward_in(const AttentionProblem& p, std::span<const double> q_wide, std::span<const double> k_wide,
+                           std::span<const double> v_wide) {
+  check_inputs(p, q_wide, k_wide, v_wide);
+  const std::vector<R> q = in_arithmetic<R>(q_wide), k = in_arithmetic<R>(k_wide), v = in_arithmetic<R>(v_wide);
+  const R scale = static_cast<R>(effective_scale(p));
+  const std::int64_t dim = p.head_dim;
+  std::vector<R> o(q.size(), R(0)), lse(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q), -kInf<R>);
+  std::vector<R> probs(static_cast<std::size_t>(p.seq_k));
+
+  for_each_head(p, [&](std::int64_t b, std::int64_t h, std::int64_t kv_head) {
+    const R* q_head = q.data() + slice_offset(p, b, p.heads_q, h, p.seq_q);
+    const R* k_head = k.data() + slice_offset(p, b, p.heads_kv, kv_head, p.seq_k);
+    const R* v_head = v.data() + slice_offset(p, b, p.heads_kv, kv_head, p.seq_k);
+    R* o_head = o.data() + slice_offset(p, b, p.heads_q, h, p.seq_q);
+    for (std::int64_t i = 0; i < p.seq_q; ++i) {
+      lse[(b * p.heads_q + h) * p.seq_q + i] = row_probabilities(p, scale, h, i, q_head + i * dim, k_head, probs);
+      R* o_row = o_head + i * dim;
+      for (std::int64_t j = 0; j < p.seq_k; ++j) {
+        if (probs[j] == R(0)) continue;  // masked keys (and weights that underflowed) add nothing
+        for (std::int64_t d = 0; d < dim; ++d) o_row[d] += probs[j] * v_head[j * dim + d];
+      }
+    }
+  });
+  return {widened(o), widened(lse)};
+}
+
+template <class R>
+AttentionGradients backward_in(const AttentionProblem& p, std::span<const double> q_wide,
+                               std::span<const double> k_wide, std::span<const double> v_wide,
+                               std::span<const double> d_o_wide) {
+  check_inputs(p, q_wide, k_wide, v_wide);
+  check_span("d_o", d_o_wide, "heads_q", p.heads_q, "seq_q", p.seq_q, p);
+  const std::vector<R> q = in_arithmetic<R>(q_wide), k = in_arithmetic<R>(k_wide), v = in_arithmetic<R>(v_wide),
+                       d_o = in_arithmetic<R>(d_o_wide);
+  const R scale = static_cast<R>(effective_scale(p));
+  const std::int64_t dim = p.head_dim;
+  std::vector<R> dq(q.size(), R(0)), dk(k.size(), R(0)), dv(v.size(), R(0));
+  std::vector<R> probs(static_cast<std::size_t>(p.seq_k));
+  std::vector<R> o_row(static_cast<std::size_t>(dim));
+
+  for_each_head(p, [&](std::int64_t b, std::int64_t h, std::int64_t kv_head) {
+    const std::size_t q_offset = slice_offset(p, b, p.heads_q, h, p.seq_q);
+    const std::size_t kv_offset = slice_offset(p, b, p.heads_kv, kv_head, p.seq_k);
+    const R* k_head = k.data() + kv_offset;
+    const R* v_head = v.data() + kv_offset;
+    R* dk_head = dk.data() + kv_offset;  // shared by the query heads of the group: accumulate
+    R* dv_head = dv.data() + kv_offset;
+    for (std::int64_t i = 0; i < p.seq_q; ++i) {
+      const R* q_row = q.data() + q_offset + i * dim;
+      const R* do_row = d_o.data() + q_offset + i * dim;
+      R* dq_row = dq.data() + q_offset + i * dim;
+      if (row_probabilities(p, scale, h, i, q_row, k_head, probs) == -kInf<R>) continue;  // no key: P_i = 0
+
+      // o_i again, for D_i = dO_i . o_i (FlashAttention-2's rowsum(dO * O)).
+      std::fill(o_row.begin(), o_row.end(), R(0));
+      for (std::int64_t j = 0; j < p.seq_k; ++j) {
+        if (probs[j] == R(0)) continue;  // as in the forward: masked keys add nothing
+        for (std::int64_t d = 0; d < dim; ++d) o_row[d] += probs[j] * v_head[j * dim + d];
+      }
+      const R row_delta = dot(do_row, o_row.data(), dim);
+
+      for (std::int64_t j = 0; j < p.seq_k; ++j) {
+        if (probs[j] == R(0)) continue;  // dS_ij and P_ij dO_i are both 0
+        const R dp = dot(do_row, v_head + j * dim, dim);
+        const R ds = probs[j] * (dp - row_delta);
+        for (std::int64_t d = 0; d < dim; ++d) {
+          dq_row[d] += scale * ds * k_head[j * dim + d];
+          dk_head[j * dim + d] += scale * ds * q_row[d];
+          dv_head[j * dim + d] += probs[j] * do_row[d];
+        }
+      }
+    }
+  });
+  return {widened(dq), widened(dk), widened(dv)};
 }
 
 }  // namespace
@@ -135,78 +220,23 @@ bool attention_allows(const AttentionProblem& p, std::int64_t head, std::int64_t
 
 AttentionOutput attention_forward(const AttentionProblem& p, std::span<const double> q, std::span<const double> k,
                                   std::span<const double> v) {
-  check_inputs(p, q, k, v);
-  const double scale = effective_scale(p);
-  const std::int64_t dim = p.head_dim;
-  AttentionOutput out;
-  out.o.assign(q.size(), 0.0);
-  out.lse.assign(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q), -kInf);
-  std::vector<double> probs(static_cast<std::size_t>(p.seq_k));
-
-  for_each_head(p, [&](std::int64_t b, std::int64_t h, std::int64_t kv_head) {
-    const double* q_head = q.data() + slice_offset(p, b, p.heads_q, h, p.seq_q);
-    const double* k_head = k.data() + slice_offset(p, b, p.heads_kv, kv_head, p.seq_k);
-    const double* v_head = v.data() + slice_offset(p, b, p.heads_kv, kv_head, p.seq_k);
-    double* o_head = out.o.data() + slice_offset(p, b, p.heads_q, h, p.seq_q);
-    for (std::int64_t i = 0; i < p.seq_q; ++i) {
-      out.lse[(b * p.heads_q + h) * p.seq_q + i] = row_probabilities(p, scale, h, i, q_head + i * dim, k_head, probs);
-      double* o_row = o_head + i * dim;
-      for (std::int64_t j = 0; j < p.seq_k; ++j) {
-        if (probs[j] == 0.0) continue;  // masked keys (and weights that underflowed) add nothing
-        for (std::int64_t d = 0; d < dim; ++d) o_row[d] += probs[j] * v_head[j * dim + d];
-      }
-    }
-  });
-  return out;
+  return forward_in<double>(p, q, k, v);
 }
 
 AttentionGradients attention_backward(const AttentionProblem& p, std::span<const double> q, std::span<const double> k,
                                       std::span<const double> v, std::span<const double> d_o) {
-  check_inputs(p, q, k, v);
-  check_span("d_o", d_o, "heads_q", p.heads_q, "seq_q", p.seq_q, p);
-  const double scale = effective_scale(p);
-  const std::int64_t dim = p.head_dim;
-  AttentionGradients grads;
-  grads.dq.assign(q.size(), 0.0);
-  grads.dk.assign(k.size(), 0.0);
-  grads.dv.assign(v.size(), 0.0);
-  std::vector<double> probs(static_cast<std::size_t>(p.seq_k));
-  std::vector<double> o_row(static_cast<std::size_t>(dim));
+  return backward_in<double>(p, q, k, v, d_o);
+}
 
-  for_each_head(p, [&](std::int64_t b, std::int64_t h, std::int64_t kv_head) {
-    const std::size_t q_offset = slice_offset(p, b, p.heads_q, h, p.seq_q);
-    const std::size_t kv_offset = slice_offset(p, b, p.heads_kv, kv_head, p.seq_k);
-    const double* k_head = k.data() + kv_offset;
-    const double* v_head = v.data() + kv_offset;
-    double* dk_head = grads.dk.data() + kv_offset;  // shared by the query heads of the group: accumulate
-    double* dv_head = grads.dv.data() + kv_offset;
-    for (std::int64_t i = 0; i < p.seq_q; ++i) {
-      const double* q_row = q.data() + q_offset + i * dim;
-      const double* do_row = d_o.data() + q_offset + i * dim;
-      double* dq_row = grads.dq.data() + q_offset + i * dim;
-      if (row_probabilities(p, scale, h, i, q_row, k_head, probs) == -kInf) continue;  // no key: P_i = 0
+AttentionOutput attention_forward_fp32(const AttentionProblem& p, std::span<const double> q,
+                                       std::span<const double> k, std::span<const double> v) {
+  return forward_in<float>(p, q, k, v);
+}
 
-      // o_i again, for D_i = dO_i . o_i (FlashAttention-2's rowsum(dO * O)).
-      std::fill(o_row.begin(), o_row.end(), 0.0);
-      for (std::int64_t j = 0; j < p.seq_k; ++j) {
-        if (probs[j] == 0.0) continue;  // as in the forward: masked keys add nothing
-        for (std::int64_t d = 0; d < dim; ++d) o_row[d] += probs[j] * v_head[j * dim + d];
-      }
-      const double row_delta = dot(do_row, o_row.data(), dim);
-
-      for (std::int64_t j = 0; j < p.seq_k; ++j) {
-        if (probs[j] == 0.0) continue;  // dS_ij and P_ij dO_i are both 0
-        const double dp = dot(do_row, v_head + j * dim, dim);
-        const double ds = probs[j] * (dp - row_delta);
-        for (std::int64_t d = 0; d < dim; ++d) {
-          dq_row[d] += scale * ds * k_head[j * dim + d];
-          dk_head[j * dim + d] += scale * ds * q_row[d];
-          dv_head[j * dim + d] += probs[j] * do_row[d];
-        }
-      }
-    }
-  });
-  return grads;
+AttentionGradients attention_backward_fp32(const AttentionProblem& p, std::span<const double> q,
+                                           std::span<const double> k, std::span<const double> v,
+                                           std::span<const double> d_o) {
+  return backward_in<float>(p, q, k, v, d_o);
 }
 
 }  // namespace sjit::reference

@@ -32,6 +32,7 @@
 
 #include "sparsejit/error.h"
 #include "sparsejit/reference.h"
+#include "reference/arithmetic.h"
 #include "reference/e23_reference_fp32.h"
 
 namespace sjit::reference {
@@ -61,11 +62,6 @@ struct Trace {
   std::vector<R> write;  // [T, B, N] write weights b
   std::vector<R> value;  // [T, B, D] write values w
 };
-
-template <class R>
-std::vector<R> in_arithmetic(std::span<const double> values) {
-  return std::vector<R>(values.begin(), values.end());
-}
 
 // The row normalizers in R: the float64 reference of the rounded scores, rounded once (the fp32 twin
 // leaves out the normalizer's own rounding, a few ulps of the weights).
@@ -271,11 +267,6 @@ void step_backward(const Cell<R>& cell, const StepState<R>& st, std::vector<R> g
       g_h[k] += cell.scale * g_r[i] * st.m[i * d + k];
     }
   }
-}
-
-template <class R>
-std::vector<double> widened(const std::vector<R>& values, std::size_t from = 0, std::size_t to = std::size_t(-1)) {
-  return std::vector<double>(values.begin() + from, values.begin() + std::min(to, values.size()));
 }
 
 template <class R>

@@ -18,6 +18,7 @@
 
 #include "sparsejit/attention_reference.h"
 #include "sparsejit/error.h"
+#include "reference/attention_reference_fp32.h"
 #include "support/test_support.h"
 
 namespace {
@@ -497,6 +498,47 @@ TEST_CASE("backward equals central finite differences of sum(o * w)", "[attentio
         CHECK(max_abs_diff(grads.dk, dk_fd) / max_abs(grads.dk) < 1e-6);
         CHECK(max_abs_diff(grads.dv, dv_fd) / max_abs(grads.dv) < 1e-6);
       }
+    }
+  }
+}
+
+// Every element of `fp32` within 1e-3 + 1e-3 |want| of `want` (infinities equal), the cross-validation
+// bound of seeds/003 for a reference run in float32.
+void check_fp32_close(const char* what, const Tensor& fp32, const Tensor& want) {
+  REQUIRE(fp32.size() == want.size());
+  for (std::size_t e = 0; e < want.size(); ++e) {
+    if (fp32[e] == want[e]) continue;
+    if (!(std::abs(fp32[e] - want[e]) <= 1e-3 + 1e-3 * std::abs(want[e])))
+      FAIL(what << "[" << e << "] = " << fp32[e] << " in fp32, " << want[e] << " in float64");
+  }
+}
+
+// The GPU tests check the kernels against the reference run in fp32 as well (issue 6): that run is the
+// same code in float (reference/attention_reference_fp32.h), within the seeds' cross-validation bound of
+// the float64 one, and it does round (were it the float64 code, every difference would be 0).
+TEST_CASE("the reference run in fp32 agrees with the float64 one within 1e-3, and rounds", "[attention][reference]") {
+  const std::uint64_t seed = sjit::test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (Causal causal : every_causal_mode()) {
+    for (bool with_filter : {false, true}) {
+      INFO(causal_name(causal) << (with_filter ? ", filtered" : ""));
+      const AttentionProblem p = make_problem(2, 4, 2, 67, 131, 64, causal, with_filter);
+      // Scores of a few units: softmax weights from near-uniform to peaked.
+      const Inputs in{random_tensor(rng, q_size(p), 3.0), random_tensor(rng, kv_size(p), 3.0),
+                      random_tensor(rng, kv_size(p))};
+      const Tensor d_o = random_tensor(rng, q_size(p));
+      const ref::AttentionOutput wide = ref::attention_forward(p, in.q, in.k, in.v);
+      const ref::AttentionOutput narrow = ref::attention_forward_fp32(p, in.q, in.k, in.v);
+      check_fp32_close("o", narrow.o, wide.o);
+      check_fp32_close("lse", narrow.lse, wide.lse);
+      const ref::AttentionGradients exact = ref::attention_backward(p, in.q, in.k, in.v, d_o);
+      const ref::AttentionGradients fp32 = ref::attention_backward_fp32(p, in.q, in.k, in.v, d_o);
+      check_fp32_close("dq", fp32.dq, exact.dq);
+      check_fp32_close("dk", fp32.dk, exact.dk);
+      check_fp32_close("dv", fp32.dv, exact.dv);
+      CHECK(max_abs_diff(narrow.o, wide.o) > 0.0);
+      CHECK(max_abs_diff(fp32.dk, exact.dk) > 0.0);
     }
   }
 }

@@ -12,6 +12,7 @@
 
 #include "sparsejit/attention_reference.h"
 #include "sparsejit/sparsejit.h"
+#include "reference/attention_reference_fp32.h"
 #include "support/attention_run.h"
 #include "support/attention_support.h"
 #include "support/test_support.h"
@@ -127,11 +128,15 @@ void require_same_bits(const Result& got, const Result& want) {
   REQUIRE(std::memcmp(got.lse.data(), want.lse.data(), got.lse.size() * 4) == 0);
 }
 
+// The float64 reference's output, or (Arithmetic::fp32) the same reference run in fp32.
+enum class Arithmetic { float64, fp32 };
 reference::AttentionOutput run_reference(const Case& c, const std::vector<float>& q, const std::vector<float>& k,
-                                         const std::vector<float>& v, const BlockPattern* pattern) {
+                                         const std::vector<float>& v, const BlockPattern* pattern,
+                                         Arithmetic arithmetic = Arithmetic::float64) {
   const reference::AttentionProblem p =
       test::reference_problem(c.spec, c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_k, pattern);
-  return reference::attention_forward(p, test::wide(q), test::wide(k), test::wide(v));
+  const auto forward = arithmetic == Arithmetic::fp32 ? reference::attention_forward_fp32 : reference::attention_forward;
+  return forward(p, test::wide(q), test::wide(k), test::wide(v));
 }
 
 // The tests' tolerances (test::output_close, test::lse_close).
@@ -178,7 +183,9 @@ std::optional<BlockPattern> pattern_if_sparse(const Case& c, std::mt19937_64& rn
   return pattern_for(c, rng());
 }
 
-void check_case(const Case& c, std::mt19937_64& rng) {
+// Against the float64 reference; with Arithmetic::fp32 also against the reference run in fp32 (issue 6
+// asks for both; the two agree within 1e-3, a CPU test checks).
+void check_case(const Case& c, std::mt19937_64& rng, Arithmetic also = Arithmetic::float64) {
   const auto [q, k, v] = random_inputs(c, rng);
   const std::optional<BlockPattern> pattern = pattern_if_sparse(c, rng);
   Attention attention =
@@ -187,6 +194,10 @@ void check_case(const Case& c, std::mt19937_64& rng) {
   const auto want = run_reference(c, q, k, v, pattern ? &*pattern : nullptr);
   INFO(c.name());
   expect_matches(c, got, want);
+  if (also == Arithmetic::fp32) {
+    INFO("against the reference run in fp32");
+    expect_matches(c, got, run_reference(c, q, k, v, pattern ? &*pattern : nullptr, Arithmetic::fp32));
+  }
 }
 
 using test::spec_of;
@@ -212,7 +223,7 @@ AttentionConfig wgmma(int warps = 0, int block_n = 0, int stages = 0) {
 
 }  // namespace
 
-TEST_CASE("dense attention matches the float64 reference for every head dim, dtype and causal mode",
+TEST_CASE("dense attention matches the float64 reference and its fp32 run for every head dim, dtype and causal mode",
           "[gpu][attention]") {
   const std::uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
@@ -224,7 +235,7 @@ TEST_CASE("dense attention matches the float64 reference for every head dim, dty
         // Lengths that are not multiples of any tile; bottom-right with seq_q > seq_k leaves rows empty.
         Case c{spec_of(d, dt, causal), 2, 4, 2, 197, 333};
         if (causal == Causal::bottom_right) std::swap(c.seq_q, c.seq_k);
-        check_case(c, rng);
+        check_case(c, rng, Arithmetic::fp32);
         // d = 96 and 256 take wgmma by default on an H100: the mma.sync kernel, which other GPUs run,
         // is checked too.
         if ((d == 96 || d == 256) && hopper) {

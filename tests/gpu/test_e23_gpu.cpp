@@ -132,8 +132,8 @@ TEST_CASE("E23 forward: 1, 5 and 64 steps, and batches of one to three 32-row gr
     check_case({spec_of(NormKind::entmax, 1.5f, 8, 512, DType::bf16), 4, 64}, rng);
   }
   SECTION("64 steps, f32, odd sizes") { check_case({spec_of(NormKind::softmax, 1.0f, 33, 520, DType::f32), 5, 64}, rng); }
-  SECTION("37 batch rows (two groups), f16") {
-    check_case({spec_of(NormKind::entmax, 1.5f, 33, 520, DType::f16), 37, 5}, rng);
+  SECTION("37 batch rows (two groups), f16") {  // (contractive: most wide draws of 37 rows are ill-conditioned)
+    check_case({spec_of(NormKind::entmax, 1.5f, 33, 520, DType::f16), 37, 5, 0, true}, rng);
   }
   SECTION("70 batch rows (three groups), bf16, softmax") {
     check_case({spec_of(NormKind::softmax, 1.0f, 16, 256, DType::bf16), 70, 3}, rng);

@@ -134,7 +134,7 @@ template <class R>
 AttentionOutput forward_in(const AttentionProblem& p, std::span<const double> q_wide, std::span<const double> k_wide,
                            std::span<const double> v_wide) {
   check_inputs(p, q_wide, k_wide, v_wide);
-  const std::vector<R> q = in_arithmetic<R>(q_wide), k = in_arithmetic<R>(k_wide), v = in_arithmetic<R>(v_wide);
+  const ValuesIn<R> q(q_wide), k(k_wide), v(v_wide);
   const R scale = static_cast<R>(effective_scale(p));
   const std::int64_t dim = p.head_dim;
   std::vector<R> o(q.size(), R(0)), lse(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q), -kInf<R>);
@@ -163,8 +163,7 @@ AttentionGradients backward_in(const AttentionProblem& p, std::span<const double
                                std::span<const double> d_o_wide) {
   check_inputs(p, q_wide, k_wide, v_wide);
   check_span("d_o", d_o_wide, "heads_q", p.heads_q, "seq_q", p.seq_q, p);
-  const std::vector<R> q = in_arithmetic<R>(q_wide), k = in_arithmetic<R>(k_wide), v = in_arithmetic<R>(v_wide),
-                       d_o = in_arithmetic<R>(d_o_wide);
+  const ValuesIn<R> q(q_wide), k(k_wide), v(v_wide), d_o(d_o_wide);
   const R scale = static_cast<R>(effective_scale(p));
   const std::int64_t dim = p.head_dim;
   std::vector<R> dq(q.size(), R(0)), dk(k.size(), R(0)), dv(v.size(), R(0));

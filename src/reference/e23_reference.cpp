@@ -50,7 +50,7 @@ struct Cell {
   RowNormSpec norm;
   R scale;
   std::int64_t slots, dim;
-  std::vector<R> w_h, w_w;
+  ValuesIn<R> w_h, w_w;
 };
 
 // Every state of the forward, kept for the backward.
@@ -116,7 +116,7 @@ Cell<R> make_cell(const E23Spec& spec, const E23Weights& w) {
   norm.alpha = spec.alpha;
   norm.n = spec.n_slots;
   const double scale = spec.scale == 0.0f ? 1.0 / std::sqrt(static_cast<double>(d)) : static_cast<double>(spec.scale);
-  return {norm, static_cast<R>(scale), spec.n_slots, d, in_arithmetic<R>(w.w_h), in_arithmetic<R>(w.w_w)};
+  return {norm, static_cast<R>(scale), spec.n_slots, d, ValuesIn<R>(w.w_h), ValuesIn<R>(w.w_w)};
 }
 
 template <class R>
@@ -169,7 +169,7 @@ template <class R>
 Trace<R> run_forward(const Cell<R>& cell, const Shape& s, std::span<const double> u, std::span<const double> h0,
                      std::span<const double> m0) {
   const std::int64_t hd = s.batch * s.dim, md = s.batch * s.slots * s.dim, an = s.batch * s.slots;
-  const std::vector<R> u_here = in_arithmetic<R>(u);
+  const ValuesIn<R> u_here(u);
   Trace<R> tr;
   tr.h.resize((s.steps + 1) * hd);
   tr.m.resize((s.steps + 1) * md);
@@ -299,7 +299,7 @@ E23Gradients backward_in(const E23Spec& spec, std::int64_t batch, std::int64_t s
 
   const Trace<R> tr = run_forward(cell, s, u, h0, m0);
   const std::int64_t hd = s.batch * s.dim, md = s.batch * s.slots * s.dim, an = s.batch * s.slots;
-  const std::vector<R> dy_here = in_arithmetic<R>(dy);
+  const ValuesIn<R> dy_here(dy);
   std::vector<R> du(s.steps * hd, R(0)), dw_h(s.dim * s.dim, R(0)), dw_w(s.dim * s.dim, R(0));
   // dh and dm carry g_{h_t} and g_{M_t} down the steps; at t = 0 they are dh0 and dm0.
   std::vector<R> dh = dh_final.empty() ? std::vector<R>(hd, R(0)) : in_arithmetic<R>(dh_final);

@@ -13,15 +13,22 @@ namespace {
 constexpr std::int64_t kBatch = 2, kSteps = 4;
 
 // The tests' contractive regime (tests/gpu/test_e23_common.h): weights N(0, 0.5^2 / D), tape N(0, 1),
-// u and h0 N(0, 0.5^2). There a rounding of the inputs shrinks from step to step, so every draw is
-// well-conditioned and the bounds hold without the tests' redrawing of ill-conditioned draws (the
-// wider draws make the cell amplify its own fp32 rounding by up to 10^4 on rare draws: docs/e23.md).
+// u and h0 N(0, 0.5^2). There a rounding of the inputs mostly shrinks from step to step, but not
+// always: with f32 and many slots or wide states (sparsemax N = 256 or 1.5-entmax N = 32, D = 512) a
+// few draws in twenty carry it past the f32 bounds in four steps, where a correct kernel can miss them.
+// So, as the GPU tests do, a draw is replaced when the reference moves by more than an eighth of the
+// bound as the inputs move by one fp32 rounding (reference::e23_forward_sensitivity), or a support size
+// moves (the backward's check: when its gradients move by more than a 32nd of their bound), at most
+// three times; a draw's bound is the tolerance or 32 times its move, whichever is larger.
 struct Inputs {
   Tensor u, h0, m0, w_h, w_w;
+  reference::E23Weights weights() const { return {w_h.values, w_w.values}; }
   reference::E23Sequence forward(const E23Spec& spec) const {
-    return reference::e23_forward(spec, kBatch, kSteps, u.values, h0.values, m0.values, {w_h.values, w_w.values});
+    return reference::e23_forward(spec, kBatch, kSteps, u.values, h0.values, m0.values, weights());
   }
 };
+constexpr int kDraws = 4;
+constexpr double kConditionMargin = 8, kErrorPerMove = 32;
 
 Inputs random_inputs(const E23Spec& spec, std::mt19937_64& rng) {
   const std::int64_t d = spec.dim, n = spec.n_slots;
@@ -29,6 +36,14 @@ Inputs random_inputs(const E23Spec& spec, std::mt19937_64& rng) {
   return {random_tensor(kSteps * kBatch * d, spec.dtype, rng, 0.5f), random_tensor(kBatch * d, spec.dtype, rng, 0.5f),
           random_tensor(kBatch * n * d, spec.dtype, rng, 1.0f), random_tensor(d * d, spec.dtype, rng, w_scale),
           random_tensor(d * d, spec.dtype, rng, w_scale)};
+}
+
+// The bound a draw is checked against: `tol`, or 32 times its move where that is larger, which the
+// outcome's note then gives.
+double bound_for(double tol, double move, Outcome& out) {
+  const double bound = std::max(tol, kErrorPerMove * move);
+  if (bound > tol) out.note = fmt::format("bound {} (32 x the reference's move under one rounding)", compact(bound));
+  return bound;
 }
 
 E23ForwardArgs forward_args(const Inputs& in) {
@@ -56,7 +71,14 @@ double backward_tolerance(DType dtype) { return dtype == DType::f32 ? 2e-3 : dty
 }  // namespace
 
 Outcome check_e23_forward(const E23Spec& spec, std::mt19937_64& rng) {
-  const Inputs in = random_inputs(spec, rng);
+  const double tol = forward_tolerance(spec.dtype);
+  Inputs in = random_inputs(spec, rng);
+  reference::E23Sensitivity moved;
+  for (int draw = 1;; ++draw, in = random_inputs(spec, rng)) {
+    moved = reference::e23_forward_sensitivity(spec, kBatch, kSteps, in.u.values, in.h0.values, in.m0.values,
+                                               in.weights(), rng());
+    if ((!moved.support_moved && kConditionMargin * moved.distance <= tol) || draw == kDraws) break;
+  }
   const std::size_t e = size_of(spec.dtype), bd = std::size_t(kBatch * spec.dim), bnd = bd * spec.n_slots;
   DeviceBuffer y = poisoned(kSteps * bd * e), h = poisoned(bd * e), m = poisoned(bnd * e), support = poisoned(kSteps * 4);
   E23ForwardArgs a = forward_args(in);
@@ -64,24 +86,49 @@ Outcome check_e23_forward(const E23Spec& spec, std::mt19937_64& rng) {
   E23(spec).forward_sequence(a);
   synchronize();
   const reference::E23Sequence want = in.forward(spec);
-  const double tol = forward_tolerance(spec.dtype);
   Outcome out;
-  add_rows(out, download(y, spec.dtype, kSteps * bd), want.y, spec.dim, tol, 1.0);
-  add_rows(out, download(h, spec.dtype, bd), want.h_final, spec.dim, tol, 1.0);
-  add_rows(out, download(m, spec.dtype, bnd), want.m_final, spec.dim, tol, 1.0);
+  const double bound = bound_for(tol, moved.distance, out);
+  add_rows(out, download(y, spec.dtype, kSteps * bd), want.y, spec.dim, bound, 1.0);
+  add_rows(out, download(h, spec.dtype, bd), want.h_final, spec.dim, bound, 1.0);
+  add_rows(out, download(m, spec.dtype, bnd), want.m_final, spec.dim, bound, 1.0);
   double mean_support = 0;
   for (float s : download(support, DType::f32, kSteps)) mean_support += s / kSteps;
-  out.note = fmt::format("read support {:.1f}/{}", mean_support, spec.n_slots);
+  out.note = fmt::format("read support {:.1f}/{}{}", mean_support, spec.n_slots, out.note.empty() ? "" : ", " + out.note);
   return out;
 }
 
 // du, dh0, dm0, dW_h, dW_w relative to max(max |want| in the row, 0.1 max |want| in the tensor): bf16
 // 2e-2, f32 2e-3 (several steps).
 Outcome check_e23_backward(const E23Spec& spec, std::mt19937_64& rng) {
-  const Inputs in = random_inputs(spec, rng);
   const std::int64_t d = spec.dim, bd = kBatch * d, bnd = bd * spec.n_slots;
-  const Tensor dy = random_tensor(kSteps * bd, spec.dtype, rng, 0.5f), dh_final = random_tensor(bd, spec.dtype, rng, 0.5f),
-               dm_final = random_tensor(bnd, spec.dtype, rng, 0.5f);
+  const double tol = backward_tolerance(spec.dtype);
+  // Drawn as the forward's check draws (above), the gradients' move held to a 32nd of their bound too.
+  struct Draw {
+    Inputs in;
+    Tensor dy, dh_final, dm_final;
+  };
+  auto draw_all = [&] {
+    Inputs in = random_inputs(spec, rng);
+    return Draw{std::move(in), random_tensor(kSteps * bd, spec.dtype, rng, 0.5f), random_tensor(bd, spec.dtype, rng, 0.5f),
+                random_tensor(bnd, spec.dtype, rng, 0.5f)};
+  };
+  Draw drawn = draw_all();
+  double move = 0;
+  for (int draw = 1;; ++draw, drawn = draw_all()) {
+    const Inputs& in = drawn.in;
+    const reference::E23Sensitivity forward = reference::e23_forward_sensitivity(
+        spec, kBatch, kSteps, in.u.values, in.h0.values, in.m0.values, in.weights(), rng());
+    move = reference::e23_backward_sensitivity(spec, kBatch, kSteps, in.u.values, in.h0.values, in.m0.values,
+                                               in.weights(), drawn.dy.values, drawn.dh_final.values,
+                                               drawn.dm_final.values, rng())
+               .distance;
+    const bool well_conditioned = !forward.support_moved &&
+                                  kConditionMargin * forward.distance <= forward_tolerance(spec.dtype) &&
+                                  kErrorPerMove * move <= tol;
+    if (well_conditioned || draw == kDraws) break;
+  }
+  const Inputs& in = drawn.in;
+  const Tensor &dy = drawn.dy, &dh_final = drawn.dh_final, &dm_final = drawn.dm_final;
   const std::size_t e = size_of(spec.dtype);
   E23 cell(spec);
   DeviceBuffer y(kSteps * bd * e), saved(cell.saved_bytes(kBatch, kSteps));
@@ -99,16 +146,14 @@ Outcome check_e23_backward(const E23Spec& spec, std::mt19937_64& rng) {
   cell.backward_sequence(b);
   synchronize();
   const reference::E23Gradients want =
-      reference::e23_backward(spec, kBatch, kSteps, in.u.values, in.h0.values, in.m0.values,
-                              {in.w_h.values, in.w_w.values}, dy.values, dh_final.values, dm_final.values);
-  const double tol = backward_tolerance(spec.dtype);
+      reference::e23_backward(spec, kBatch, kSteps, in.u.values, in.h0.values, in.m0.values, in.weights(), dy.values,
+                              dh_final.values, dm_final.values);
   Outcome out;
+  const double bound = bound_for(tol, move, out);
   for (const auto& [buffer, exact] : {std::pair{&du, &want.du}, std::pair{&dh0, &want.dh0}, std::pair{&dm0, &want.dm0},
-                                      std::pair{&dw_h, &want.dw_h}, std::pair{&dw_w, &want.dw_w}}) {
-    double largest = 0;
-    for (double w : *exact) largest = std::max(largest, std::abs(w));
-    add_rows(out, download(*buffer, spec.dtype, exact->size()), *exact, spec.dim, tol, std::max(0.1 * largest, 1e-12));
-  }
+                                      std::pair{&dw_h, &want.dw_h}, std::pair{&dw_w, &want.dw_w}})
+    add_rows(out, download(*buffer, spec.dtype, exact->size()), *exact, spec.dim, bound,
+             reference::gradient_row_floor(*exact));
   return out;
 }
 

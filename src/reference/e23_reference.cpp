@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <random>
 #include <string>
 #include <string_view>
 
@@ -332,6 +333,82 @@ E23Gradients e23_backward(const E23Spec& spec, std::int64_t batch, std::int64_t 
                           std::span<const double> dy, std::span<const double> dh_final,
                           std::span<const double> dm_final) {
   return backward_in<double>(spec, batch, steps, u, h0, m0, w, dy, dh_final, dm_final);
+}
+
+namespace {
+
+// v with each entry scaled by 1 +- 2^-24 (random signs): one fp32 rounding of each.
+std::vector<double> moved_by_one_rounding(std::span<const double> v, std::mt19937_64& rng) {
+  std::bernoulli_distribution up(0.5);
+  std::vector<double> out(v.begin(), v.end());
+  for (double& x : out) x *= 1.0 + (up(rng) ? 0x1p-24 : -0x1p-24);
+  return out;
+}
+
+}  // namespace
+
+double row_relative_distance(std::span<const double> a, std::span<const double> b, std::int64_t row_len,
+                             double floor) {
+  if (a.size() != b.size() || row_len < 1)
+    throw InvalidArgument(fmt::format("row_relative_distance: sizes {} and {} with rows of {}: the sizes must be "
+                                      "equal and the rows at least 1 long", a.size(), b.size(), row_len));
+  double worst = 0.0;
+  for (std::size_t row = 0; row * row_len < b.size(); ++row) {
+    const std::size_t begin = row * row_len, end = std::min(b.size(), begin + std::size_t(row_len));
+    double scale = floor, diff = 0.0;
+    for (std::size_t k = begin; k < end; ++k) {
+      scale = std::max(scale, std::abs(b[k]));
+      diff = std::max(diff, std::abs(a[k] - b[k]));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
+}
+
+double gradient_row_floor(std::span<const double> gradient) {
+  double largest = 0.0;
+  for (double x : gradient) largest = std::max(largest, std::abs(x));
+  return std::max(0.1 * largest, 1e-12);
+}
+
+E23Sensitivity e23_forward_sensitivity(const E23Spec& spec, std::int64_t batch, std::int64_t steps,
+                                       std::span<const double> u, std::span<const double> h0,
+                                       std::span<const double> m0, const E23Weights& w, std::uint64_t seed) {
+  const E23Sequence at = e23_forward(spec, batch, steps, u, h0, m0, w);
+  std::mt19937_64 rng(seed);
+  const E23Sequence moved = e23_forward(spec, batch, steps, moved_by_one_rounding(u, rng),
+                                        moved_by_one_rounding(h0, rng), moved_by_one_rounding(m0, rng), w);
+  E23Sensitivity out;
+  out.support_moved = moved.read_support != at.read_support || moved.write_support != at.write_support;
+  const std::int64_t d = spec.dim;
+  out.distance = std::max({row_relative_distance(moved.y, at.y, d, 1.0),
+                           row_relative_distance(moved.h_final, at.h_final, d, 1.0),
+                           row_relative_distance(moved.m_final, at.m_final, d, 1.0)});
+  return out;
+}
+
+E23Sensitivity e23_backward_sensitivity(const E23Spec& spec, std::int64_t batch, std::int64_t steps,
+                                        std::span<const double> u, std::span<const double> h0,
+                                        std::span<const double> m0, const E23Weights& w,
+                                        std::span<const double> dy, std::span<const double> dh_final,
+                                        std::span<const double> dm_final, std::uint64_t seed) {
+  const E23Gradients at = e23_backward(spec, batch, steps, u, h0, m0, w, dy, dh_final, dm_final);
+  std::mt19937_64 rng(seed);
+  const E23Gradients moved = e23_backward(spec, batch, steps, moved_by_one_rounding(u, rng),
+                                          moved_by_one_rounding(h0, rng), moved_by_one_rounding(m0, rng), w, dy,
+                                          dh_final, dm_final);
+  E23Sensitivity out;
+  out.distance = gradient_distance(moved, at, spec.dim);
+  return out;
+}
+
+double gradient_distance(const E23Gradients& other, const E23Gradients& exact, std::int64_t dim) {
+  double worst = 0.0;
+  for (const auto& [got, want] : {std::pair{&other.du, &exact.du}, std::pair{&other.dh0, &exact.dh0},
+                                  std::pair{&other.dm0, &exact.dm0}, std::pair{&other.dw_h, &exact.dw_h},
+                                  std::pair{&other.dw_w, &exact.dw_w}})
+    worst = std::max(worst, row_relative_distance(*got, *want, dim, gradient_row_floor(*want)));
+  return worst;
 }
 
 E23Sequence e23_forward_fp32(const E23Spec& spec, std::int64_t batch, std::int64_t steps, std::span<const double> u,

@@ -411,6 +411,43 @@ TEST_CASE("the fp32 twin of the reference follows it to fp32 rounding, and does 
   }
 }
 
+TEST_CASE("row_relative_distance and gradient_row_floor measure rows as the bounds do", "[e23]") {
+  // Rows [1, 2] and [3, 4] against [1, 2] and [3, 5]: the second row is 1 off on a scale of 5.
+  const Vec a{1, 2, 3, 4}, b{1, 2, 3, 5};
+  CHECK(ref::row_relative_distance(a, b, 2, 1.0) == Approx(0.2));
+  CHECK(ref::row_relative_distance(a, b, 2, 10.0) == Approx(0.1));  // the floor lifts small rows' scale
+  CHECK(ref::row_relative_distance(b, b, 2, 1.0) == 0.0);
+  CHECK_THROWS_AS(ref::row_relative_distance(a, Vec{1, 2}, 2, 1.0), sjit::InvalidArgument);
+  CHECK_THROWS_AS(ref::row_relative_distance(a, b, 0, 1.0), sjit::InvalidArgument);
+  CHECK(ref::gradient_row_floor(Vec{-3, 1}) == Approx(0.3));
+  CHECK(ref::gradient_row_floor(Vec{0, 0}) == 1e-12);
+}
+
+// The sensitivities move the inputs by one fp32 rounding: over one step of a tame draw the outputs move
+// by a few roundings; over many steps of a wide draw the cell's gain carries that far beyond (the GPU
+// tests' chaotic regime), which is what the checks need it to see. The signs come from the seed.
+TEST_CASE("the sensitivities see one rounding of the inputs, and its growth over steps", "[e23]") {
+  const Normalizer& norm = kNormalizers[2];  // 1.5-entmax
+  const int n_slots = 4, dim = 16;
+  const E23Spec spec = reference_spec(norm, n_slots, dim);
+  for (const auto& [steps, tape_width, low, high] :
+       {std::tuple{std::int64_t(1), 1.0, 1e-9, 1e-5}, std::tuple{std::int64_t(24), 6.0, 1e-5, 10.0}}) {
+    CAPTURE(steps, tape_width);
+    std::mt19937_64 rng(31);
+    const Inputs in = random_inputs(rng, 2, steps, n_slots, dim, tape_width);
+    const ref::E23Sensitivity s = ref::e23_forward_sensitivity(spec, 2, steps, in.u, in.h0, in.m0, in.weights(), 5);
+    CHECK(s.distance > low);
+    CHECK(s.distance < high);
+    const ref::E23Sensitivity again = ref::e23_forward_sensitivity(spec, 2, steps, in.u, in.h0, in.m0, in.weights(), 5);
+    CHECK(again.distance == s.distance);
+    const Vec dy = uniform(rng, in.u.size(), 1.0);
+    const ref::E23Sensitivity g =
+        ref::e23_backward_sensitivity(spec, 2, steps, in.u, in.h0, in.m0, in.weights(), dy, {}, {}, 5);
+    CHECK(g.distance > low);
+    CHECK_FALSE(g.support_moved);  // (the forward's only)
+  }
+}
+
 TEST_CASE("empty final gradients mean zero", "[e23]") {
   std::mt19937_64 rng(sjit::test::fresh_seed());
   const Inputs in = random_inputs(rng, 2, 3, 3, 4, 2.0);

@@ -93,17 +93,10 @@ double tolerance(const Case& c) {
   return c.spec.dtype == DType::f16 ? 5e-3 : 2e-2;
 }
 
-// The smallest scale of a gradient's rows: a tenth of the tensor's largest |want|.
-double gradient_floor(const std::vector<double>& want) {
-  double largest = 0.0;
-  for (double x : want) largest = std::max(largest, std::abs(x));
-  return std::max(0.1 * largest, 1e-12);
-}
-
-// Rows relative to max(row max |want|, gradient_floor(want)).
+// Rows relative to max(row max |want|, a tenth of the tensor's largest |want|: reference::gradient_row_floor).
 void expect_gradient(const Case& c, const char* what, const std::vector<float>& got, const std::vector<double>& want,
                      double tol) {
-  expect_rows(c, what, got, want, c.spec.dim, tol, gradient_floor(want));
+  expect_rows(c, what, got, want, c.spec.dim, tol, reference::gradient_row_floor(want));
 }
 
 // How far the reference's gradients move under one fp32 rounding of u, h0 and m0 (as
@@ -115,23 +108,12 @@ void expect_gradient(const Case& c, const char* what, const std::vector<float>& 
 // of the 5-step draws of the wide regime (30 CPU draws per normalizer).
 inline constexpr double kGradientMargin = 32.0;
 
-// The largest distance of `other`'s five gradients from `want`'s, as expect_gradient() scales rows.
-double gradient_distance(const Case& c, const reference::E23Gradients& other, const reference::E23Gradients& want) {
-  double worst = 0.0;
-  for (const auto& [got, exact] : {std::pair{&other.du, &want.du}, std::pair{&other.dh0, &want.dh0},
-                                   std::pair{&other.dm0, &want.dm0}, std::pair{&other.dw_h, &want.dw_h},
-                                   std::pair{&other.dw_w, &want.dw_w}})
-    worst = std::max(worst, row_relative_distance(*got, *exact, c.spec.dim, gradient_floor(*exact)));
-  return worst;
-}
-
-double gradient_sensitivity(const Case& c, const Inputs& in, const Seeds& seeds, const reference::E23Gradients& want,
-                            std::mt19937_64& rng) {
+double gradient_sensitivity(const Case& c, const Inputs& in, const Seeds& seeds, std::mt19937_64& rng) {
   const auto w_h = wide(in.w_h), w_w = wide(in.w_w);
-  const auto moved =
-      reference::e23_backward(c.spec, c.batch, c.steps, jiggled(in.u, rng), jiggled(in.h0, rng), jiggled(in.m0, rng),
-                              {w_h, w_w}, wide(seeds.dy), wide(seeds.dh_final), wide(seeds.dm_final));
-  return gradient_distance(c, moved, want);
+  return reference::e23_backward_sensitivity(c.spec, c.batch, c.steps, wide(in.u), wide(in.h0), wide(in.m0),
+                                             {w_h, w_w}, wide(seeds.dy), wide(seeds.dh_final), wide(seeds.dm_final),
+                                             rng())
+      .distance;
 }
 
 // The fp32 twin's gradients against the reference's (Sensitivity in test_e23_common.h says why): the
@@ -140,7 +122,7 @@ double fp32_gradient_error(const Case& c, const Inputs& in, const Seeds& seeds, 
   const auto w_h = wide(in.w_h), w_w = wide(in.w_w);
   const auto fp32 = reference::e23_backward_fp32(c.spec, c.batch, c.steps, wide(in.u), wide(in.h0), wide(in.m0),
                                                  {w_h, w_w}, wide(seeds.dy), wide(seeds.dh_final), wide(seeds.dm_final));
-  return gradient_distance(c, fp32, want);
+  return reference::gradient_distance(fp32, want, c.spec.dim);
 }
 
 // Whether the GPU's forward took the reference's supports at every step (mean sizes equal; a slot in
@@ -175,7 +157,7 @@ void check_case(const Case& c, std::mt19937_64& rng, bool with_final = true) {
     if (attempt + 1 < kDraws && !(well_conditioned(c, sensitivity) && same_supports(got, forward))) continue;
     const auto want = reference::e23_backward(c.spec, c.batch, c.steps, wide(in.u), wide(in.h0), wide(in.m0),
                                               weights, wide(seeds.dy), wide(seeds.dh_final), wide(seeds.dm_final));
-    const double gradient_moves = gradient_sensitivity(c, in, seeds, want, rng);
+    const double gradient_moves = gradient_sensitivity(c, in, seeds, rng);
     const double fp32_error = fp32_gradient_error(c, in, seeds, want);
     if (attempt + 1 < kDraws &&
         (gradient_moves * kGradientMargin > tolerance(c) || fp32_error * kFp32Margin > tolerance(c)))

@@ -49,4 +49,40 @@ E23Gradients e23_backward(const E23Spec& spec, std::int64_t batch, std::int64_t 
                           std::span<const double> dy, std::span<const double> dh_final,
                           std::span<const double> dm_final);
 
+// How far the reference's results move when u, h0 and m0 each move by one fp32 rounding (every entry
+// scaled by 1 +- 2^-24, the signs drawn from `seed`): about the error that any fp32 implementation's own
+// rounding must be expected to cause on these inputs. The cell's gain is heavy-tailed (a draw can carry
+// one rounding to 1e-3 of its outputs in four steps), so checks of a kernel against the reference use
+// this to tell inputs on which a correct kernel can miss a fixed bound (docs/e23.md, "Tests"; `sjit
+// check` and the GPU tests redraw such inputs).
+struct E23Sensitivity {
+  double distance = 0.0;       // the largest move, each row of D relative to its scale (below)
+  bool support_moved = false;  // forward only: a step's mean read or write support size changed
+};
+
+// The forward's: y, h_final and m_final, each row relative to max(1, max |value| in the row).
+E23Sensitivity e23_forward_sensitivity(const E23Spec& spec, std::int64_t batch, std::int64_t steps,
+                                       std::span<const double> u, std::span<const double> h0,
+                                       std::span<const double> m0, const E23Weights& w, std::uint64_t seed);
+
+// The backward's: du, dh0, dm0, dW_h and dW_w, each row relative to max(max |value| in the row, a
+// tenth of the tensor's largest |value|).
+E23Sensitivity e23_backward_sensitivity(const E23Spec& spec, std::int64_t batch, std::int64_t steps,
+                                        std::span<const double> u, std::span<const double> h0,
+                                        std::span<const double> m0, const E23Weights& w,
+                                        std::span<const double> dy, std::span<const double> dh_final,
+                                        std::span<const double> dm_final, std::uint64_t seed);
+
+// The largest |a - b| over rows of `row_len`, relative to each row's max(floor, max |b| in the row)
+// (the row scale of the functions above and of the GPU tests' bounds).
+double row_relative_distance(std::span<const double> a, std::span<const double> b, std::int64_t row_len,
+                             double floor);
+
+// A gradient tensor's row floor in those bounds: a tenth of its largest |value| (at least 1e-12).
+double gradient_row_floor(std::span<const double> gradient);
+
+// The largest row_relative_distance of `other`'s five gradients from `exact`'s, rows of D = spec.dim
+// over exact's gradient_row_floor (the backward sensitivity's measure).
+double gradient_distance(const E23Gradients& other, const E23Gradients& exact, std::int64_t dim);
+
 }  // namespace sjit::reference

@@ -23,9 +23,6 @@ constexpr std::int64_t kBatch = 2, kSteps = 4;
 struct Inputs {
   Tensor u, h0, m0, w_h, w_w;
   reference::E23Weights weights() const { return {w_h.values, w_w.values}; }
-  reference::E23Sequence forward(const E23Spec& spec) const {
-    return reference::e23_forward(spec, kBatch, kSteps, u.values, h0.values, m0.values, weights());
-  }
 };
 constexpr int kDraws = 4;
 constexpr double kConditionMargin = 8, kErrorPerMove = 32;
@@ -73,7 +70,7 @@ double backward_tolerance(DType dtype) { return dtype == DType::f32 ? 2e-3 : dty
 Outcome check_e23_forward(const E23Spec& spec, std::mt19937_64& rng) {
   const double tol = forward_tolerance(spec.dtype);
   Inputs in = random_inputs(spec, rng);
-  reference::E23Sensitivity moved;
+  reference::E23ForwardSensitivity moved;  // and, in moved.at, the reference's outputs
   for (int draw = 1;; ++draw, in = random_inputs(spec, rng)) {
     moved = reference::e23_forward_sensitivity(spec, kBatch, kSteps, in.u.values, in.h0.values, in.m0.values,
                                                in.weights(), rng());
@@ -85,7 +82,7 @@ Outcome check_e23_forward(const E23Spec& spec, std::mt19937_64& rng) {
   a.y = y.data(), a.h_final = h.data(), a.m_final = m.data(), a.read_support = support.as<float>();
   E23(spec).forward_sequence(a);
   synchronize();
-  const reference::E23Sequence want = in.forward(spec);
+  const reference::E23Sequence& want = moved.at;
   Outcome out;
   const double bound = bound_for(tol, moved.distance, out);
   add_rows(out, download(y, spec.dtype, kSteps * bd), want.y, spec.dim, bound, 1.0);
@@ -113,18 +110,17 @@ Outcome check_e23_backward(const E23Spec& spec, std::mt19937_64& rng) {
                 random_tensor(bnd, spec.dtype, rng, 0.5f)};
   };
   Draw drawn = draw_all();
-  double move = 0;
+  reference::E23BackwardSensitivity moved;  // and, in moved.at, the reference's gradients
   for (int draw = 1;; ++draw, drawn = draw_all()) {
     const Inputs& in = drawn.in;
-    const reference::E23Sensitivity forward = reference::e23_forward_sensitivity(
+    const reference::E23ForwardSensitivity forward = reference::e23_forward_sensitivity(
         spec, kBatch, kSteps, in.u.values, in.h0.values, in.m0.values, in.weights(), rng());
-    move = reference::e23_backward_sensitivity(spec, kBatch, kSteps, in.u.values, in.h0.values, in.m0.values,
-                                               in.weights(), drawn.dy.values, drawn.dh_final.values,
-                                               drawn.dm_final.values, rng())
-               .distance;
+    moved = reference::e23_backward_sensitivity(spec, kBatch, kSteps, in.u.values, in.h0.values, in.m0.values,
+                                                in.weights(), drawn.dy.values, drawn.dh_final.values,
+                                                drawn.dm_final.values, rng());
     const bool well_conditioned = !forward.support_moved &&
                                   kConditionMargin * forward.distance <= forward_tolerance(spec.dtype) &&
-                                  kErrorPerMove * move <= tol;
+                                  kErrorPerMove * moved.distance <= tol;
     if (well_conditioned || draw == kDraws) break;
   }
   const Inputs& in = drawn.in;
@@ -145,11 +141,9 @@ Outcome check_e23_backward(const E23Spec& spec, std::mt19937_64& rng) {
   b.batch = kBatch, b.steps = kSteps;
   cell.backward_sequence(b);
   synchronize();
-  const reference::E23Gradients want =
-      reference::e23_backward(spec, kBatch, kSteps, in.u.values, in.h0.values, in.m0.values, in.weights(), dy.values,
-                              dh_final.values, dm_final.values);
+  const reference::E23Gradients& want = moved.at;
   Outcome out;
-  const double bound = bound_for(tol, move, out);
+  const double bound = bound_for(tol, moved.distance, out);
   for (const auto& [buffer, exact] : {std::pair{&du, &want.du}, std::pair{&dh0, &want.dh0}, std::pair{&dm0, &want.dm0},
                                       std::pair{&dw_h, &want.dw_h}, std::pair{&dw_w, &want.dw_w}})
     add_rows(out, download(*buffer, spec.dtype, exact->size()), *exact, spec.dim, bound,

@@ -371,35 +371,38 @@ double gradient_row_floor(std::span<const double> gradient) {
   return std::max(0.1 * largest, 1e-12);
 }
 
-E23Sensitivity e23_forward_sensitivity(const E23Spec& spec, std::int64_t batch, std::int64_t steps,
-                                       std::span<const double> u, std::span<const double> h0,
-                                       std::span<const double> m0, const E23Weights& w, std::uint64_t seed) {
-  const E23Sequence at = e23_forward(spec, batch, steps, u, h0, m0, w);
+E23ForwardSensitivity e23_forward_sensitivity(const E23Spec& spec, std::int64_t batch, std::int64_t steps,
+                                              std::span<const double> u, std::span<const double> h0,
+                                              std::span<const double> m0, const E23Weights& w, std::uint64_t seed) {
+  E23ForwardSensitivity out;
+  out.at = e23_forward(spec, batch, steps, u, h0, m0, w);
   std::mt19937_64 rng(seed);
   const E23Sequence moved = e23_forward(spec, batch, steps, moved_by_one_rounding(u, rng),
                                         moved_by_one_rounding(h0, rng), moved_by_one_rounding(m0, rng), w);
-  E23Sensitivity out;
-  out.support_moved = moved.read_support != at.read_support || moved.write_support != at.write_support;
-  const std::int64_t d = spec.dim;
-  out.distance = std::max({row_relative_distance(moved.y, at.y, d, 1.0),
-                           row_relative_distance(moved.h_final, at.h_final, d, 1.0),
-                           row_relative_distance(moved.m_final, at.m_final, d, 1.0)});
+  out.support_moved = moved.read_support != out.at.read_support || moved.write_support != out.at.write_support;
+  out.distance = sequence_distance(moved, out.at, spec.dim);
   return out;
 }
 
-E23Sensitivity e23_backward_sensitivity(const E23Spec& spec, std::int64_t batch, std::int64_t steps,
-                                        std::span<const double> u, std::span<const double> h0,
-                                        std::span<const double> m0, const E23Weights& w,
-                                        std::span<const double> dy, std::span<const double> dh_final,
-                                        std::span<const double> dm_final, std::uint64_t seed) {
-  const E23Gradients at = e23_backward(spec, batch, steps, u, h0, m0, w, dy, dh_final, dm_final);
+E23BackwardSensitivity e23_backward_sensitivity(const E23Spec& spec, std::int64_t batch, std::int64_t steps,
+                                                std::span<const double> u, std::span<const double> h0,
+                                                std::span<const double> m0, const E23Weights& w,
+                                                std::span<const double> dy, std::span<const double> dh_final,
+                                                std::span<const double> dm_final, std::uint64_t seed) {
+  E23BackwardSensitivity out;
+  out.at = e23_backward(spec, batch, steps, u, h0, m0, w, dy, dh_final, dm_final);
   std::mt19937_64 rng(seed);
   const E23Gradients moved = e23_backward(spec, batch, steps, moved_by_one_rounding(u, rng),
                                           moved_by_one_rounding(h0, rng), moved_by_one_rounding(m0, rng), w, dy,
                                           dh_final, dm_final);
-  E23Sensitivity out;
-  out.distance = gradient_distance(moved, at, spec.dim);
+  out.distance = gradient_distance(moved, out.at, spec.dim);
   return out;
+}
+
+double sequence_distance(const E23Sequence& other, const E23Sequence& exact, std::int64_t dim) {
+  return std::max({row_relative_distance(other.y, exact.y, dim, 1.0),
+                   row_relative_distance(other.h_final, exact.h_final, dim, 1.0),
+                   row_relative_distance(other.m_final, exact.m_final, dim, 1.0)});
 }
 
 double gradient_distance(const E23Gradients& other, const E23Gradients& exact, std::int64_t dim) {

@@ -100,7 +100,7 @@ void expect_gradient(const Case& c, const char* what, const std::vector<float>& 
 }
 
 // How far the reference's gradients move under one fp32 rounding of u, h0 and m0 (as
-// reference_sensitivity() does for the forward), relative to each row's scale as expect_gradient()
+// reference_of() does for the forward), relative to each row's scale as expect_gradient()
 // takes it. The GPU's gradients sit on a forward whose h_t carries tanh's few-1e-7 error, and the
 // backward adds its own sums: on the draw that failed once (sparsemax, N = 8, D = 256, f32: du 1.05e-2
 // of its row's scale off, the forward 1.7e-5-sensitive and on the reference's supports) the error was 25x
@@ -108,12 +108,13 @@ void expect_gradient(const Case& c, const char* what, const std::vector<float>& 
 // of the 5-step draws of the wide regime (30 CPU draws per normalizer).
 inline constexpr double kGradientMargin = 32.0;
 
-double gradient_sensitivity(const Case& c, const Inputs& in, const Seeds& seeds, std::mt19937_64& rng) {
+// The reference's gradients and how far they move (E23BackwardSensitivity::at and ::distance).
+reference::E23BackwardSensitivity gradient_sensitivity(const Case& c, const Inputs& in, const Seeds& seeds,
+                                                       std::mt19937_64& rng) {
   const auto w_h = wide(in.w_h), w_w = wide(in.w_w);
   return reference::e23_backward_sensitivity(c.spec, c.batch, c.steps, wide(in.u), wide(in.h0), wide(in.m0),
                                              {w_h, w_w}, wide(seeds.dy), wide(seeds.dh_final), wide(seeds.dm_final),
-                                             rng())
-      .distance;
+                                             rng());
 }
 
 // The fp32 twin's gradients against the reference's (Sensitivity in test_e23_common.h says why): the
@@ -150,14 +151,11 @@ void check_case(const Case& c, std::mt19937_64& rng, bool with_final = true) {
     const Seeds seeds = draw_seeds(c, rng, with_final);
     E23 cell(c.spec);
     const Gradients got = run_gpu(c, cell, in, seeds);
-    const auto w_h = wide(in.w_h), w_w = wide(in.w_w);
-    const reference::E23Weights weights{w_h, w_w};
-    const auto forward = reference_forward(c, in);
-    const Sensitivity sensitivity = reference_sensitivity(c, in, forward, rng);
+    const auto [forward, sensitivity] = reference_of(c, in, rng);
     if (attempt + 1 < kDraws && !(well_conditioned(c, sensitivity) && same_supports(got, forward))) continue;
-    const auto want = reference::e23_backward(c.spec, c.batch, c.steps, wide(in.u), wide(in.h0), wide(in.m0),
-                                              weights, wide(seeds.dy), wide(seeds.dh_final), wide(seeds.dm_final));
-    const double gradient_moves = gradient_sensitivity(c, in, seeds, rng);
+    const reference::E23BackwardSensitivity gradients = gradient_sensitivity(c, in, seeds, rng);
+    const reference::E23Gradients& want = gradients.at;
+    const double gradient_moves = gradients.distance;
     const double fp32_error = fp32_gradient_error(c, in, seeds, want);
     if (attempt + 1 < kDraws &&
         (gradient_moves * kGradientMargin > tolerance(c) || fp32_error * kFp32Margin > tolerance(c)))

@@ -116,18 +116,6 @@ inline double forward_tolerance(const Case& c) {
 
 using test::wide;
 
-inline reference::E23Sequence reference_forward(const Case& c, const Inputs& in) {
-  const auto w_h = wide(in.w_h), w_w = wide(in.w_w);
-  return reference::e23_forward(c.spec, c.batch, c.steps, wide(in.u), wide(in.h0), wide(in.m0), {w_h, w_w});
-}
-
-// Largest |a - b| over rows of `row_len`, relative to each row's scale max(floor, max |b| in the row)
-// (the library's, reference::row_relative_distance, which the sensitivities use too).
-inline double row_relative_distance(const std::vector<double>& a, const std::vector<double>& b, int row_len,
-                                    double floor = 1.0) {
-  return reference::row_relative_distance(a, b, row_len, floor);
-}
-
 // How far the float64 reference itself moves when u, h0 and m0 move by one fp32 rounding (each entry
 // scaled by 1 +- 2^-24, random signs; reference::e23_forward_sensitivity), relative to each row's
 // scale: about the error the
@@ -148,18 +136,19 @@ struct Sensitivity {
   double fp32_error = 0.0;  // the fp32 twin's y, h_final and m_final against the reference's
 };
 
-inline Sensitivity reference_sensitivity(const Case& c, const Inputs& in, const reference::E23Sequence& want,
-                                         std::mt19937_64& rng) {
+// A draw's float64 reference outputs and their Sensitivity.
+struct Reference {
+  reference::E23Sequence want;
+  Sensitivity sensitivity;
+};
+
+inline Reference reference_of(const Case& c, const Inputs& in, std::mt19937_64& rng) {
   const auto w_h = wide(in.w_h), w_w = wide(in.w_w);
-  const reference::E23Sensitivity moved = reference::e23_forward_sensitivity(
+  reference::E23ForwardSensitivity moved = reference::e23_forward_sensitivity(
       c.spec, c.batch, c.steps, wide(in.u), wide(in.h0), wide(in.m0), {w_h, w_w}, rng());
-  Sensitivity out;
-  out.distance = moved.distance;
-  out.support_moved = moved.support_moved;
-  const int d = c.spec.dim;
+  Reference out{std::move(moved.at), {moved.distance, moved.support_moved}};
   const auto fp32 = reference::e23_forward_fp32(c.spec, c.batch, c.steps, wide(in.u), wide(in.h0), wide(in.m0), {w_h, w_w});
-  out.fp32_error = std::max({row_relative_distance(fp32.y, want.y, d), row_relative_distance(fp32.h_final, want.h_final, d),
-                             row_relative_distance(fp32.m_final, want.m_final, d)});
+  out.sensitivity.fp32_error = reference::sequence_distance(fp32, out.want, c.spec.dim);
   return out;
 }
 
@@ -208,8 +197,9 @@ inline ConditionedDraw conditioned_draw(const Case& c, std::mt19937_64& rng) {
   ConditionedDraw out;
   for (out.attempts = 1;; ++out.attempts) {
     out.in = draw(c, rng);
-    out.want = reference_forward(c, out.in);
-    out.sensitivity = reference_sensitivity(c, out.in, out.want, rng);
+    Reference r = reference_of(c, out.in, rng);
+    out.want = std::move(r.want);
+    out.sensitivity = r.sensitivity;
     if (out.well_conditioned(c) || out.attempts == kDraws) return out;
   }
 }

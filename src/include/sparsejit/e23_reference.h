@@ -54,24 +54,31 @@ E23Gradients e23_backward(const E23Spec& spec, std::int64_t batch, std::int64_t 
 // rounding must be expected to cause on these inputs. The cell's gain is heavy-tailed (a draw can carry
 // one rounding to 1e-3 of its outputs in four steps), so checks of a kernel against the reference use
 // this to tell inputs on which a correct kernel can miss a fixed bound (docs/e23.md, "Tests"; `sjit
-// check` and the GPU tests redraw such inputs).
-struct E23Sensitivity {
-  double distance = 0.0;       // the largest move, each row of D relative to its scale (below)
-  bool support_moved = false;  // forward only: a step's mean read or write support size changed
-};
+// check` and the GPU tests redraw such inputs). Each also returns the reference at the inputs as given,
+// which its callers check against.
 
-// The forward's: y, h_final and m_final, each row relative to max(1, max |value| in the row).
-E23Sensitivity e23_forward_sensitivity(const E23Spec& spec, std::int64_t batch, std::int64_t steps,
-                                       std::span<const double> u, std::span<const double> h0,
-                                       std::span<const double> m0, const E23Weights& w, std::uint64_t seed);
+// The forward's: y, h_final and m_final, each row relative to max(1, max |value| in the row)
+// (sequence_distance below).
+struct E23ForwardSensitivity {
+  E23Sequence at;              // e23_forward of the inputs as given
+  double distance = 0.0;       // the largest move
+  bool support_moved = false;  // a step's mean read or write support size changed
+};
+E23ForwardSensitivity e23_forward_sensitivity(const E23Spec& spec, std::int64_t batch, std::int64_t steps,
+                                              std::span<const double> u, std::span<const double> h0,
+                                              std::span<const double> m0, const E23Weights& w, std::uint64_t seed);
 
 // The backward's: du, dh0, dm0, dW_h and dW_w, each row relative to max(max |value| in the row, a
-// tenth of the tensor's largest |value|).
-E23Sensitivity e23_backward_sensitivity(const E23Spec& spec, std::int64_t batch, std::int64_t steps,
-                                        std::span<const double> u, std::span<const double> h0,
-                                        std::span<const double> m0, const E23Weights& w,
-                                        std::span<const double> dy, std::span<const double> dh_final,
-                                        std::span<const double> dm_final, std::uint64_t seed);
+// tenth of the tensor's largest |value|) (gradient_distance below).
+struct E23BackwardSensitivity {
+  E23Gradients at;         // e23_backward of the inputs as given
+  double distance = 0.0;   // the largest move
+};
+E23BackwardSensitivity e23_backward_sensitivity(const E23Spec& spec, std::int64_t batch, std::int64_t steps,
+                                                std::span<const double> u, std::span<const double> h0,
+                                                std::span<const double> m0, const E23Weights& w,
+                                                std::span<const double> dy, std::span<const double> dh_final,
+                                                std::span<const double> dm_final, std::uint64_t seed);
 
 // The largest |a - b| over rows of `row_len`, relative to each row's max(floor, max |b| in the row)
 // (the row scale of the functions above and of the GPU tests' bounds).
@@ -80,6 +87,10 @@ double row_relative_distance(std::span<const double> a, std::span<const double> 
 
 // A gradient tensor's row floor in those bounds: a tenth of its largest |value| (at least 1e-12).
 double gradient_row_floor(std::span<const double> gradient);
+
+// The largest row_relative_distance of `other`'s y, h_final and m_final from `exact`'s, rows of
+// D = spec.dim over a floor of 1 (the forward sensitivity's measure).
+double sequence_distance(const E23Sequence& other, const E23Sequence& exact, std::int64_t dim);
 
 // The largest row_relative_distance of `other`'s five gradients from `exact`'s, rows of D = spec.dim
 // over exact's gradient_row_floor (the backward sensitivity's measure).

@@ -3,6 +3,7 @@
 
 #include "sparsejit/attention.h"
 #include "sparsejit/attention_mass.h"
+#include "sparsejit/attention_reference.h"
 #include "sparsejit/attention_spec.h"
 #include "sparsejit/device.h"
 #include "sparsejit/dtype.h"

@@ -27,6 +27,9 @@ for header in "$include_dir"/*.h; do
   name=$(basename "$header")
   [ "$name" = sparsejit.h ] || grep -q "^#include \"sparsejit/$name\"" "$include_dir/sparsejit.h" ||
     { echo "check-install: sparsejit.h does not include sparsejit/$name"; exit 1; }
+  # ... and compile on its own: a user may include just the one they need.
+  echo "#include <sparsejit/$name>" >"$work/header.cpp"
+  step "header-$name" "$(cached CMAKE_CXX_COMPILER)" -std=c++20 -fsyntax-only -I"$work/prefix/include" "$work/header.cpp"
 done
 step build cmake --build "$work/examples" -j"$(nproc)"
 for example in entmax_rows attention_training_step; do

@@ -3,14 +3,7 @@
 # run `sjit demo` twice: on an empty cache (every check, and the cold time), then on the cache it
 # filled (must compile nothing). Logs in $OUT. Usage there (carrying .deps): bash scripts/device-demo.sh
 set -uo pipefail
-OUT=${OUT:-/tmp/sjit-out}; mkdir -p "$OUT"
-source .deps/unpack.sh
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-start=$(date +%s)
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 &&
-  cmake --build build-gpu -j16 --target sjit >"$OUT/build.log" 2>&1 ||
-  { tail -n 40 "$OUT/cmake.log" "$OUT/build.log"; exit 1; }
-echo "built in $(( $(date +%s) - start )) s"
+BUILD_TARGETS=sjit source scripts/device-build.sh
 export SJIT_CACHE_DIR=$(mktemp -d)
 start=$(date +%s%N)
 timeout 150 ./build-gpu/sjit demo >"$OUT/demo.log" 2>&1; rc=$?

@@ -6,15 +6,8 @@
 # Builds the sjit tool alone. About 3.5 minutes on an H200 once started. Logs in $OUT.
 # Usage there (carrying .deps): bash scripts/device-peers.sh [DENSITIES, default 1,0.5,0.25,0.1,0.05,0.02]
 set -uo pipefail
-OUT=${OUT:-/tmp/sjit-out}; mkdir -p "$OUT"
 densities=${1:-1,0.5,0.25,0.1,0.05,0.02}
-source .deps/unpack.sh
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-start=$(date +%s)
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 &&
-  cmake --build build-gpu -j16 --target sjit >"$OUT/build.log" 2>&1 ||
-  { tail -n 40 "$OUT/cmake.log" "$OUT/build.log"; exit 1; }
-echo "built in $(( $(date +%s) - start )) s"
+BUILD_TARGETS=sjit source scripts/device-build.sh
 sjit=./build-gpu/sjit
 
 # The pattern files: `sjit bench attention --density D` builds the same ones (seed 7, shared by every head).

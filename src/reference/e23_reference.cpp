@@ -345,6 +345,17 @@ std::vector<double> moved_by_one_rounding(std::span<const double> v, std::mt1993
   return out;
 }
 
+// The inputs both sensitivities move: u, h0 and m0, each by one rounding, drawn from `seed` in that order
+// (a braced list fixes the order, which a function call's arguments would leave to the compiler).
+struct MovedInputs {
+  std::vector<double> u, h0, m0;
+};
+MovedInputs moved_inputs(std::span<const double> u, std::span<const double> h0, std::span<const double> m0,
+                         std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return {moved_by_one_rounding(u, rng), moved_by_one_rounding(h0, rng), moved_by_one_rounding(m0, rng)};
+}
+
 }  // namespace
 
 double row_relative_distance(std::span<const double> a, std::span<const double> b, std::int64_t row_len,
@@ -376,9 +387,8 @@ E23ForwardSensitivity e23_forward_sensitivity(const E23Spec& spec, std::int64_t 
                                               std::span<const double> m0, const E23Weights& w, std::uint64_t seed) {
   E23ForwardSensitivity out;
   out.at = e23_forward(spec, batch, steps, u, h0, m0, w);
-  std::mt19937_64 rng(seed);
-  const E23Sequence moved = e23_forward(spec, batch, steps, moved_by_one_rounding(u, rng),
-                                        moved_by_one_rounding(h0, rng), moved_by_one_rounding(m0, rng), w);
+  const MovedInputs in = moved_inputs(u, h0, m0, seed);
+  const E23Sequence moved = e23_forward(spec, batch, steps, in.u, in.h0, in.m0, w);
   out.support_moved = moved.read_support != out.at.read_support || moved.write_support != out.at.write_support;
   out.distance = sequence_distance(moved, out.at, spec.dim);
   return out;
@@ -391,10 +401,8 @@ E23BackwardSensitivity e23_backward_sensitivity(const E23Spec& spec, std::int64_
                                                 std::span<const double> dm_final, std::uint64_t seed) {
   E23BackwardSensitivity out;
   out.at = e23_backward(spec, batch, steps, u, h0, m0, w, dy, dh_final, dm_final);
-  std::mt19937_64 rng(seed);
-  const E23Gradients moved = e23_backward(spec, batch, steps, moved_by_one_rounding(u, rng),
-                                          moved_by_one_rounding(h0, rng), moved_by_one_rounding(m0, rng), w, dy,
-                                          dh_final, dm_final);
+  const MovedInputs in = moved_inputs(u, h0, m0, seed);
+  const E23Gradients moved = e23_backward(spec, batch, steps, in.u, in.h0, in.m0, w, dy, dh_final, dm_final);
   out.distance = gradient_distance(moved, out.at, spec.dim);
   return out;
 }
